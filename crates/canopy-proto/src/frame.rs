@@ -1,0 +1,239 @@
+//! The framed binary codec.
+//!
+//! A connection opens with a handshake: the client sends `MAGIC` and its protocol
+//! version (u16, big-endian); the server answers `MAGIC`, its version and a status
+//! (0 = accepted). Then both sides exchange frames:
+//!
+//! ```text
+//! u32 len | u64 request id | u16 opcode | payload (len - 10 bytes)
+//! ```
+//!
+//! all big-endian. A request's payload is postcard `(Creds, Request)`; a response
+//! carries the request's id and opcode and a postcard `Result<Reply, Errno>`.
+//! `len` is checked against [`MAX_FRAME`] before anything is allocated.
+//!
+//! Decoding is two steps, as in mini-redis: [`check`] says whether a whole frame is
+//! buffered ([`FrameError::Incomplete`] means read more) or the stream is broken
+//! ([`FrameError::TooLarge`], [`FrameError::Malformed`]: answer and close, since the
+//! stream cannot be resynchronised). A whole frame with a bad payload is answered with
+//! an error for its request id and the connection goes on.
+
+use crate::{Creds, Errno, Reply, Request};
+use bytes::{Buf, BufMut, BytesMut};
+
+pub const MAGIC: &[u8; 4] = b"CNPY";
+pub const VERSION: u16 = 1;
+pub const HANDSHAKE_LEN: usize = 6;
+pub const HANDSHAKE_REPLY_LEN: usize = 8;
+/// Bytes after the length field that every frame has.
+pub const HEADER_LEN: usize = 10;
+/// The largest frame (`len` value) either side accepts.
+pub const MAX_FRAME: usize = 4 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Not a whole frame yet: read more bytes.
+    Incomplete,
+    /// The length prefix exceeds [`MAX_FRAME`].
+    TooLarge(usize),
+    /// The length prefix is too small to hold a header.
+    Malformed,
+}
+
+/// A whole frame's header and payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub id: u64,
+    pub op: u16,
+    pub payload: Vec<u8>,
+}
+
+/// Returns the total size of the frame at the front of `buf`, if it is all there.
+pub fn check(buf: &[u8]) -> Result<usize, FrameError> {
+    if buf.len() < 4 {
+        return Err(FrameError::Incomplete);
+    }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    if len < HEADER_LEN {
+        return Err(FrameError::Malformed);
+    }
+    if buf.len() < 4 + len {
+        return Err(FrameError::Incomplete);
+    }
+    Ok(4 + len)
+}
+
+/// Takes the frame at the front of `buf` if a whole one is buffered.
+pub fn parse(buf: &mut BytesMut) -> Result<Frame, FrameError> {
+    let total = check(buf)?;
+    let mut frame = buf.split_to(total);
+    frame.advance(4);
+    let id = frame.get_u64();
+    let op = frame.get_u16();
+    Ok(Frame { id, op, payload: frame.to_vec() })
+}
+
+fn put_frame(out: &mut BytesMut, id: u64, op: u16, payload: &[u8]) -> Result<(), Errno> {
+    let len = HEADER_LEN + payload.len();
+    if len > MAX_FRAME {
+        return Err(Errno::EMSGSIZE);
+    }
+    out.reserve(4 + len);
+    out.put_u32(len as u32);
+    out.put_u64(id);
+    out.put_u16(op);
+    out.put_slice(payload);
+    Ok(())
+}
+
+/// Appends a request frame to `out`. Fails with `EMSGSIZE` if it would be too large.
+pub fn encode_request(out: &mut BytesMut, id: u64, creds: &Creds, req: &Request) -> Result<(), Errno> {
+    let payload = postcard::to_stdvec(&(creds, req)).map_err(|_| Errno::EPROTO)?;
+    put_frame(out, id, req.opcode(), &payload)
+}
+
+/// Appends a response frame to `out`. A reply too large to send becomes `EMSGSIZE`.
+pub fn encode_response(out: &mut BytesMut, id: u64, op: u16, result: &Result<Reply, Errno>) {
+    let payload = postcard::to_stdvec(result).expect("replies always serialise");
+    if put_frame(out, id, op, &payload).is_err() {
+        let err: Result<Reply, Errno> = Err(Errno::EMSGSIZE);
+        let payload = postcard::to_stdvec(&err).expect("errors always serialise");
+        put_frame(out, id, op, &payload).expect("an error reply fits in a frame");
+    }
+}
+
+/// Decodes a request frame's payload. Unknown opcodes are `ENOSYS`; a payload that
+/// does not decode, has trailing bytes, or disagrees with its opcode is `EPROTO`.
+pub fn decode_request(frame: &Frame) -> Result<(Creds, Request), Errno> {
+    if frame.op as usize >= crate::msg::OP_NAMES.len() {
+        return Err(Errno::ENOSYS);
+    }
+    let (decoded, rest): ((Creds, Request), &[u8]) =
+        postcard::take_from_bytes(&frame.payload).map_err(|_| Errno::EPROTO)?;
+    if !rest.is_empty() || decoded.1.opcode() != frame.op {
+        return Err(Errno::EPROTO);
+    }
+    Ok(decoded)
+}
+
+pub fn decode_response(frame: &Frame) -> Result<Reply, Errno> {
+    let (decoded, rest): (Result<Reply, Errno>, &[u8]) =
+        postcard::take_from_bytes(&frame.payload).map_err(|_| Errno::EPROTO)?;
+    if !rest.is_empty() {
+        return Err(Errno::EPROTO);
+    }
+    decoded
+}
+
+pub fn handshake() -> [u8; HANDSHAKE_LEN] {
+    let mut h = [0u8; HANDSHAKE_LEN];
+    h[..4].copy_from_slice(MAGIC);
+    h[4..].copy_from_slice(&VERSION.to_be_bytes());
+    h
+}
+
+/// Checks a client's handshake; returns the server's answer and whether to go on.
+pub fn answer_handshake(hello: &[u8; HANDSHAKE_LEN]) -> ([u8; HANDSHAKE_REPLY_LEN], bool) {
+    let ok = &hello[..4] == MAGIC && u16::from_be_bytes([hello[4], hello[5]]) == VERSION;
+    let mut r = [0u8; HANDSHAKE_REPLY_LEN];
+    r[..4].copy_from_slice(MAGIC);
+    r[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    r[6..].copy_from_slice(&(if ok { 0u16 } else { 1u16 }).to_be_bytes());
+    (r, ok)
+}
+
+/// Checks a server's handshake answer.
+pub fn check_handshake_reply(reply: &[u8; HANDSHAKE_REPLY_LEN]) -> Result<(), Errno> {
+    if &reply[..4] != MAGIC {
+        return Err(Errno::EPROTO);
+    }
+    if u16::from_be_bytes([reply[6], reply[7]]) != 0 {
+        return Err(Errno::EPROTO);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::SetAttr;
+
+    fn roundtrip(req: Request) {
+        let mut buf = BytesMut::new();
+        encode_request(&mut buf, 42, &Creds::user(5, 6), &req).unwrap();
+        let frame = parse(&mut buf).unwrap();
+        assert!(buf.is_empty());
+        assert_eq!(frame.id, 42);
+        let (creds, back) = decode_request(&frame).unwrap();
+        assert_eq!(creds, Creds::user(5, 6));
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        roundtrip(Request::Stat { path: "/a".into() });
+        roundtrip(Request::SetAttr { path: "/a".into(), set: SetAttr::mode(0o755) });
+        roundtrip(Request::Unlock { txn: 9 });
+        roundtrip(Request::Ping);
+    }
+
+    #[test]
+    fn incomplete_is_not_malformed() {
+        let mut buf = BytesMut::new();
+        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { path: "/x".into() }).unwrap();
+        for cut in 0..buf.len() {
+            assert_eq!(check(&buf[..cut]), Err(FrameError::Incomplete), "cut {cut}");
+        }
+        assert_eq!(check(&buf), Ok(buf.len()));
+    }
+
+    #[test]
+    fn oversized_and_short_lengths_are_rejected_before_allocation() {
+        let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert_eq!(check(&huge), Err(FrameError::TooLarge(MAX_FRAME + 1)));
+        assert_eq!(check(&u32::MAX.to_be_bytes()), Err(FrameError::TooLarge(u32::MAX as usize)));
+        assert_eq!(check(&3u32.to_be_bytes()), Err(FrameError::Malformed));
+    }
+
+    #[test]
+    fn bad_payloads_are_errors_not_panics() {
+        let unknown = Frame { id: 1, op: 60000, payload: vec![] };
+        assert_eq!(decode_request(&unknown), Err(Errno::ENOSYS));
+        let garbage = Frame { id: 1, op: 1, payload: vec![0xff; 7] };
+        assert_eq!(decode_request(&garbage), Err(Errno::EPROTO));
+        // A valid Stat payload sent under the Ping opcode is inconsistent.
+        let mut buf = BytesMut::new();
+        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { path: "/".into() }).unwrap();
+        let mut frame = parse(&mut buf).unwrap();
+        frame.op = Request::Ping.opcode();
+        assert_eq!(decode_request(&frame), Err(Errno::EPROTO));
+        // Trailing bytes after a valid payload.
+        frame.op = Request::Stat { path: String::new() }.opcode();
+        frame.payload.push(0);
+        assert_eq!(decode_request(&frame), Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn handshake_checks_magic_and_version() {
+        let (reply, ok) = answer_handshake(&handshake());
+        assert!(ok);
+        assert_eq!(check_handshake_reply(&reply), Ok(()));
+        let (reply, ok) = answer_handshake(b"HTTP/1");
+        assert!(!ok);
+        assert_eq!(check_handshake_reply(&reply), Err(Errno::EPROTO));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            if let Ok(frame) = parse(&mut buf) {
+                let _ = decode_request(&frame);
+                let _ = decode_response(&frame);
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Canopy's wire vocabulary: everything that crosses between a client, a metadata
+//! server and the lock service.
+//!
+//! - [`errno`]: the POSIX error contract every operation answers with.
+//! - [`creds`], [`attr`]: who is asking, and what an object looks like.
+//! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
+//! - [`msg`]: the request and reply enums; one variant per operation.
+//! - [`frame`]: the framed binary codec (length, request id, opcode, payload) with a
+//!   size limit checked before any allocation, and decoding that tells "need more
+//!   bytes" apart from "malformed".
+//!
+//! Hard rule: this crate does no I/O and depends on no runtime, so it can be used by
+//! every other crate and fuzzed alone.
+
+pub mod attr;
+pub mod creds;
+pub mod errno;
+pub mod frame;
+pub mod msg;
+pub mod path;
+pub mod placement;
+
+pub use attr::{Attr, DirEntry, FileKind, SetAttr, TimeSet};
+pub use creds::Creds;
+pub use errno::Errno;
+pub use msg::{Reply, Request};

@@ -1,0 +1,208 @@
+//! Requests and replies. One enum for every request a Canopy daemon accepts (metadata
+//! servers and the lock service share the codec; each answers `ENOSYS` to what is not
+//! its own), and one for every reply. The opcode on the wire is the variant's index
+//! ([`Request::opcode`]); a frame whose opcode disagrees with its payload is rejected.
+
+use crate::attr::{Attr, DirEntry, SetAttr};
+use serde::{Deserialize, Serialize};
+
+/// The replicated directory lookup state of one directory: what path resolution
+/// needs (ShardFS keeps it on every server).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirLookup {
+    pub id: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What a file entry holds: its inode inline, or a reference to a shared inode that
+/// lives on its home server (hard links).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    Inode(Inode),
+    Linked { ino: u64, home: u32 },
+}
+
+/// A file or symlink inode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    pub attr: Attr,
+    /// The target of a symlink.
+    pub target: Option<String>,
+}
+
+/// What `create` makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NewKind {
+    File,
+    Symlink(String),
+}
+
+/// Non-replicated attributes of a directory, kept on its primary server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirTimes {
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+}
+
+/// An object moved between servers when a directory rename changes primaries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MovedItem {
+    File { parent: u64, name: String, record: Record },
+    DirTimes { id: u64, times: DirTimes },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    pub target: u32,
+    pub item: MovedItem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMode {
+    Read,
+    Write,
+}
+
+/// A distributed transaction the lock service holds locks and a redo record for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnInfo {
+    pub txn: u64,
+    pub intent: String,
+    pub locks: Vec<(String, LockMode)>,
+    pub expires_in_ms: i64,
+}
+
+/// Per-server counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub server: u32,
+    /// RPCs received, by operation name.
+    pub rpcs: Vec<(String, u64)>,
+    pub dirs: u64,
+    pub files: u64,
+}
+
+/// One server's view for `canopy fsck`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckReport {
+    pub server: u32,
+    /// Digest of the replicated directory lookup state (equal on every server).
+    pub dir_digest: u64,
+    pub dirs: u64,
+    pub files: u64,
+    /// Problems found locally, worded for a person.
+    pub problems: Vec<String>,
+    /// Entries referring to shared inodes: (ino, home server).
+    pub links: Vec<(u64, u32)>,
+    /// Shared inodes homed here: (ino, nlink, inline entries referring to it here).
+    pub inodes: Vec<(u64, u32)>,
+}
+
+macro_rules! requests {
+    ($($(#[$doc:meta])* $name:ident $({ $($field:ident : $ty:ty),* $(,)? })?,)*) => {
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum Request { $($(#[$doc])* $name $({ $($field: $ty),* })?,)* }
+
+        /// Names of every operation, indexed by opcode.
+        pub const OP_NAMES: &[&str] = &[$(stringify!($name),)*];
+
+        impl Request {
+            /// The wire opcode: the variant's index in [`OP_NAMES`].
+            pub fn opcode(&self) -> u16 {
+                let mut i = 0u16;
+                $(
+                    #[allow(unused_variables)]
+                    if let Request::$name { .. } = self { return i; }
+                    i += 1;
+                )*
+                unreachable!("{i} variants")
+            }
+
+            pub fn name(&self) -> &'static str {
+                OP_NAMES[self.opcode() as usize]
+            }
+        }
+    };
+}
+
+requests! {
+    /// Liveness and identity check.
+    Ping,
+    /// Attributes of the object at `path` (a file on its primary, or a directory).
+    Stat { path: String },
+    /// Create a file or symlink at `path`.
+    Create { path: String, mode: u32, kind: NewKind, exclusive: bool },
+    /// Remove a file or symlink.
+    Unlink { path: String },
+    /// Change attributes of a file, or the times of a directory on its primary.
+    SetAttr { path: String, set: SetAttr },
+    Readlink { path: String },
+    /// Check `mask` (R/W/X bits, 0 for existence) against the caller.
+    Access { path: String, mask: u32 },
+    /// A page of a directory: names strictly after `after`, at most `limit`.
+    /// `with_dirs` includes subdirectories (asked of one server only).
+    ReadDir { path: String, after: Option<String>, limit: u32, with_dirs: bool },
+    /// Make the file at `path` share its inode for a new hard link (nlink + 1).
+    LinkShare { path: String },
+    /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
+    LinkInsert { path: String, ino: u64, home: u32 },
+    /// Operations on a shared inode on its home server.
+    InodeStat { ino: u64 },
+    InodeSetAttr { ino: u64, set: SetAttr },
+    InodeLinkDelta { ino: u64, delta: i32 },
+    /// Rename of a file within one server.
+    RenameLocal { src: String, dst: String },
+    /// Rename of a file across servers, on the source's primary: check, return the record.
+    RenameOut { src: String, dst: String },
+    /// ...on the destination's primary: check, replace, insert the record.
+    RenameIn { src: String, dst: String, record: Record },
+    /// ...on the source's primary: remove the source entry if it is still `ino`.
+    RenameOutCommit { src: String, ino: u64 },
+    /// Directory mutation applied on every server. `assign` is None on the primary
+    /// (which allocates the id) and the primary's answer on the replicas.
+    Mkdir { path: String, mode: u32, assign: Option<DirLookup> },
+    Rmdir { path: String },
+    /// Change a directory's mode or ownership (replicated lookup state).
+    DirSetAttr { path: String, set: SetAttr },
+    /// Rename a directory in the replicated state; with `check_only` nothing changes.
+    RenameDir { src: String, dst: String, check_only: bool },
+    /// Up to `limit` local objects below directory `root` whose primary changed.
+    Migrate { root: String, limit: u32 },
+    /// Store objects moved here by a migration.
+    Adopt { items: Vec<MovedItem> },
+    /// Drop objects that were adopted elsewhere.
+    Release { items: Vec<MovedItem> },
+    Stats,
+    Fsck,
+    /// Lock service: take `locks` for a transaction described by `intent`.
+    Lock { locks: Vec<(String, LockMode)>, intent: String, lease_ms: u32, wait_ms: u32 },
+    /// Lock service: release a transaction's locks and end its redo record.
+    Unlock { txn: u64 },
+    /// Lock service: the transactions in flight.
+    ListTxns,
+}
+
+/// The successful answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Unit,
+    Pong { server: u32, servers: u32 },
+    Attr(Attr),
+    /// The entry is a hard link; its inode lives on server `home`.
+    Redirect { ino: u64, home: u32 },
+    /// An unlink or rename dropped a link to a shared inode on another server.
+    Dropped { remote: Option<(u64, u32)> },
+    Target(String),
+    Entries { entries: Vec<DirEntry>, more: bool },
+    Shared { ino: u64, home: u32 },
+    Record(Record),
+    Dir(DirLookup),
+    Moved(Vec<Moved>),
+    Stats(ServerStats),
+    Fsck(FsckReport),
+    Locked { txn: u64 },
+    Txns(Vec<TxnInfo>),
+}

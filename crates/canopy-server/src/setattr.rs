@@ -1,0 +1,142 @@
+//! The rules of chmod, chown, truncate and utimens, as one pure function over an
+//! attribute record. Every mode and every server applies the same rules.
+
+use crate::perm::{self, Owner};
+use canopy_proto::attr::{access, PERM_MASK, S_ISGID, S_ISUID};
+use canopy_proto::{Attr, Creds, Errno, FileKind, SetAttr, TimeSet};
+
+fn owner_of(attr: &Attr) -> Owner {
+    Owner { uid: attr.uid, gid: attr.gid, mode: attr.mode }
+}
+
+fn is_owner_or_root(creds: &Creds, attr: &Attr) -> bool {
+    creds.is_root() || creds.uid == attr.uid
+}
+
+/// Applies `set` to `attr` as `creds`, at time `now`, or says why not.
+pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<(), Errno> {
+    let is_dir = attr.kind == FileKind::Dir;
+    let mut next = attr.clone();
+    if let Some(size) = set.size {
+        match attr.kind {
+            FileKind::Dir => return Err(Errno::EISDIR),
+            FileKind::Symlink => return Err(Errno::EINVAL),
+            FileKind::File => {}
+        }
+        perm::require(creds, owner_of(attr), false, access::W)?;
+        next.size = size;
+        next.mtime = now;
+    }
+    if set.uid.is_some() || set.gid.is_some() {
+        let uid_changes = set.uid.is_some_and(|u| u != attr.uid);
+        let gid_changes = set.gid.is_some_and(|g| g != attr.gid);
+        if !creds.is_root() {
+            if uid_changes || (set.uid.is_some() && creds.uid != attr.uid) {
+                return Err(Errno::EPERM);
+            }
+            if set.gid.is_some() && (creds.uid != attr.uid || (gid_changes && !creds.in_group(set.gid.unwrap()))) {
+                return Err(Errno::EPERM);
+            }
+        }
+        next.uid = set.uid.unwrap_or(attr.uid);
+        next.gid = set.gid.unwrap_or(attr.gid);
+        if !is_dir && attr.kind == FileKind::File {
+            // As Linux: a change of owner drops setuid, and setgid when group-executable.
+            next.mode &= !S_ISUID;
+            if next.mode & 0o010 != 0 {
+                next.mode &= !S_ISGID;
+            }
+        }
+    }
+    if let Some(mode) = set.mode {
+        if !is_owner_or_root(creds, attr) {
+            return Err(Errno::EPERM);
+        }
+        let mut mode = mode & PERM_MASK;
+        if !creds.is_root() && !creds.in_group(next.gid) {
+            mode &= !S_ISGID;
+        }
+        next.mode = mode;
+    }
+    for (time, slot) in [(set.atime, &mut next.atime), (set.mtime, &mut next.mtime)] {
+        match time {
+            None => {}
+            Some(TimeSet::At(t)) => {
+                if !is_owner_or_root(creds, attr) {
+                    return Err(Errno::EPERM);
+                }
+                *slot = t;
+            }
+            Some(TimeSet::Now) => {
+                if !is_owner_or_root(creds, attr) {
+                    perm::require(creds, owner_of(attr), is_dir, access::W)?;
+                }
+                *slot = now;
+            }
+        }
+    }
+    next.ctime = now;
+    *attr = next;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(uid: u32, gid: u32, mode: u32) -> Attr {
+        Attr { ino: 9, kind: FileKind::File, mode, uid, gid, size: 0, nlink: 1, atime: 0, mtime: 0, ctime: 0 }
+    }
+
+    #[test]
+    fn chmod_needs_owner_or_root() {
+        let mut a = file(1000, 100, 0o644);
+        assert_eq!(apply(&Creds::user(2000, 100), &mut a, &SetAttr::mode(0o777), 5), Err(Errno::EPERM));
+        assert_eq!(a.mode, 0o644, "a refused change leaves the record untouched");
+        apply(&Creds::user(1000, 100), &mut a, &SetAttr::mode(0o600), 5).unwrap();
+        assert_eq!((a.mode, a.ctime), (0o600, 5));
+    }
+
+    #[test]
+    fn chmod_drops_setgid_outside_the_group() {
+        let mut a = file(1000, 100, 0o644);
+        apply(&Creds::user(1000, 7), &mut a, &SetAttr::mode(0o2755), 1).unwrap();
+        assert_eq!(a.mode, 0o755);
+    }
+
+    #[test]
+    fn chown_rules() {
+        let mut a = file(1000, 100, 0o4755);
+        let alice = Creds { uid: 1000, gid: 100, groups: vec![200] };
+        assert_eq!(apply(&alice, &mut a, &SetAttr::owner(Some(2000), None), 1), Err(Errno::EPERM));
+        assert_eq!(apply(&alice, &mut a, &SetAttr::owner(None, Some(300)), 1), Err(Errno::EPERM));
+        apply(&alice, &mut a, &SetAttr::owner(None, Some(200)), 1).unwrap();
+        assert_eq!((a.gid, a.mode), (200, 0o755));
+        apply(&Creds::root(), &mut a, &SetAttr::owner(Some(5), Some(5)), 1).unwrap();
+        assert_eq!((a.uid, a.gid), (5, 5));
+    }
+
+    #[test]
+    fn truncate_needs_write_and_a_regular_file() {
+        let mut a = file(1000, 100, 0o444);
+        assert_eq!(apply(&Creds::user(1000, 100), &mut a, &SetAttr::size(10), 1), Err(Errno::EACCES));
+        let mut d = Attr { kind: FileKind::Dir, ..file(0, 0, 0o777) };
+        assert_eq!(apply(&Creds::root(), &mut d, &SetAttr::size(1), 1), Err(Errno::EISDIR));
+        let mut w = file(1000, 100, 0o644);
+        apply(&Creds::user(1000, 100), &mut w, &SetAttr::size(10), 3).unwrap();
+        assert_eq!((w.size, w.mtime), (10, 3));
+    }
+
+    #[test]
+    fn utimens_now_needs_write_explicit_needs_owner() {
+        let mut a = file(1000, 100, 0o666);
+        let bob = Creds::user(2000, 2);
+        let now = SetAttr { mtime: Some(TimeSet::Now), ..SetAttr::default() };
+        apply(&bob, &mut a, &now, 9).unwrap();
+        assert_eq!(a.mtime, 9);
+        let at = SetAttr { mtime: Some(TimeSet::At(1)), ..SetAttr::default() };
+        assert_eq!(apply(&bob, &mut a, &at, 9), Err(Errno::EPERM));
+        let mut ro = file(1000, 100, 0o644);
+        assert_eq!(apply(&bob, &mut ro, &now, 9), Err(Errno::EACCES));
+    }
+}

@@ -1,0 +1,115 @@
+//! RocksDB on disk. One database per server; one column family per kind of state.
+//!
+//! Debian's librocksdb is built with assertions on, so nothing here configures a
+//! prefix extractor (a key shorter than it would abort the process): prefix scans
+//! are plain seeks bounded by a key comparison.
+
+use crate::{Batch, Change, Durability, Pairs, Result, Store, StoreError};
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct RocksStore {
+    db: Arc<DB>,
+    write_opts: WriteOptions,
+    stop_flusher: Arc<AtomicBool>,
+}
+
+fn err(e: rocksdb::Error) -> StoreError {
+    StoreError(e.into_string())
+}
+
+impl RocksStore {
+    pub fn open(path: &Path, cfs: &[&'static str], durability: Durability) -> Result<RocksStore> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.increase_parallelism(2);
+        if let Durability::Group { .. } = durability {
+            opts.set_manual_wal_flush(true);
+        }
+        let descriptors = cfs.iter().map(|cf| ColumnFamilyDescriptor::new(*cf, Options::default()));
+        let db = Arc::new(DB::open_cf_descriptors(&opts, path, descriptors).map_err(err)?);
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(durability == Durability::Fsync);
+        let stop_flusher = Arc::new(AtomicBool::new(false));
+        if let Durability::Group { ms } = durability {
+            spawn_group_flusher(db.clone(), ms, stop_flusher.clone());
+        }
+        Ok(RocksStore { db, write_opts, stop_flusher })
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| StoreError(format!("unknown column family {name}")))
+    }
+}
+
+/// Group commit: write and sync the buffered log every `ms` milliseconds.
+fn spawn_group_flusher(db: Arc<DB>, ms: u64, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("wal-group-commit".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(ms));
+                let _ = db.flush_wal(true);
+            }
+        })
+        .expect("spawn group commit thread");
+}
+
+impl Drop for RocksStore {
+    fn drop(&mut self) {
+        self.stop_flusher.store(true, Ordering::Relaxed);
+        let _ = self.db.flush_wal(true);
+    }
+}
+
+impl Store for RocksStore {
+    fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get_cf(self.cf(cf)?, key).map_err(err)
+    }
+
+    fn write(&self, batch: Batch) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        for change in &batch.changes {
+            match change {
+                Change::Put(cf, k, v) => wb.put_cf(self.cf(cf)?, k, v),
+                Change::Delete(cf, k) => wb.delete_cf(self.cf(cf)?, k),
+            }
+        }
+        self.db.write_opt(wb, &self.write_opts).map_err(err)
+    }
+
+    fn scan(&self, cf: &'static str, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Pairs> {
+        let mut out = Vec::new();
+        let start = match after {
+            Some(a) if a >= prefix => a,
+            _ => prefix,
+        };
+        let iter = self.db.iterator_cf(self.cf(cf)?, IteratorMode::From(start, Direction::Forward));
+        for item in iter {
+            let (k, v) = item.map_err(err)?;
+            if !k.starts_with(prefix) || out.len() >= limit {
+                break;
+            }
+            if after.is_some_and(|a| &k[..] <= a) {
+                continue;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let iter = self.db.iterator_cf(self.cf(cf)?, IteratorMode::From(prefix, Direction::Forward));
+        for item in iter {
+            let (k, v) = item.map_err(err)?;
+            if !k.starts_with(prefix) || !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
