@@ -1,0 +1,68 @@
+//! Column families and key layouts of a metadata server's store.
+//!
+//! | column family | key | value |
+//! |---|---|---|
+//! | `dirs` (replicated lookup state) | parent id (u64 BE) ‖ name | `DirLookup` |
+//! | `entries` (files and symlinks whose primary is this server) | parent id (u64 BE) ‖ name | `Record` |
+//! | `dirtimes` (times of directories whose primary is this server) | dir id (u64 BE) | `DirTimes` |
+//! | `inodes` (shared inodes of hard-linked files homed here) | ino (u64 BE) | `Inode` |
+//! | `meta` (server-local state) | ASCII name | value |
+//!
+//! Keying by (parent id, name) makes a directory listing a prefix scan, and a
+//! directory rename leaves its children's keys alone. The root's lookup state is
+//! stored under parent 0 and the empty name. Values are postcard.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+pub const DIRS: &str = "dirs";
+pub const ENTRIES: &str = "entries";
+pub const DIRTIMES: &str = "dirtimes";
+pub const INODES: &str = "inodes";
+pub const META: &str = "meta";
+pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META];
+
+pub const META_IDENTITY: &[u8] = b"identity";
+pub const META_NEXT_ID: &[u8] = b"next_id";
+
+pub fn entry_key(parent: u64, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Splits an entry key into (parent, name); `None` for a corrupt key.
+pub fn split_entry_key(key: &[u8]) -> Option<(u64, String)> {
+    if key.len() < 8 {
+        return None;
+    }
+    let parent = u64::from_be_bytes(key[..8].try_into().ok()?);
+    let name = String::from_utf8(key[8..].to_vec()).ok()?;
+    Some((parent, name))
+}
+
+pub fn id_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).expect("store values always serialise")
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    postcard::from_bytes(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_keys_sort_by_parent_then_name_and_round_trip() {
+        let a = entry_key(1, "zz");
+        let b = entry_key(2, "a");
+        assert!(a < b);
+        assert_eq!(split_entry_key(&entry_key(7, "name")), Some((7, "name".into())));
+        assert_eq!(split_entry_key(b"short"), None);
+    }
+}

@@ -1,0 +1,176 @@
+//! Single-RPC operations on files and symlinks, run on the path's primary server:
+//! stat, create, unlink, setattr, readlink, access.
+
+use crate::dirtable::ROOT_ID;
+use crate::keys::{self, DIRTIMES, ENTRIES};
+use crate::perm::{self, Owner};
+use crate::server::{now_ns, Located, MetaServer};
+use crate::setattr;
+use canopy_proto::attr::S_ISGID;
+use canopy_proto::msg::{DirTimes, Inode, NewKind, Record};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
+use canopy_store::Batch;
+
+pub(crate) fn owner_of(attr: &Attr) -> Owner {
+    Owner { uid: attr.uid, gid: attr.gid, mode: attr.mode }
+}
+
+impl MetaServer {
+    /// A directory's attributes: lookup state from the table, times if this server
+    /// is its primary (zero otherwise), nlink = 2 + subdirectories.
+    pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
+        let (lookup, subdirs) = {
+            let table = self.table.read();
+            let node = table.get(id).ok_or(Errno::ENOENT)?;
+            (node.lookup.clone(), node.subdirs.len() as u32)
+        };
+        let times = self.load_dir_times(id)?.unwrap_or(DirTimes { atime: 0, mtime: 0, ctime: 0 });
+        Ok(Attr {
+            ino: lookup.id,
+            kind: FileKind::Dir,
+            mode: lookup.mode,
+            uid: lookup.uid,
+            gid: lookup.gid,
+            size: 0,
+            nlink: 2 + subdirs,
+            atime: times.atime,
+            mtime: times.mtime,
+            ctime: times.ctime,
+        })
+    }
+
+    /// The attributes behind a file record, or where to find them.
+    pub(crate) fn record_attr(&self, record: &Record) -> Result<Reply, Errno> {
+        match record {
+            Record::Inode(i) => Ok(Reply::Attr(i.attr.clone())),
+            Record::Linked { ino, home } if *home == self.cfg.index => Ok(Reply::Attr(self.load_inode(*ino)?.attr)),
+            Record::Linked { ino, home } => Ok(Reply::Redirect { ino: *ino, home: *home }),
+        }
+    }
+
+    /// The owner of a record's inode for sticky-bit checks; `u32::MAX` (nobody)
+    /// when the inode lives on another server, so only root or the directory's
+    /// owner pass.
+    pub(crate) fn record_uid(&self, record: &Record) -> u32 {
+        match record {
+            Record::Inode(i) => i.attr.uid,
+            Record::Linked { ino, home } if *home == self.cfg.index => {
+                self.load_inode(*ino).map(|i| i.attr.uid).unwrap_or(u32::MAX)
+            }
+            Record::Linked { .. } => u32::MAX,
+        }
+    }
+
+    pub(crate) fn stat(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+        match self.locate(creds, path)? {
+            Located::Root => self.dir_attr(ROOT_ID).map(Reply::Attr),
+            Located::Dir { id, .. } => self.dir_attr(id).map(Reply::Attr),
+            Located::File { record, .. } => self.record_attr(&record),
+            Located::Absent { .. } => Err(Errno::ENOENT),
+        }
+    }
+
+    pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, exclusive: bool) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (parent, name) = match self.locate(creds, path)? {
+            Located::Root | Located::Dir { .. } if exclusive || kind != NewKind::File => return Err(Errno::EEXIST),
+            Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
+            Located::File { .. } if exclusive || kind != NewKind::File => return Err(Errno::EEXIST),
+            Located::File { record, .. } => return self.record_attr(&record),
+            Located::Absent { parent, name } => (parent, name),
+        };
+        let dir = self.dir_owner(parent)?;
+        perm::require_dir_write(creds, dir)?;
+        let ino = self.ids.lock().allocate(&*self.store).map_err(crate::server::io)?;
+        let now = now_ns();
+        let (file_kind, mode, size, target) = match kind {
+            NewKind::File => (FileKind::File, mode & 0o7777, 0, None),
+            NewKind::Symlink(target) => {
+                if target.is_empty() || target.len() > canopy_proto::path::PATH_MAX || target.contains('\0') {
+                    return Err(if target.is_empty() { Errno::ENOENT } else { Errno::EINVAL });
+                }
+                (FileKind::Symlink, 0o777, target.len() as u64, Some(target))
+            }
+        };
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
+        let attr = Attr { ino, kind: file_kind, mode, uid: creds.uid, gid, size, nlink: 1, atime: now, mtime: now, ctime: now };
+        let mut b = Batch::new();
+        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(Inode { attr: attr.clone(), target })));
+        self.write(b)?;
+        Ok(Reply::Attr(attr))
+    }
+
+    pub(crate) fn unlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (parent, name, record) = match self.locate(creds, path)? {
+            Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
+            Located::Absent { .. } => return Err(Errno::ENOENT),
+            Located::File { parent, name, record } => (parent, name, record),
+        };
+        let dir = self.dir_owner(parent)?;
+        perm::require_dir_write(creds, dir)?;
+        perm::check_sticky(creds, dir, self.record_uid(&record))?;
+        let mut b = Batch::new();
+        b.delete(ENTRIES, keys::entry_key(parent, &name));
+        let remote = self.drop_link(&mut b, &record)?;
+        self.write(b)?;
+        Ok(Reply::Dropped { remote })
+    }
+
+    pub(crate) fn set_attr(&self, creds: &Creds, path: &NsPath, set: &SetAttr) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        match self.locate(creds, path)? {
+            Located::Absent { .. } => Err(Errno::ENOENT),
+            Located::Root => self.set_dir_times(creds, ROOT_ID, set),
+            Located::Dir { id, .. } => self.set_dir_times(creds, id, set),
+            Located::File { parent, name, record: Record::Inode(mut inode) } => {
+                setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+                let attr = inode.attr.clone();
+                let mut b = Batch::new();
+                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
+                self.write(b)?;
+                Ok(Reply::Attr(attr))
+            }
+            Located::File { record: Record::Linked { ino, home }, .. } if home == self.cfg.index => {
+                self.inode_set_attr_locked(creds, ino, set)
+            }
+            Located::File { record: Record::Linked { ino, home }, .. } => Ok(Reply::Redirect { ino, home }),
+        }
+    }
+
+    /// setattr on a directory through its primary: only times (and size, which is
+    /// EISDIR); mode and ownership are replicated state and go through DirSetAttr.
+    fn set_dir_times(&self, creds: &Creds, id: u64, set: &SetAttr) -> Result<Reply, Errno> {
+        if set.touches_lookup_state() {
+            return Err(Errno::EINVAL);
+        }
+        let mut attr = self.dir_attr(id)?;
+        setattr::apply(creds, &mut attr, set, now_ns())?;
+        let mut b = Batch::new();
+        let times = DirTimes { atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime };
+        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
+        self.write(b)?;
+        Ok(Reply::Attr(attr))
+    }
+
+    pub(crate) fn readlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+        match self.locate(creds, path)? {
+            Located::Absent { .. } => Err(Errno::ENOENT),
+            Located::File { record: Record::Inode(Inode { target: Some(t), .. }), .. } => Ok(Reply::Target(t)),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub(crate) fn access(&self, creds: &Creds, path: &NsPath, mask: u32) -> Result<Reply, Errno> {
+        let attr = match self.stat(creds, path)? {
+            Reply::Attr(a) => a,
+            other => return Ok(other),
+        };
+        if mask & 7 == 0 || perm::allows(creds, owner_of(&attr), attr.kind == FileKind::Dir, mask & 7) {
+            Ok(Reply::Unit)
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Hard links. A file's inode is inline in its entry until it gains a second name;
+//! then it moves to the `inodes` column family of its home server (the primary of
+//! the name it had) and every name holds `Record::Linked { ino, home }`.
+//! Link is two RPCs (share on the source's primary, insert on the destination's);
+//! operations through a name whose inode is homed elsewhere answer `Redirect` and
+//! the client asks the home server.
+
+use crate::keys::{self, ENTRIES, INODES};
+use crate::perm;
+use crate::server::{io, now_ns, Located, MetaServer};
+use crate::setattr;
+use canopy_proto::msg::{Inode, Record};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Errno, FileKind, Reply, SetAttr};
+use canopy_store::Batch;
+
+impl MetaServer {
+    pub(crate) fn load_inode(&self, ino: u64) -> Result<Inode, Errno> {
+        let v = self.store.get(INODES, &keys::id_key(ino)).map_err(io)?.ok_or(Errno::ESTALE)?;
+        keys::decode(&v).ok_or(Errno::EIO)
+    }
+
+    /// Adds to `b` the effect of dropping one name of `record`; returns the remote
+    /// inode the client must decrement when it is homed elsewhere.
+    pub(crate) fn drop_link(&self, b: &mut Batch, record: &Record) -> Result<Option<(u64, u32)>, Errno> {
+        match record {
+            Record::Inode(_) => Ok(None),
+            Record::Linked { ino, home } if *home == self.cfg.index => {
+                self.link_delta_into(b, *ino, -1)?;
+                Ok(None)
+            }
+            Record::Linked { ino, home } => Ok(Some((*ino, *home))),
+        }
+    }
+
+    fn link_delta_into(&self, b: &mut Batch, ino: u64, delta: i32) -> Result<Inode, Errno> {
+        let mut inode = self.load_inode(ino)?;
+        let nlink = inode.attr.nlink as i64 + delta as i64;
+        if nlink > u32::MAX as i64 {
+            return Err(Errno::EMLINK);
+        }
+        inode.attr.nlink = nlink.max(0) as u32;
+        inode.attr.ctime = now_ns();
+        if inode.attr.nlink == 0 {
+            b.delete(INODES, keys::id_key(ino).to_vec());
+        } else {
+            b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
+        }
+        Ok(inode)
+    }
+
+    pub(crate) fn link_share(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (parent, name, record) = match self.locate(creds, path)? {
+            Located::Root | Located::Dir { .. } => return Err(Errno::EPERM),
+            Located::Absent { .. } => return Err(Errno::ENOENT),
+            Located::File { parent, name, record } => (parent, name, record),
+        };
+        let mut b = Batch::new();
+        let me = self.cfg.index;
+        match record {
+            Record::Inode(mut inode) => {
+                if inode.attr.kind != FileKind::File {
+                    return Err(Errno::EPERM);
+                }
+                let ino = inode.attr.ino;
+                inode.attr.nlink += 1;
+                inode.attr.ctime = now_ns();
+                b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
+                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Linked { ino, home: me }));
+                self.write(b)?;
+                Ok(Reply::Shared { ino, home: me })
+            }
+            Record::Linked { ino, home } if home == me => {
+                self.link_delta_into(&mut b, ino, 1)?;
+                self.write(b)?;
+                Ok(Reply::Shared { ino, home })
+            }
+            Record::Linked { ino, home } => Ok(Reply::Redirect { ino, home }),
+        }
+    }
+
+    pub(crate) fn link_insert(&self, creds: &Creds, path: &NsPath, ino: u64, home: u32) -> Result<Reply, Errno> {
+        if home >= self.cfg.servers {
+            return Err(Errno::EINVAL);
+        }
+        let _g = self.lock_mutations();
+        let (parent, name) = match self.locate(creds, path)? {
+            Located::Absent { parent, name } => (parent, name),
+            _ => return Err(Errno::EEXIST),
+        };
+        perm::require_dir_write(creds, self.dir_owner(parent)?)?;
+        let mut b = Batch::new();
+        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Linked { ino, home }));
+        self.write(b)?;
+        Ok(Reply::Unit)
+    }
+
+    pub(crate) fn inode_stat(&self, ino: u64) -> Result<Reply, Errno> {
+        Ok(Reply::Attr(self.load_inode(ino)?.attr))
+    }
+
+    pub(crate) fn inode_set_attr(&self, creds: &Creds, ino: u64, set: &SetAttr) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        self.inode_set_attr_locked(creds, ino, set)
+    }
+
+    pub(crate) fn inode_set_attr_locked(&self, creds: &Creds, ino: u64, set: &SetAttr) -> Result<Reply, Errno> {
+        let mut inode = self.load_inode(ino)?;
+        setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+        let mut b = Batch::new();
+        b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
+        self.write(b)?;
+        Ok(Reply::Attr(inode.attr))
+    }
+
+    pub(crate) fn inode_link_delta(&self, ino: u64, delta: i32) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let mut b = Batch::new();
+        let inode = self.link_delta_into(&mut b, ino, delta)?;
+        self.write(b)?;
+        Ok(Reply::Attr(inode.attr))
+    }
+}

@@ -1,0 +1,278 @@
+//! The server object: its state, start-up (loading the directory table), the
+//! dispatcher, and the lookups every operation shares.
+//!
+//! Concurrency: reads take the table's read lock; every mutation holds `mutate` for
+//! its whole check-then-write, so checks and writes on one server are atomic.
+
+use crate::counters::Counters;
+use crate::dirtable::{DirTable, ROOT_ID};
+use crate::ids::IdAlloc;
+use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, META, META_IDENTITY};
+use crate::perm::Owner;
+use crate::resolve::{self, Miss};
+use canopy_proto::msg::{DirLookup, DirTimes, Record, ServerStats};
+use canopy_proto::path::NsPath;
+use canopy_proto::placement;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_store::{Batch, SharedStore};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// This server's index in the cluster (0-based).
+    pub index: u32,
+    /// How many metadata servers the cluster has.
+    pub servers: u32,
+}
+
+pub struct MetaServer {
+    pub(crate) cfg: ServerConfig,
+    pub(crate) store: SharedStore,
+    pub(crate) table: RwLock<DirTable>,
+    mutate: Mutex<()>,
+    pub(crate) ids: Mutex<IdAlloc>,
+    counters: Counters,
+}
+
+/// Where a path led on this server.
+#[derive(Debug, Clone)]
+pub(crate) enum Located {
+    Root,
+    Dir { parent: u64, name: String, id: u64 },
+    File { parent: u64, name: String, record: Record },
+    Absent { parent: u64, name: String },
+}
+
+pub(crate) fn io(e: impl std::fmt::Display) -> Errno {
+    eprintln!("canopy-server: store error: {e}");
+    Errno::EIO
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+pub(crate) fn parse(path: &str) -> Result<NsPath, Errno> {
+    NsPath::parse(path)
+}
+
+impl MetaServer {
+    /// Opens a server over `store`: checks the store belongs to this server, loads
+    /// the directory table, and creates the root on a new store.
+    pub fn open(cfg: ServerConfig, store: SharedStore) -> Result<MetaServer, String> {
+        if cfg.servers == 0 || cfg.index >= cfg.servers || cfg.servers > u16::MAX as u32 {
+            return Err(format!("server index {} is outside a cluster of {}", cfg.index, cfg.servers));
+        }
+        check_identity(&cfg, &*store)?;
+        let table = load_table(&cfg, &*store)?;
+        let ids = IdAlloc::load(cfg.index, &*store)?;
+        Ok(MetaServer {
+            cfg,
+            store,
+            table: RwLock::new(table),
+            mutate: Mutex::new(()),
+            ids: Mutex::new(ids),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn index(&self) -> u32 {
+        self.cfg.index
+    }
+
+    /// Executes one request. Never panics on input: every path is parsed and every
+    /// precondition checked, and failures are errnos.
+    pub fn handle(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
+        self.counters.count(req.opcode());
+        match req {
+            Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
+            Request::Stat { path } => self.stat(creds, &parse(&path)?),
+            Request::Create { path, mode, kind, exclusive } => self.create(creds, &parse(&path)?, mode, kind, exclusive),
+            Request::Unlink { path } => self.unlink(creds, &parse(&path)?),
+            Request::SetAttr { path, set } => self.set_attr(creds, &parse(&path)?, &set),
+            Request::Readlink { path } => self.readlink(creds, &parse(&path)?),
+            Request::Access { path, mask } => self.access(creds, &parse(&path)?, mask),
+            Request::ReadDir { path, after, limit, with_dirs } => {
+                self.read_dir(creds, &parse(&path)?, after.as_deref(), limit, with_dirs)
+            }
+            Request::LinkShare { path } => self.link_share(creds, &parse(&path)?),
+            Request::LinkInsert { path, ino, home } => self.link_insert(creds, &parse(&path)?, ino, home),
+            Request::InodeStat { ino } => self.inode_stat(ino),
+            Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
+            Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
+            Request::RenameLocal { src, dst } => self.rename_local(creds, &parse(&src)?, &parse(&dst)?),
+            Request::RenameOut { src, dst } => self.rename_out(creds, &parse(&src)?, &parse(&dst)?),
+            Request::RenameIn { src, dst, record } => self.rename_in(creds, &parse(&src)?, &parse(&dst)?, record),
+            Request::RenameOutCommit { src, ino } => self.rename_out_commit(&parse(&src)?, ino),
+            Request::Mkdir { path, mode, assign } => self.mkdir(creds, &parse(&path)?, mode, assign),
+            Request::Rmdir { path } => self.rmdir(creds, &parse(&path)?),
+            Request::DirSetAttr { path, set } => self.dir_set_attr(creds, &parse(&path)?, &set),
+            Request::RenameDir { src, dst, check_only } => {
+                self.rename_dir(creds, &parse(&src)?, &parse(&dst)?, check_only)
+            }
+            Request::Migrate { root, limit } => self.migrate(&parse(&root)?, limit),
+            Request::Adopt { items } => self.adopt(items),
+            Request::Release { items } => self.release(items),
+            Request::Stats => Ok(Reply::Stats(self.stats())),
+            Request::Fsck => self.fsck(),
+            Request::Lock { .. } | Request::Unlock { .. } | Request::ListTxns => Err(Errno::ENOSYS),
+        }
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let table = self.table.read();
+        let mut files = 0u64;
+        let _ = self.store.for_each(ENTRIES, b"", &mut |_, _| {
+            files += 1;
+            true
+        });
+        ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs: table.len() as u64, files }
+    }
+
+    /// Serialises mutations on this server.
+    pub(crate) fn lock_mutations(&self) -> MutexGuard<'_, ()> {
+        self.mutate.lock()
+    }
+
+    pub(crate) fn is_primary(&self, path: &NsPath) -> bool {
+        placement::primary(path, self.cfg.servers) == self.cfg.index
+    }
+
+    pub(crate) fn primary_of(&self, path: &NsPath) -> u32 {
+        placement::primary(path, self.cfg.servers)
+    }
+
+    pub(crate) fn load_entry(&self, parent: u64, name: &str) -> Result<Option<Record>, Errno> {
+        match self.store.get(ENTRIES, &keys::entry_key(parent, name)).map_err(io)? {
+            Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn load_dir_times(&self, id: u64) -> Result<Option<DirTimes>, Errno> {
+        match self.store.get(DIRTIMES, &keys::id_key(id)).map_err(io)? {
+            Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn write(&self, batch: Batch) -> Result<(), Errno> {
+        self.store.write(batch).map_err(io)
+    }
+
+    /// Turns a resolution miss into an errno: a missing intermediate component is
+    /// `ENOTDIR` if this server holds a file of that name, else `ENOENT`.
+    pub(crate) fn miss(&self, miss: Miss) -> Errno {
+        if let Miss::NotADir { parent, name } = &miss {
+            if let Ok(Some(_)) = self.load_entry(*parent, name) {
+                return Errno::ENOTDIR;
+            }
+        }
+        resolve::miss_errno(&miss)
+    }
+
+    /// Resolves `path` to what this server knows of it.
+    pub(crate) fn locate(&self, creds: &Creds, path: &NsPath) -> Result<Located, Errno> {
+        if path.is_root() {
+            return Ok(Located::Root);
+        }
+        let (parent, name) = {
+            let table = self.table.read();
+            let (parent, name) = resolve::resolve_parent(&table, creds, path).map_err(|m| self.miss(m))?;
+            if let Some(id) = table.child(parent, name) {
+                return Ok(Located::Dir { parent, name: name.to_string(), id });
+            }
+            (parent, name.to_string())
+        };
+        match self.load_entry(parent, &name)? {
+            Some(record) => Ok(Located::File { parent, name, record }),
+            None => Ok(Located::Absent { parent, name }),
+        }
+    }
+
+    pub(crate) fn dir_owner(&self, id: u64) -> Result<Owner, Errno> {
+        let table = self.table.read();
+        table.get(id).map(resolve::owner).ok_or(Errno::ENOENT)
+    }
+
+    pub(crate) fn dir_lookup(&self, id: u64) -> Result<DirLookup, Errno> {
+        self.table.read().get(id).map(|n| n.lookup.clone()).ok_or(Errno::ENOENT)
+    }
+
+    /// True if this server holds no file entry in directory `id`.
+    pub(crate) fn no_local_entries(&self, id: u64) -> Result<bool, Errno> {
+        Ok(self.store.scan(ENTRIES, &id.to_be_bytes(), None, 1).map_err(io)?.is_empty())
+    }
+}
+
+fn check_identity(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<(), String> {
+    let mine = (cfg.index, cfg.servers);
+    match store.get(META, META_IDENTITY).map_err(|e| e.to_string())? {
+        Some(v) => {
+            let theirs: (u32, u32) = keys::decode(&v).ok_or("corrupt identity record")?;
+            if theirs != mine {
+                return Err(format!(
+                    "this data directory belongs to server {} of {}, not server {} of {}",
+                    theirs.0, theirs.1, mine.0, mine.1
+                ));
+            }
+            Ok(())
+        }
+        None => {
+            let mut b = Batch::new();
+            b.put(META, META_IDENTITY.to_vec(), keys::encode(&mine));
+            store.write(b).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Loads the replicated directory table, parents before children; creates the
+/// root on an empty store.
+fn load_table(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirTable, String> {
+    let mut by_parent: HashMap<u64, Vec<(String, DirLookup)>> = HashMap::new();
+    let mut root = None;
+    let mut corrupt = None;
+    store
+        .for_each(DIRS, b"", &mut |k, v| {
+            match (keys::split_entry_key(k), keys::decode::<DirLookup>(v)) {
+                (Some((0, name)), Some(l)) if name.is_empty() => root = Some(l),
+                (Some((parent, name)), Some(l)) => by_parent.entry(parent).or_default().push((name, l)),
+                _ => corrupt = Some(k.to_vec()),
+            }
+            true
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(k) = corrupt {
+        return Err(format!("corrupt directory record {k:?}"));
+    }
+    let root = match root {
+        Some(r) => r,
+        None => init_root(cfg, store)?,
+    };
+    let mut table = DirTable::new(root);
+    let mut pending = vec![ROOT_ID];
+    while let Some(parent) = pending.pop() {
+        for (name, lookup) in by_parent.remove(&parent).unwrap_or_default() {
+            pending.push(lookup.id);
+            table.insert(parent, &name, lookup);
+        }
+    }
+    if !by_parent.is_empty() {
+        return Err(format!("{} directory records have no parent", by_parent.values().map(Vec::len).sum::<usize>()));
+    }
+    Ok(table)
+}
+
+fn init_root(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirLookup, String> {
+    let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
+    let mut b = Batch::new();
+    b.put(DIRS, keys::entry_key(0, ""), keys::encode(&root));
+    if placement::primary(&NsPath::root(), cfg.servers) == cfg.index {
+        let now = now_ns();
+        b.put(DIRTIMES, keys::id_key(ROOT_ID).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+    }
+    store.write(b).map_err(|e| e.to_string())?;
+    Ok(root)
+}
