@@ -1,1 +1,32 @@
+//! Moving requests between clients and daemons.
+//!
+//! - [`Service`]: what a daemon is to the transport: credentials and a request in,
+//!   a reply out, now or later (the lock service answers a blocked lock later).
+//! - [`server`]: the TCP accept and connection loops. The connection layer is the
+//!   only code that touches a socket: it does the handshake, reads frames, answers
+//!   malformed ones and closes, and batches responses into few writes.
+//! - [`conn`]: a pipelined client connection: many requests in flight, responses
+//!   matched by request id, writes coalesced.
+//! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP
+//!   ([`TcpTransport`]) or in-process ([`InProcTransport`]) behind one trait.
 
+pub mod conn;
+pub mod server;
+pub mod transport;
+
+use canopy_proto::{Creds, Errno, Reply, Request};
+use futures::future::BoxFuture;
+
+pub type RpcResult = Result<Reply, Errno>;
+
+/// A reply available at once, or one that completes later.
+pub enum Handled {
+    Now(RpcResult),
+    Later(BoxFuture<'static, RpcResult>),
+}
+
+pub trait Service: Send + Sync + 'static {
+    fn call(&self, creds: Creds, req: Request) -> Handled;
+}
+
+pub use transport::{InProcTransport, Target, TcpTransport, Transport};

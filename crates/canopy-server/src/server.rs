@@ -276,3 +276,9 @@ fn init_root(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirL
     store.write(b).map_err(|e| e.to_string())?;
     Ok(root)
 }
+
+impl canopy_rpc::Service for MetaServer {
+    fn call(&self, creds: Creds, req: Request) -> canopy_rpc::Handled {
+        canopy_rpc::Handled::Now(self.handle(&creds, req))
+    }
+}

@@ -1,0 +1,197 @@
+//! The lock service daemon logic.
+//!
+//! A `Lock` request is recorded in the store (`txns` column family: txn id →
+//! intent and locks) before it is granted, and the record is deleted by `Unlock`:
+//! at any time the store holds every directory mutation that may be half done. A
+//! restarted service re-grants the locks of recorded transactions with a fresh
+//! lease, so their coordinators can finish; a lease that runs out releases the
+//! locks but keeps the record, which `ListTxns` (and `canopy fsck`) report.
+
+use crate::locktable::LockTable;
+use canopy_proto::msg::{LockMode, TxnInfo};
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_rpc::{Handled, RpcResult, Service};
+use canopy_store::{Batch, SharedStore};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+pub const TXNS: &str = "txns";
+pub const META: &str = "meta";
+pub const CFS: &[&str] = &[TXNS, META];
+const NEXT_TXN: &[u8] = b"next_txn";
+/// Bounds on what a client may ask for.
+const MAX_LEASE_MS: u32 = 10 * 60 * 1000;
+const MAX_WAIT_MS: u32 = 60 * 1000;
+const MAX_LOCKS: usize = 8192;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TxnRecord {
+    intent: String,
+    locks: Vec<(String, LockMode)>,
+}
+
+struct State {
+    table: LockTable,
+    next_txn: u64,
+    /// Recorded transactions whose lease ran out without an unlock.
+    abandoned: Vec<u64>,
+}
+
+pub struct LockService {
+    store: SharedStore,
+    state: Mutex<State>,
+    released: Notify,
+    epoch: Instant,
+}
+
+impl LockService {
+    pub fn open(store: SharedStore) -> Result<Arc<LockService>, String> {
+        let mut records = Vec::new();
+        let mut max_txn = 0u64;
+        store
+            .for_each(TXNS, b"", &mut |k, v| {
+                if let (Ok(id), Ok(rec)) = (k.try_into().map(u64::from_be_bytes), postcard::from_bytes::<TxnRecord>(v)) {
+                    max_txn = max_txn.max(id);
+                    records.push((id, rec));
+                }
+                true
+            })
+            .map_err(|e| e.to_string())?;
+        let stored_next = match store.get(META, NEXT_TXN).map_err(|e| e.to_string())? {
+            Some(v) => postcard::from_bytes::<u64>(&v).map_err(|e| e.to_string())?,
+            None => 1,
+        };
+        let svc = LockService {
+            store,
+            state: Mutex::new(State { table: LockTable::default(), next_txn: stored_next.max(max_txn + 1), abandoned: Vec::new() }),
+            released: Notify::new(),
+            epoch: Instant::now(),
+        };
+        {
+            let mut st = svc.state.lock();
+            let lease = svc.now_ms() + 30_000;
+            for (id, rec) in records {
+                st.table.try_grant(id, &rec.locks, lease);
+            }
+        }
+        Ok(Arc::new(svc))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Releases the locks of transactions whose lease ran out.
+    fn reap_expired(&self, st: &mut State) {
+        let now = self.now_ms();
+        for txn in st.table.expired(now) {
+            st.table.release(txn);
+            st.abandoned.push(txn);
+            self.released.notify_waiters();
+        }
+    }
+
+    /// One attempt: record and grant, or `None` if something conflicts.
+    fn try_lock(&self, locks: &[(String, LockMode)], intent: &str, lease_ms: u32) -> Option<RpcResult> {
+        let mut st = self.state.lock();
+        self.reap_expired(&mut st);
+        if !st.table.conflicts(locks).is_empty() {
+            return None;
+        }
+        let txn = st.next_txn;
+        let mut b = Batch::new();
+        let rec = TxnRecord { intent: intent.to_string(), locks: locks.to_vec() };
+        b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
+        b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
+        if let Err(e) = self.store.write(b) {
+            eprintln!("canopy-lockd: store error: {e}");
+            return Some(Err(Errno::EIO));
+        }
+        st.next_txn = txn + 1;
+        let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
+        debug_assert!(granted);
+        Some(Ok(Reply::Locked { txn }))
+    }
+
+    async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: String, lease_ms: u32, wait_ms: u32) -> RpcResult {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS) as u64);
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(result) = self.try_lock(&locks, &intent, lease_ms) {
+                return result;
+            }
+            // Wake on a release, or periodically to reap expired leases.
+            let tick = tokio::time::Instant::now() + Duration::from_millis(100);
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Errno::EAGAIN);
+            }
+            let _ = tokio::time::timeout_at(tick.min(deadline), released).await;
+        }
+    }
+
+    fn unlock(&self, txn: u64) -> RpcResult {
+        let mut b = Batch::new();
+        b.delete(TXNS, txn.to_be_bytes().to_vec());
+        self.store.write(b).map_err(|_| Errno::EIO)?;
+        let mut st = self.state.lock();
+        st.table.release(txn);
+        st.abandoned.retain(|t| *t != txn);
+        self.released.notify_waiters();
+        Ok(Reply::Unit)
+    }
+
+    fn list(&self) -> RpcResult {
+        let mut st = self.state.lock();
+        self.reap_expired(&mut st);
+        let now = self.now_ms() as i64;
+        let mut out = Vec::new();
+        let mut failed = false;
+        let _ = self.store.for_each(TXNS, b"", &mut |k, v| {
+            match (k.try_into().map(u64::from_be_bytes), postcard::from_bytes::<TxnRecord>(v)) {
+                (Ok(txn), Ok(rec)) => {
+                    let expires = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.expires_at as i64 - now);
+                    out.push(TxnInfo { txn, intent: rec.intent, locks: rec.locks, expires_in_ms: expires.unwrap_or(-1) });
+                }
+                _ => failed = true,
+            }
+            true
+        });
+        if failed {
+            return Err(Errno::EIO);
+        }
+        Ok(Reply::Txns(out))
+    }
+}
+
+fn validate_lock(locks: &[(String, LockMode)], lease_ms: u32) -> Result<(), Errno> {
+    if locks.is_empty() || locks.len() > MAX_LOCKS || lease_ms == 0 || lease_ms > MAX_LEASE_MS {
+        return Err(Errno::EINVAL);
+    }
+    for (p, _) in locks {
+        canopy_proto::path::NsPath::parse(p)?;
+    }
+    Ok(())
+}
+
+/// The service as the transport sees it.
+pub struct LockDaemon(pub Arc<LockService>);
+
+impl Service for LockDaemon {
+    fn call(&self, _creds: Creds, req: Request) -> Handled {
+        match req {
+            Request::Ping => Handled::Now(Ok(Reply::Pong { server: u32::MAX, servers: 0 })),
+            Request::Lock { locks, intent, lease_ms, wait_ms } => match validate_lock(&locks, lease_ms) {
+                Err(e) => Handled::Now(Err(e)),
+                Ok(()) => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
+            },
+            Request::Unlock { txn } => Handled::Now(self.0.unlock(txn)),
+            Request::ListTxns => Handled::Now(self.0.list()),
+            _ => Handled::Now(Err(Errno::ENOSYS)),
+        }
+    }
+}

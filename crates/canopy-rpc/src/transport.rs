@@ -1,0 +1,114 @@
+//! The client's view of a cluster: N metadata servers and a lock service, reached
+//! over TCP or inside this process, behind one trait.
+
+use crate::conn::Connection;
+use crate::{Handled, RpcResult, Service};
+use canopy_proto::{Creds, Errno, Request};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which daemon a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    Server(u32),
+    Lockd,
+}
+
+pub trait Transport: Send + Sync + 'static {
+    /// How many metadata servers the cluster has.
+    fn servers(&self) -> u32;
+    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
+}
+
+/// Requests to a server index outside the cluster are refused with this.
+fn unknown_target() -> RpcResult {
+    Err(Errno::EINVAL)
+}
+
+/// One TCP endpoint, connected lazily and reconnected after a failure.
+struct Endpoint {
+    addr: String,
+    conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl Endpoint {
+    async fn connection(&self, timeout: Duration) -> Result<Arc<Connection>, Errno> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        let c = Arc::new(Connection::connect(&self.addr, timeout).await?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+pub struct TcpTransport {
+    servers: Vec<Endpoint>,
+    lockd: Endpoint,
+    timeout: Duration,
+}
+
+impl TcpTransport {
+    pub fn new(servers: &[String], lockd: &str, timeout: Duration) -> TcpTransport {
+        let ep = |a: &str| Endpoint { addr: a.to_string(), conn: tokio::sync::Mutex::new(None) };
+        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), timeout }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn servers(&self) -> u32 {
+        self.servers.len() as u32
+    }
+
+    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+        Box::pin(async move {
+            let ep = match target {
+                Target::Server(i) => match self.servers.get(i as usize) {
+                    Some(ep) => ep,
+                    None => return unknown_target(),
+                },
+                Target::Lockd => &self.lockd,
+            };
+            let timeout = match &req {
+                Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
+                _ => self.timeout,
+            };
+            let conn = ep.connection(self.timeout).await?;
+            conn.call(creds, &req, timeout).await
+        })
+    }
+}
+
+/// Daemons in this process, called directly: for tests and simulated clusters.
+pub struct InProcTransport {
+    servers: Vec<Arc<dyn Service>>,
+    lockd: Arc<dyn Service>,
+}
+
+impl InProcTransport {
+    pub fn new(servers: Vec<Arc<dyn Service>>, lockd: Arc<dyn Service>) -> InProcTransport {
+        InProcTransport { servers, lockd }
+    }
+}
+
+impl Transport for InProcTransport {
+    fn servers(&self) -> u32 {
+        self.servers.len() as u32
+    }
+
+    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+        let service = match target {
+            Target::Server(i) => self.servers.get(i as usize).cloned(),
+            Target::Lockd => Some(self.lockd.clone()),
+        };
+        let Some(service) = service else { return Box::pin(async { unknown_target() }) };
+        match service.call(creds.clone(), req) {
+            Handled::Now(r) => Box::pin(async move { r }),
+            Handled::Later(f) => f,
+        }
+    }
+}
