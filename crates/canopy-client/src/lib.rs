@@ -1,1 +1,24 @@
+//! The Canopy client library.
+//!
+//! [`Client`] is the one API applications, the CLI, the bench and (later) the FUSE
+//! mount use. Behind it a namespace strategy ([`Namespace`]) decides routing,
+//! replication and caching: today [`shardfs::ShardFs`] (seed 000 §3.3); IndexFS and
+//! Giraffa will be other implementations of the same trait, held to the same
+//! semantics suite.
+//!
+//! - [`cluster`]: cluster files (where the servers and lock service listen) and how a
+//!   command finds one.
+//! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
+//!   and load figures.
+//! - [`testing`]: an in-process cluster for tests and simulations.
+//! - [`blocking`]: a synchronous wrapper.
 
+pub mod blocking;
+pub mod cluster;
+pub mod counters;
+pub mod fsck;
+mod namespace;
+pub mod shardfs;
+pub mod testing;
+
+pub use namespace::{Client, Namespace};

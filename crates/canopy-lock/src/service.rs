@@ -95,7 +95,7 @@ impl LockService {
     }
 
     /// One attempt: record and grant, or `None` if something conflicts.
-    fn try_lock(&self, locks: &[(String, LockMode)], intent: &str, lease_ms: u32) -> Option<RpcResult> {
+    fn try_lock(&self, locks: &[(String, LockMode)], intent: &str, lease_ms: u32, waited: bool) -> Option<RpcResult> {
         let mut st = self.state.lock();
         self.reap_expired(&mut st);
         if !st.table.conflicts(locks).is_empty() {
@@ -113,16 +113,17 @@ impl LockService {
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
         debug_assert!(granted);
-        Some(Ok(Reply::Locked { txn }))
+        Some(Ok(Reply::Locked { txn, waited }))
     }
 
     async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: String, lease_ms: u32, wait_ms: u32) -> RpcResult {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS) as u64);
+        let mut waited = false;
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Some(result) = self.try_lock(&locks, &intent, lease_ms) {
+            if let Some(result) = self.try_lock(&locks, &intent, lease_ms, waited) {
                 return result;
             }
             // Wake on a release, or periodically to reap expired leases.
@@ -130,6 +131,7 @@ impl LockService {
             if tokio::time::Instant::now() >= deadline {
                 return Err(Errno::EAGAIN);
             }
+            waited = true;
             let _ = tokio::time::timeout_at(tick.min(deadline), released).await;
         }
     }

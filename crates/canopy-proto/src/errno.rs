@@ -39,6 +39,7 @@ errnos! {
     EMLINK = 31, "Too many links";
     ENAMETOOLONG = 36, "File name too long";
     ENOSYS = 38, "Function not implemented";
+    EREMOTE = 66, "Object is remote";
     ENOTEMPTY = 39, "Directory not empty";
     ELOOP = 40, "Too many levels of symbolic links";
     EPROTO = 71, "Protocol error";

@@ -203,6 +203,7 @@ pub enum Reply {
     Moved(Vec<Moved>),
     Stats(ServerStats),
     Fsck(FsckReport),
-    Locked { txn: u64 },
+    /// Granted; `waited` if the grant had to wait for another transaction.
+    Locked { txn: u64, waited: bool },
     Txns(Vec<TxnInfo>),
 }

@@ -139,11 +139,12 @@ impl MetaServer {
         }
     }
 
-    /// setattr on a directory through its primary: only times (and size, which is
-    /// EISDIR); mode and ownership are replicated state and go through DirSetAttr.
+    /// setattr on a directory through its primary: only times. Size is EISDIR, and
+    /// so is mode or ownership, which are replicated state: the client answers that
+    /// EISDIR with a DirSetAttr transaction.
     fn set_dir_times(&self, creds: &Creds, id: u64, set: &SetAttr) -> Result<Reply, Errno> {
         if set.touches_lookup_state() {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EISDIR);
         }
         let mut attr = self.dir_attr(id)?;
         setattr::apply(creds, &mut attr, set, now_ns())?;

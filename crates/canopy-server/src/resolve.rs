@@ -52,10 +52,13 @@ pub fn resolve_parent<'p>(table: &DirTable, creds: &Creds, path: &'p NsPath) -> 
 }
 
 /// The errno for a miss when the caller holds no file entry that explains it.
+/// `EREMOTE` says "a component is not a directory here; its primary knows whether
+/// it is a file (ENOTDIR) or nothing (ENOENT)": clients resolve it, users never
+/// see it.
 pub fn miss_errno(miss: &Miss) -> Errno {
     match miss {
         Miss::Denied => Errno::EACCES,
-        Miss::NotADir { .. } => Errno::ENOENT,
+        Miss::NotADir { .. } => Errno::EREMOTE,
     }
 }
 
@@ -93,6 +96,6 @@ mod tests {
         let t = table();
         let miss = resolve_parent(&t, &Creds::root(), &p("/pub/f/x")).unwrap_err();
         assert_eq!(miss, Miss::NotADir { parent: 2, name: "f".into() });
-        assert_eq!(miss_errno(&miss), Errno::ENOENT);
+        assert_eq!(miss_errno(&miss), Errno::EREMOTE);
     }
 }

@@ -1,0 +1,73 @@
+//! What a client sends: RPCs per server (and to the lock service), retries, lock
+//! waits. The bench turns these into RPC amplification.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct ClientCounters {
+    per_server: Vec<AtomicU64>,
+    lockd: AtomicU64,
+    retries: AtomicU64,
+    lock_waits: AtomicU64,
+}
+
+/// A copy of the counters at one moment; subtract two to measure a phase.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    pub per_server: Vec<u64>,
+    pub lockd: u64,
+    pub retries: u64,
+    pub lock_waits: u64,
+}
+
+impl CounterSnapshot {
+    pub fn total_rpcs(&self) -> u64 {
+        self.per_server.iter().sum::<u64>() + self.lockd
+    }
+
+    pub fn since(&self, earlier: &CounterSnapshot) -> CounterSnapshot {
+        CounterSnapshot {
+            per_server: self.per_server.iter().zip(&earlier.per_server).map(|(a, b)| a - b).collect(),
+            lockd: self.lockd - earlier.lockd,
+            retries: self.retries - earlier.retries,
+            lock_waits: self.lock_waits - earlier.lock_waits,
+        }
+    }
+}
+
+impl ClientCounters {
+    pub fn new(servers: u32) -> ClientCounters {
+        ClientCounters {
+            per_server: (0..servers).map(|_| AtomicU64::new(0)).collect(),
+            lockd: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            lock_waits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn sent_to_server(&self, i: u32) {
+        if let Some(c) = self.per_server.get(i as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn sent_to_lockd(&self) {
+        self.lockd.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn retried(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn waited_for_lock(&self) {
+        self.lock_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            per_server: self.per_server.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+            lockd: self.lockd.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            lock_waits: self.lock_waits.load(Ordering::Relaxed),
+        }
+    }
+}

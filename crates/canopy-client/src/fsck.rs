@@ -1,0 +1,87 @@
+//! The cluster-wide consistency check behind `canopy fsck`: every server's
+//! replicated directory state identical, each server's local problems, every hard
+//! link's nlink equal to the names referring to it, no transaction left in flight.
+
+use canopy_proto::msg::{FsckReport, TxnInfo};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsckSummary {
+    pub servers: u32,
+    pub dirs: u64,
+    pub files: u64,
+    pub problems: Vec<String>,
+}
+
+impl FsckSummary {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Combines the servers' reports and the lock service's open transactions.
+pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo]) -> FsckSummary {
+    let mut s = FsckSummary { servers: reports.len() as u32, ..FsckSummary::default() };
+    if let Some(first) = reports.first() {
+        s.dirs = first.dirs;
+        for r in reports {
+            if r.dir_digest != first.dir_digest || r.dirs != first.dirs {
+                s.problems.push(format!(
+                    "server {}: directory replica differs from server {} ({} vs {} directories)",
+                    r.server, first.server, r.dirs, first.dirs
+                ));
+            }
+        }
+    }
+    let mut refs: HashMap<(u64, u32), u32> = HashMap::new();
+    for r in reports {
+        s.files += r.files;
+        s.problems.extend(r.problems.iter().cloned());
+        for l in &r.links {
+            *refs.entry(*l).or_default() += 1;
+        }
+    }
+    for r in reports {
+        for (ino, nlink) in &r.inodes {
+            let names = refs.remove(&(*ino, r.server)).unwrap_or(0);
+            if names != *nlink {
+                s.problems.push(format!("inode {ino:#x} on server {}: nlink {nlink} but {names} names", r.server));
+            }
+        }
+    }
+    for ((ino, home), n) in refs {
+        s.problems.push(format!("{n} names refer to inode {ino:#x} missing from server {home}"));
+    }
+    for t in txns {
+        s.problems.push(format!("transaction {} still in flight at the lock service: {}", t.txn, t.intent));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(server: u32, digest: u64) -> FsckReport {
+        FsckReport { server, dir_digest: digest, dirs: 3, ..FsckReport::default() }
+    }
+
+    #[test]
+    fn clean_cluster() {
+        let mut a = report(0, 7);
+        a.links = vec![(9, 1)];
+        let mut b = report(1, 7);
+        b.links = vec![(9, 1)];
+        b.inodes = vec![(9, 2)];
+        assert!(summarise(&[a, b], &[]).is_clean());
+    }
+
+    #[test]
+    fn detects_divergence_bad_nlink_and_leftover_txns() {
+        let mut b = report(1, 8);
+        b.inodes = vec![(9, 2)];
+        let txn = TxnInfo { txn: 4, intent: "mkdir /x".into(), locks: vec![], expires_in_ms: -1 };
+        let s = summarise(&[report(0, 7), b], &[txn]);
+        assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
+    }
+}

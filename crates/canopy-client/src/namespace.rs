@@ -1,0 +1,159 @@
+//! The mode-generic client API.
+
+use crate::counters::ClientCounters;
+use crate::fsck::FsckSummary;
+use canopy_proto::msg::ServerStats;
+use canopy_proto::{Attr, Creds, DirEntry, Errno, SetAttr, TimeSet};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+pub type Res<T> = Result<T, Errno>;
+
+/// A namespace strategy: every POSIX operation, with the caller's credentials.
+/// Paths are absolute Canopy paths (see `canopy_proto::path`).
+pub trait Namespace: Send + Sync + 'static {
+    fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>>;
+    fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
+    /// Creates a regular file; with `exclusive` false an existing file is returned.
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>>;
+    fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
+    /// lstat: symlinks are not followed.
+    fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>>;
+    /// One page: entries named after `after`, at most `limit`, and whether more follow.
+    fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>>;
+    fn rename<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>>;
+    fn setattr<'a>(&'a self, c: &'a Creds, path: &'a str, set: &'a SetAttr) -> BoxFuture<'a, Res<Attr>>;
+    fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>>;
+    fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>>;
+    fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>>;
+    fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>>;
+    fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>>;
+    fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>>;
+    fn counters(&self) -> &ClientCounters;
+    fn mode_name(&self) -> &'static str;
+    fn servers(&self) -> u32;
+}
+
+/// A handle on a namespace acting as one user. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    ns: Arc<dyn Namespace>,
+    creds: Creds,
+}
+
+/// The largest page `readdir` asks for.
+pub const READDIR_PAGE: u32 = 1024;
+
+impl Client {
+    pub fn new(ns: Arc<dyn Namespace>, creds: Creds) -> Client {
+        Client { ns, creds }
+    }
+
+    /// The same namespace as another user.
+    pub fn as_user(&self, creds: Creds) -> Client {
+        Client { ns: self.ns.clone(), creds }
+    }
+
+    pub fn creds(&self) -> &Creds {
+        &self.creds
+    }
+
+    pub fn namespace(&self) -> &Arc<dyn Namespace> {
+        &self.ns
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Res<Attr> {
+        self.ns.mkdir(&self.creds, path, mode).await
+    }
+
+    pub async fn rmdir(&self, path: &str) -> Res<()> {
+        self.ns.rmdir(&self.creds, path).await
+    }
+
+    pub async fn create(&self, path: &str, mode: u32) -> Res<Attr> {
+        self.ns.create(&self.creds, path, mode, true).await
+    }
+
+    /// Creates the file if missing (O_CREAT without O_EXCL).
+    pub async fn open_create(&self, path: &str, mode: u32) -> Res<Attr> {
+        self.ns.create(&self.creds, path, mode, false).await
+    }
+
+    pub async fn unlink(&self, path: &str) -> Res<()> {
+        self.ns.unlink(&self.creds, path).await
+    }
+
+    pub async fn stat(&self, path: &str) -> Res<Attr> {
+        self.ns.stat(&self.creds, path).await
+    }
+
+    pub async fn readdir_page(&self, path: &str, after: Option<&str>, limit: u32) -> Res<(Vec<DirEntry>, bool)> {
+        self.ns.readdir_page(&self.creds, path, after, limit).await
+    }
+
+    /// The whole directory, fetched page by page, in name order.
+    pub async fn readdir(&self, path: &str) -> Res<Vec<DirEntry>> {
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone());
+            let (page, more) = self.ns.readdir_page(&self.creds, path, after.as_deref(), READDIR_PAGE).await?;
+            let got = page.len();
+            all.extend(page);
+            if !more || got == 0 {
+                return Ok(all);
+            }
+        }
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> Res<()> {
+        self.ns.rename(&self.creds, src, dst).await
+    }
+
+    pub async fn setattr(&self, path: &str, set: &SetAttr) -> Res<Attr> {
+        self.ns.setattr(&self.creds, path, set).await
+    }
+
+    pub async fn chmod(&self, path: &str, mode: u32) -> Res<Attr> {
+        self.setattr(path, &SetAttr::mode(mode)).await
+    }
+
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Res<Attr> {
+        self.setattr(path, &SetAttr::owner(uid, gid)).await
+    }
+
+    pub async fn truncate(&self, path: &str, size: u64) -> Res<Attr> {
+        self.setattr(path, &SetAttr::size(size)).await
+    }
+
+    pub async fn utimens(&self, path: &str, atime: Option<TimeSet>, mtime: Option<TimeSet>) -> Res<Attr> {
+        self.setattr(path, &SetAttr { atime, mtime, ..SetAttr::default() }).await
+    }
+
+    pub async fn symlink(&self, target: &str, path: &str) -> Res<Attr> {
+        self.ns.symlink(&self.creds, target, path).await
+    }
+
+    pub async fn readlink(&self, path: &str) -> Res<String> {
+        self.ns.readlink(&self.creds, path).await
+    }
+
+    pub async fn link(&self, src: &str, dst: &str) -> Res<Attr> {
+        self.ns.link(&self.creds, src, dst).await
+    }
+
+    pub async fn access(&self, path: &str, mask: u32) -> Res<()> {
+        self.ns.access(&self.creds, path, mask).await
+    }
+
+    pub async fn server_stats(&self) -> Res<Vec<ServerStats>> {
+        self.ns.server_stats().await
+    }
+
+    pub async fn fsck(&self) -> Res<FsckSummary> {
+        self.ns.fsck().await
+    }
+
+    pub fn counters(&self) -> &ClientCounters {
+        self.ns.counters()
+    }
+}

@@ -1,0 +1,548 @@
+//! The ShardFS strategy (seed 000 §3.3).
+//!
+//! Every server holds the directory lookup state, so file operations are one RPC
+//! to the primary server of the path. Directory mutations are transactions under
+//! the lock service: mkdir and chmod/chown of a directory run on the primary first
+//! and then on every replica (Procedure 1); rmdir runs on the replicas first and
+//! then on the primary, rolled back on failure (Procedure 2); a directory rename is
+//! checked on every server, applied on every server, and followed by moving the
+//! objects whose primary changed. Everything here is pessimistic (locks for every
+//! directory mutation); single-RPC operations take no locks.
+
+use crate::counters::ClientCounters;
+use crate::fsck::{self, FsckSummary};
+use crate::namespace::{Namespace, Res};
+use canopy_lock::path_locks;
+use canopy_proto::attr::access;
+use canopy_proto::msg::{DirLookup, FsckReport, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::path::NsPath;
+use canopy_proto::placement;
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
+use canopy_rpc::{Target, Transport};
+use canopy_server::perm::{self, Owner};
+use futures::future::{join_all, BoxFuture};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Lease and wait asked of the lock service for a directory mutation.
+const LOCK_LEASE_MS: u32 = 30_000;
+const LOCK_WAIT_MS: u32 = 30_000;
+/// Objects moved per step of a directory rename's migration.
+const MIGRATE_BATCH: u32 = 1024;
+
+pub struct ShardFs {
+    t: Arc<dyn Transport>,
+    n: u32,
+    counters: ClientCounters,
+}
+
+fn unexpected(r: Reply) -> Errno {
+    eprintln!("canopy-client: unexpected reply {r:?}");
+    Errno::EPROTO
+}
+
+fn dir_attr_from(l: &DirLookup) -> Attr {
+    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, atime: 0, mtime: 0, ctime: 0 }
+}
+
+fn lookup_part(set: &SetAttr) -> SetAttr {
+    SetAttr { mode: set.mode, uid: set.uid, gid: set.gid, ..SetAttr::default() }
+}
+
+fn times_part(set: &SetAttr) -> Option<SetAttr> {
+    (set.atime.is_some() || set.mtime.is_some()).then(|| SetAttr { atime: set.atime, mtime: set.mtime, ..SetAttr::default() })
+}
+
+/// The error to report when several servers answered: the primary's, else the first.
+fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
+    let errs: Vec<(u32, Errno)> = results.iter().filter_map(|(i, r)| r.as_ref().err().map(|e| (*i, *e))).collect();
+    errs.iter().find(|(i, _)| *i == primary).or(errs.first()).map(|(_, e)| *e)
+}
+
+impl ShardFs {
+    pub fn new(t: Arc<dyn Transport>) -> ShardFs {
+        let n = t.servers();
+        ShardFs { t, n, counters: ClientCounters::new(n) }
+    }
+
+    fn primary(&self, p: &NsPath) -> u32 {
+        placement::primary(p, self.n)
+    }
+
+    async fn rpc(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
+        self.counters.sent_to_server(server);
+        self.t.call(Target::Server(server), c, req).await
+    }
+
+    /// The same request (made per server by `req`) to each of `servers`, in parallel.
+    async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
+        join_all(servers.map(|i| {
+            let r = req(i);
+            async move { (i, self.rpc(i, c, r).await) }
+        }))
+        .await
+    }
+
+    fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
+        (0..self.n).filter(move |i| *i != skip)
+    }
+
+    async fn lock(&self, paths: &[&NsPath], intent: String) -> Res<u64> {
+        self.counters.sent_to_lockd();
+        let req = Request::Lock { locks: path_locks(paths), intent, lease_ms: LOCK_LEASE_MS, wait_ms: LOCK_WAIT_MS };
+        match self.t.call(Target::Lockd, &Creds::root(), req).await? {
+            Reply::Locked { txn, waited } => {
+                if waited {
+                    self.counters.waited_for_lock();
+                }
+                Ok(txn)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn unlock(&self, txn: u64) {
+        self.counters.sent_to_lockd();
+        if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn }).await {
+            eprintln!("canopy-client: unlock of transaction {txn} failed: {e}; its lease will expire");
+        }
+    }
+
+    /// Runs `body` holding the path locks of `paths`.
+    async fn locked<T>(&self, paths: &[&NsPath], intent: String, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+        let txn = self.lock(paths, intent).await?;
+        let r = body.await;
+        self.unlock(txn).await;
+        r
+    }
+
+    /// Turns `EREMOTE` (a component is not a directory on the server that
+    /// answered) into `ENOTDIR` or `ENOENT` by asking the primaries of the path's
+    /// ancestors, deepest first.
+    async fn settle<T>(&self, c: &Creds, path: &NsPath, r: Res<T>) -> Res<T> {
+        match r {
+            Err(Errno::EREMOTE) => Err(self.classify_missing(c, path).await),
+            other => other,
+        }
+    }
+
+    async fn classify_missing(&self, c: &Creds, path: &NsPath) -> Errno {
+        self.counters.retried();
+        let mut cur = path.split().map(|(p, _)| p);
+        while let Some(p) = cur {
+            match self.rpc(self.primary(&p), c, Request::Stat { path: p.to_string() }).await {
+                Ok(Reply::Attr(a)) if a.kind == FileKind::Dir => return Errno::ENOENT,
+                Ok(Reply::Attr(_)) | Ok(Reply::Redirect { .. }) => return Errno::ENOTDIR,
+                Err(Errno::ENOENT) | Err(Errno::EREMOTE) => cur = p.split().map(|(q, _)| q),
+                Err(e) => return e,
+                Ok(other) => return unexpected(other),
+            }
+        }
+        Errno::ENOENT
+    }
+
+    async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
+        match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
+            Reply::Attr(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
+        self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await.map(|_| ())
+    }
+
+    /// Drops the remote inode reference an unlink or rename replaced, if any.
+    async fn drop_remote(&self, reply: Reply) -> Res<()> {
+        match reply {
+            Reply::Dropped { remote: Some((ino, home)) } => self.link_delta(ino, home, -1).await,
+            Reply::Dropped { remote: None } | Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attr_or_follow(&self, reply: Reply) -> Res<Attr> {
+        match reply {
+            Reply::Attr(a) => Ok(a),
+            Reply::Redirect { ino, home } => self.inode_stat(ino, home).await,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
+        let r = self.rpc(self.primary(p), c, Request::Stat { path: p.to_string() }).await;
+        let reply = self.settle(c, p, r).await?;
+        self.attr_or_follow(reply).await
+    }
+
+    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
+        let prim = self.primary(p);
+        let path = p.to_string();
+        let lookup = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
+            Reply::Dir(l) => l,
+            other => return Err(unexpected(other)),
+        };
+        // Commit point passed: the replicas must now succeed.
+        let results = self.fan_out(self.all_but(prim), c, |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await;
+        if let Some(e) = pick_error(&results, prim) {
+            eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
+            return Err(Errno::EIO);
+        }
+        Ok(dir_attr_from(&lookup))
+    }
+
+    async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
+        let prim = self.primary(p);
+        let path = p.to_string();
+        let mut results = self.fan_out(self.all_but(prim), c, |_| Request::Rmdir { path: path.clone() }).await;
+        if pick_error(&results, prim).is_none() {
+            let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
+            if r.is_ok() {
+                return Ok(());
+            }
+            results.push((prim, r));
+        }
+        let err = pick_error(&results, prim).expect("an error was seen");
+        // Roll back the replicas that removed it.
+        for (i, r) in &results {
+            if let Ok(Reply::Dir(l)) = r {
+                let req = Request::Mkdir { path: path.clone(), mode: l.mode, assign: Some(l.clone()) };
+                if let Err(e) = self.rpc(*i, &Creds::root(), req).await {
+                    eprintln!("canopy-client: rollback of rmdir {p} on server {i} failed: {e}");
+                }
+            }
+        }
+        Err(err)
+    }
+
+    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        let prim = self.primary(p);
+        let path = p.to_string();
+        let attr = match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await? {
+            Reply::Attr(a) => a,
+            other => return Err(unexpected(other)),
+        };
+        let results = self.fan_out(self.all_but(prim), c, |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await;
+        if let Some(e) = pick_error(&results, prim) {
+            eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
+            return Err(Errno::EIO);
+        }
+        Ok(attr)
+    }
+
+    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+        let (s, d) = (src.to_string(), dst.to_string());
+        let all = 0..self.n;
+        let checks = self.fan_out(all.clone(), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
+        if let Some(e) = pick_error(&checks, self.primary(dst)) {
+            return Err(e);
+        }
+        let applied = self.fan_out(all.clone(), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await;
+        if let Some(e) = pick_error(&applied, self.primary(dst)) {
+            eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
+            return Err(Errno::EIO);
+        }
+        for server in all {
+            self.migrate_from(server, dst).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the objects below `root` on `server` whose primary changed.
+    async fn migrate_from(&self, server: u32, root: &NsPath) -> Res<()> {
+        let root_s = root.to_string();
+        loop {
+            let moved = match self.rpc(server, &Creds::root(), Request::Migrate { root: root_s.clone(), limit: MIGRATE_BATCH }).await? {
+                Reply::Moved(m) => m,
+                other => return Err(unexpected(other)),
+            };
+            if moved.is_empty() {
+                return Ok(());
+            }
+            let mut by_target: HashMap<u32, Vec<MovedItem>> = HashMap::new();
+            for m in moved {
+                by_target.entry(m.target).or_default().push(m.item);
+            }
+            for (target, items) in by_target {
+                self.rpc(target, &Creds::root(), Request::Adopt { items: items.clone() }).await?;
+                self.rpc(server, &Creds::root(), Request::Release { items }).await?;
+            }
+        }
+    }
+
+    async fn do_rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+        let (a, b) = (self.primary(src), self.primary(dst));
+        let (s, d) = (src.to_string(), dst.to_string());
+        if a == b {
+            let r = self.rpc(a, c, Request::RenameLocal { src: s, dst: d }).await?;
+            return self.drop_remote(r).await;
+        }
+        let record = match self.rpc(a, c, Request::RenameOut { src: s.clone(), dst: d.clone() }).await? {
+            Reply::Record(r) => r,
+            other => return Err(unexpected(other)),
+        };
+        let ino = match &record {
+            Record::Inode(i) => i.attr.ino,
+            Record::Linked { ino, .. } => *ino,
+        };
+        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone(), dst: d, record }).await?;
+        if inserted == Reply::Unit {
+            return Ok(()); // Both names are links to one file: POSIX says do nothing.
+        }
+        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s, ino }).await?;
+        self.drop_remote(inserted).await
+    }
+
+    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+        if src.is_root() || dst.is_root() {
+            return Err(Errno::EBUSY);
+        }
+        let kind = self.stat_path(c, src).await?.kind;
+        if kind == FileKind::Dir {
+            self.do_rename_dir(c, src, dst).await
+        } else {
+            self.do_rename_file(c, src, dst).await
+        }
+    }
+
+    async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
+        let (ino, home) = match self.rpc(self.primary(src), c, Request::LinkShare { path: src.to_string() }).await? {
+            Reply::Shared { ino, home } => (ino, home),
+            Reply::Redirect { ino, home } => {
+                self.link_delta(ino, home, 1).await?;
+                (ino, home)
+            }
+            other => return Err(unexpected(other)),
+        };
+        let r = self.rpc(self.primary(dst), c, Request::LinkInsert { path: dst.to_string(), ino, home }).await;
+        if let Err(e) = r {
+            self.link_delta(ino, home, -1).await?;
+            return Err(e);
+        }
+        self.inode_stat(ino, home).await
+    }
+
+    async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: set.clone() }).await;
+        match r {
+            Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
+                Reply::Attr(a) => Ok(a),
+                other => Err(unexpected(other)),
+            },
+            Ok(other) => self.attr_or_follow(other).await,
+            // A directory's mode and owner are replicated: a transaction.
+            Err(Errno::EISDIR) if set.size.is_none() && set.touches_lookup_state() => {
+                let attr = self.locked(&[p], format!("setattr {p}"), self.do_dir_setattr(c, p, &lookup_part(set))).await?;
+                match times_part(set) {
+                    None => Ok(attr),
+                    Some(times) => {
+                        let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: times }).await?;
+                        self.attr_or_follow(r).await
+                    }
+                }
+            }
+            Err(e) => self.settle(c, p, Err(e)).await,
+        }
+    }
+}
+
+impl Namespace for ShardFs {
+    fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            if p.is_root() {
+                return Err(Errno::EEXIST);
+            }
+            let r = self.locked(&[&p], format!("mkdir {p}"), self.do_mkdir(c, &p, mode)).await;
+            self.settle(c, &p, r).await
+        })
+    }
+
+    fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            if p.is_root() {
+                return Err(Errno::EBUSY);
+            }
+            let r = self.locked(&[&p], format!("rmdir {p}"), self.do_rmdir(c, &p)).await;
+            self.settle(c, &p, r).await
+        })
+    }
+
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let r = self.rpc(self.primary(&p), c, Request::Create { path: p.to_string(), mode, kind: NewKind::File, exclusive }).await;
+            let reply = self.settle(c, &p, r).await?;
+            self.attr_or_follow(reply).await
+        })
+    }
+
+    fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let r = self.rpc(self.primary(&p), c, Request::Unlink { path: p.to_string() }).await;
+            let reply = self.settle(c, &p, r).await?;
+            self.drop_remote(reply).await
+        })
+    }
+
+    fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move { self.stat_path(c, &NsPath::parse(path)?).await })
+    }
+
+    fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let prim = self.primary(&p);
+            let limit = limit.clamp(1, 4096);
+            let path_s = p.to_string();
+            let after_s = after.map(str::to_string);
+            let results = self
+                .fan_out(0..self.n, c, |i| Request::ReadDir { path: path_s.clone(), after: after_s.clone(), limit, with_dirs: i == prim })
+                .await;
+            if let Some(e) = pick_error(&results, prim) {
+                return self.settle(c, &p, Err(e)).await;
+            }
+            let mut entries = Vec::new();
+            let mut more = false;
+            for (_, r) in results {
+                match r? {
+                    Reply::Entries { entries: e, more: m } => {
+                        entries.extend(e);
+                        more |= m;
+                    }
+                    other => return Err(unexpected(other)),
+                }
+            }
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            if entries.len() > limit as usize {
+                entries.truncate(limit as usize);
+                more = true;
+            }
+            Ok((entries, more))
+        })
+    }
+
+    fn rename<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            if s == d {
+                return self.stat_path(c, &s).await.map(|_| ());
+            }
+            let r = self.locked(&[&s, &d], format!("rename {s} {d}"), self.do_rename(c, &s, &d)).await;
+            match r {
+                Err(Errno::EREMOTE) => {
+                    // Either side may hold the path that failed to resolve.
+                    match self.stat_path(c, &s).await {
+                        Err(e) => Err(e),
+                        Ok(_) => Err(self.classify_missing(c, &d).await),
+                    }
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn setattr<'a>(&'a self, c: &'a Creds, path: &'a str, set: &'a SetAttr) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move { self.do_setattr(c, &NsPath::parse(path)?, set).await })
+    }
+
+    fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), exclusive: true };
+            let r = self.rpc(self.primary(&p), c, req).await;
+            let reply = self.settle(c, &p, r).await?;
+            self.attr_or_follow(reply).await
+        })
+    }
+
+    fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let r = self.rpc(self.primary(&p), c, Request::Readlink { path: p.to_string() }).await;
+            match self.settle(c, &p, r).await? {
+                Reply::Target(t) => Ok(t),
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            let r = self.locked(&[&s, &d], format!("link {s} {d}"), self.do_link(c, &s, &d)).await;
+            match r {
+                Err(Errno::EREMOTE) => match self.stat_path(c, &s).await {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(self.classify_missing(c, &d).await),
+                },
+                other => other,
+            }
+        })
+    }
+
+    fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let r = self.rpc(self.primary(&p), c, Request::Access { path: p.to_string(), mask }).await;
+            match self.settle(c, &p, r).await? {
+                Reply::Unit => Ok(()),
+                Reply::Redirect { ino, home } => {
+                    let a = self.inode_stat(ino, home).await?;
+                    let owner = Owner { uid: a.uid, gid: a.gid, mode: a.mode };
+                    if mask & 7 == access::F || perm::allows(c, owner, false, mask & 7) {
+                        Ok(())
+                    } else {
+                        Err(Errno::EACCES)
+                    }
+                }
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Stats).await {
+                match r? {
+                    Reply::Stats(s) => out.push(s),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>> {
+        Box::pin(async move {
+            let mut reports: Vec<FsckReport> = Vec::new();
+            for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Fsck).await {
+                match r? {
+                    Reply::Fsck(f) => reports.push(f),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            self.counters.sent_to_lockd();
+            let txns = match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
+                Reply::Txns(t) => t,
+                other => return Err(unexpected(other)),
+            };
+            Ok(fsck::summarise(&reports, &txns))
+        })
+    }
+
+    fn counters(&self) -> &ClientCounters {
+        &self.counters
+    }
+
+    fn mode_name(&self) -> &'static str {
+        "shardfs"
+    }
+
+    fn servers(&self) -> u32 {
+        self.n
+    }
+}
