@@ -1,1 +1,70 @@
-fn main() {}
+//! `canopy`: one command-line tool for the daemons, the local cluster, namespace
+//! operations, consistency checks and the benchmark.
+
+mod commands;
+mod connect;
+mod daemon;
+mod format;
+mod local;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "canopy", version, about = "A scalable metadata service for distributed file systems")]
+struct Cli {
+    /// Cluster file (default: $CANOPY_CLUSTER, else the default local cluster's).
+    #[arg(long, global = true)]
+    cluster: Option<PathBuf>,
+    /// Act as this user id (Canopy trusts its clients, as NFS AUTH_SYS does).
+    #[arg(long, global = true)]
+    uid: Option<u32>,
+    /// Act as this group id.
+    #[arg(long, global = true)]
+    gid: Option<u32>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the embedded local cluster (servers and lock service on loopback).
+    Up(local::UpArgs),
+    /// Stop the embedded local cluster (its data stays).
+    Down(local::DirArgs),
+    /// Each server up or down, with its entries and RPCs.
+    Status,
+    /// Check the whole cluster's consistency; non-zero exit if anything is wrong.
+    Fsck,
+    /// Run one metadata server from a cluster file.
+    Server(daemon::ServerArgs),
+    /// Run the lock service from a cluster file.
+    Lockd(daemon::LockdArgs),
+    /// Run the benchmark (on a temporary local cluster unless one is given).
+    Bench(local::BenchArgs),
+    #[command(flatten)]
+    Ns(commands::NsCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let who = connect::Who { uid: cli.uid, gid: cli.gid };
+    let result = match cli.cmd {
+        Cmd::Up(args) => local::up(&args),
+        Cmd::Down(args) => local::down(&args),
+        Cmd::Status => local::status(cli.cluster.as_deref()),
+        Cmd::Fsck => commands::fsck(cli.cluster.as_deref()),
+        Cmd::Server(args) => daemon::run_server(&args),
+        Cmd::Lockd(args) => daemon::run_lockd(&args),
+        Cmd::Bench(args) => local::bench(&args, cli.cluster.as_deref()),
+        Cmd::Ns(cmd) => commands::run(cmd, cli.cluster.as_deref(), &who),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("canopy: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Bench results: one record per phase, printed as a table and written as JSON:
+//! `{"mode", "servers", "phases": [{"name", "ops", "seconds", "ops_per_sec", "rpcs",
+//! "rpc_amplification", "load_cov", "retries", "latency_us": {"p50","p70","p99"}}]}`.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p70: f64,
+    pub p99: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    pub name: String,
+    pub ops: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    /// RPCs the clients sent (to servers and the lock service).
+    pub rpcs: u64,
+    /// RPCs sent per application operation.
+    pub rpc_amplification: f64,
+    /// Coefficient of variation of RPCs received per server.
+    pub load_cov: f64,
+    pub retries: u64,
+    pub lock_waits: u64,
+    pub latency_us: Latency,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub mode: String,
+    pub servers: u32,
+    pub clients: usize,
+    pub inflight: usize,
+    pub phases: Vec<PhaseReport>,
+}
+
+impl BenchReport {
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "mode {}, {} servers, {} clients x {} in flight\n{:<8} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9}\n",
+            self.mode, self.servers, self.clients, self.inflight, "phase", "ops", "seconds", "ops/s", "rpc/op", "load_cov", "retries", "p50 us", "p70 us", "p99 us"
+        );
+        for p in &self.phases {
+            s += &format!(
+                "{:<8} {:>9} {:>8.2} {:>11.0} {:>8.2} {:>8.3} {:>7} {:>9.0} {:>9.0} {:>9.0}\n",
+                p.name, p.ops, p.seconds, p.ops_per_sec, p.rpc_amplification, p.load_cov, p.retries, p.latency_us.p50, p.latency_us.p70, p.latency_us.p99
+            );
+            if p.errors > 0 {
+                s += &format!("         ({} operations failed)\n", p.errors);
+            }
+        }
+        s
+    }
+}
+
+/// The value at quantile `q` of sorted samples (nearest rank).
+pub fn quantile(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64
+}
+
+/// Coefficient of variation (population standard deviation over mean).
+pub fn cov(values: &[u64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<u64>() as f64 / n;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let var = values.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / n;
+    var.sqrt() / mean
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_nearest_rank() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&[7], 0.99), 7.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn cov_of_even_and_skewed_loads() {
+        assert_eq!(cov(&[10, 10, 10, 10]), 0.0);
+        let c = cov(&[0, 0, 0, 40]);
+        assert!((c - 3f64.sqrt()).abs() < 1e-9, "{c}");
+        assert_eq!(cov(&[]), 0.0);
+    }
+}

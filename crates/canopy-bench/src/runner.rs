@@ -1,0 +1,190 @@
+//! Runs the phases. Work is a shared index into the phase's operation list; each of
+//! `clients * inflight` workers takes the next index, runs it through its client
+//! and records the latency. A phase is measured by counter snapshots before and
+//! after: the clients' RPCs sent and the servers' RPCs received.
+
+use crate::report::{cov, quantile, BenchReport, Latency, PhaseReport};
+use crate::workload::Tree;
+use canopy_client::counters::CounterSnapshot;
+use canopy_client::Client;
+use canopy_proto::Errno;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Client instances, each with its own connections.
+    pub clients: usize,
+    /// Operations in flight per client.
+    pub inflight: usize,
+    pub dirs: usize,
+    pub files: usize,
+    pub stats: usize,
+    /// Phases to run, in order, from `mkdir`, `create`, `stat`.
+    pub phases: Vec<String>,
+    /// Where the bench tree goes; must not exist.
+    pub root: String,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            clients: 4,
+            inflight: 32,
+            dirs: 1000,
+            files: 300_000,
+            stats: 600_000,
+            phases: vec!["mkdir".into(), "create".into(), "stat".into()],
+            root: "/bench".into(),
+            seed: 1,
+            progress: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Mkdir,
+    Create,
+    Stat,
+}
+
+async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
+    match op {
+        Op::Mkdir => client.mkdir(path, 0o755).await.map(|_| ()),
+        Op::Create => client.create(path, 0o644).await.map(|_| ()),
+        Op::Stat => client.stat(path).await.map(|_| ()),
+    }
+}
+
+struct Measured {
+    latencies: Vec<u32>,
+    errors: u64,
+    seconds: f64,
+}
+
+/// Runs `op` over `paths` with every worker; returns latencies (µs) and errors.
+async fn drive(clients: &[Client], inflight: usize, op: Op, paths: Arc<Vec<String>>, bar: &ProgressBar) -> Measured {
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..clients.len() * inflight {
+        let client = clients[w % clients.len()].clone();
+        let (next, errors, paths, bar) = (next.clone(), errors.clone(), paths.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = paths.get(i) else { break };
+                let t = Instant::now();
+                if apply(&client, op, path).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                if i % 1024 == 0 {
+                    bar.set_position(i as u64);
+                }
+            }
+            lat
+        }));
+    }
+    let mut latencies = Vec::with_capacity(paths.len());
+    for t in tasks {
+        latencies.extend(t.await.expect("bench worker panicked"));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    Measured { latencies, errors: errors.load(Ordering::Relaxed), seconds }
+}
+
+fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
+    let mut total = CounterSnapshot::default();
+    for c in clients {
+        let s = c.counters().snapshot();
+        if total.per_server.is_empty() {
+            total.per_server = vec![0; s.per_server.len()];
+        }
+        for (t, v) in total.per_server.iter_mut().zip(&s.per_server) {
+            *t += v;
+        }
+        total.lockd += s.lockd;
+        total.retries += s.retries;
+        total.lock_waits += s.lock_waits;
+    }
+    total
+}
+
+async fn received_per_server(client: &Client) -> Result<Vec<u64>, Errno> {
+    let stats = client.server_stats().await?;
+    Ok(stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect())
+}
+
+/// Runs the configured phases with `clients` and reports each.
+pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
+    let first = clients.first().ok_or("no clients")?.clone();
+    let tree = Tree::new(&cfg.root, cfg.dirs, cfg.files);
+    first.mkdir(&cfg.root, 0o755).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
+    let mut phases = Vec::new();
+    for name in &cfg.phases {
+        let work: Vec<(Op, Arc<Vec<String>>)> = match name.as_str() {
+            // Parents before children: one batch per depth of the tree.
+            "mkdir" => tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect(),
+            "create" => vec![(Op::Create, Arc::new(tree.files.clone()))],
+            "stat" => {
+                if tree.files.is_empty() {
+                    return Err("the stat phase needs files".into());
+                }
+                let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+                let picks = (0..cfg.stats).map(|_| tree.files[rng.gen_range(0..tree.files.len())].clone()).collect();
+                vec![(Op::Stat, Arc::new(picks))]
+            }
+            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat)")),
+        };
+        let total_ops: usize = work.iter().map(|(_, p)| p.len()).sum();
+        let bar = if cfg.progress { ProgressBar::new(total_ops as u64) } else { ProgressBar::hidden() };
+        bar.set_style(ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {per_sec}").expect("valid template").progress_chars("=> "));
+        bar.set_message(name.clone());
+        let sent_before = sum_snapshots(&clients);
+        let recv_before = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
+        let mut latencies = Vec::new();
+        let (mut errors, mut seconds) = (0, 0.0);
+        for (op, paths) in work {
+            let m = drive(&clients, cfg.inflight, op, paths, &bar).await;
+            latencies.extend(m.latencies);
+            errors += m.errors;
+            seconds += m.seconds;
+        }
+        bar.finish_and_clear();
+        let sent = sum_snapshots(&clients).since(&sent_before);
+        let recv_after = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
+        let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
+        latencies.sort_unstable();
+        let ops = total_ops as u64;
+        phases.push(PhaseReport {
+            name: name.clone(),
+            ops,
+            errors,
+            seconds,
+            ops_per_sec: ops as f64 / seconds.max(1e-9),
+            rpcs: sent.total_rpcs(),
+            rpc_amplification: sent.total_rpcs() as f64 / ops.max(1) as f64,
+            load_cov: cov(&received),
+            retries: sent.retries,
+            lock_waits: sent.lock_waits,
+            latency_us: Latency { p50: quantile(&latencies, 0.5), p70: quantile(&latencies, 0.7), p99: quantile(&latencies, 0.99) },
+        });
+    }
+    Ok(BenchReport {
+        mode: first.namespace().mode_name().to_string(),
+        servers: first.namespace().servers(),
+        clients: clients.len(),
+        inflight: cfg.inflight,
+        phases,
+    })
+}

@@ -1,0 +1,404 @@
+//! Namespace commands, worded like coreutils: each error is printed as
+//! `canopy: <what failed> '<path>': <strerror>`, the command goes on with its other
+//! arguments, and the exit status is non-zero if anything failed.
+
+use crate::connect::{self, Who};
+use crate::format;
+use canopy_client::Client;
+use canopy_proto::{Errno, FileKind, TimeSet};
+use clap::Subcommand;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum NsCmd {
+    /// Make directories.
+    Mkdir {
+        /// Make parents as needed; no error if existing.
+        #[arg(short = 'p', long)]
+        parents: bool,
+        /// Octal mode (default 755).
+        #[arg(short = 'm', long, default_value = "755")]
+        mode: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// List directories.
+    Ls {
+        #[arg(short = 'l')]
+        long: bool,
+        /// List directories themselves, not their contents.
+        #[arg(short = 'd')]
+        directory: bool,
+        paths: Vec<String>,
+    },
+    /// Show attributes.
+    Stat {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Create files, or update their times.
+    Touch {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files (and directories with -r or -d).
+    Rm {
+        #[arg(short = 'r', short_alias = 'R', long)]
+        recursive: bool,
+        #[arg(short = 'f', long)]
+        force: bool,
+        /// Remove empty directories.
+        #[arg(short = 'd', long = "dir")]
+        dir: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove empty directories.
+    Rmdir {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Rename; into DST if DST is a directory.
+    Mv { src: String, dst: String },
+    /// Change mode bits (octal).
+    Chmod {
+        mode: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Change owner and/or group: USER[:GROUP] or :GROUP, names or numbers.
+    Chown {
+        owner: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Make a hard link, or a symbolic link with -s.
+    Ln {
+        #[arg(short = 's', long)]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
+    /// Show a directory tree.
+    Tree { path: Option<String> },
+}
+
+/// CLI paths: relative ones are taken from the root, and a trailing slash is dropped.
+fn norm(p: &str) -> String {
+    let abs = if p.starts_with('/') { p.to_string() } else { format!("/{p}") };
+    let trimmed = abs.trim_end_matches('/');
+    if trimmed.is_empty() {
+        "/".into()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+fn complain(what: &str, path: &str, e: Errno) {
+    eprintln!("canopy: {what} '{path}': {e}");
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| format!("invalid mode: '{s}'"))
+}
+
+fn lookup_id(name: &str, user: bool) -> Result<u32, String> {
+    if let Ok(n) = name.parse() {
+        return Ok(n);
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| format!("invalid name '{name}'"))?;
+    // SAFETY: getpwnam/getgrnam read the system databases; we copy the id out at once.
+    let id = unsafe {
+        if user {
+            let p = libc::getpwnam(c.as_ptr());
+            (!p.is_null()).then(|| (*p).pw_uid)
+        } else {
+            let g = libc::getgrnam(c.as_ptr());
+            (!g.is_null()).then(|| (*g).gr_gid)
+        }
+    };
+    id.ok_or_else(|| format!("invalid {}: '{name}'", if user { "user" } else { "group" }))
+}
+
+fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
+    let (u, g) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let uid = if u.is_empty() { None } else { Some(lookup_id(u, true)?) };
+    let gid = match g {
+        Some(g) if !g.is_empty() => Some(lookup_id(g, false)?),
+        _ => None,
+    };
+    Ok((uid, gid))
+}
+
+pub fn run(cmd: NsCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode, String> {
+    let c = connect::load(cluster)?;
+    let rt = connect::runtime()?;
+    let creds = connect::creds(who);
+    rt.block_on(async move {
+        let client = connect::client(&c, creds)?;
+        let ok = dispatch(&client, cmd).await?;
+        Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    })
+}
+
+/// Runs the command; false if any part of it failed (already reported).
+async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
+    let mut ok = true;
+    match cmd {
+        NsCmd::Mkdir { parents, mode, paths } => {
+            let mode = parse_mode(&mode)?;
+            for p in paths.iter().map(|p| norm(p)) {
+                let r = if parents { mkdir_parents(client, &p, mode).await } else { client.mkdir(&p, mode).await.map(|_| ()) };
+                if let Err(e) = r {
+                    complain("cannot create directory", &p, e);
+                    ok = false;
+                }
+            }
+        }
+        NsCmd::Ls { long, directory, paths } => {
+            let paths = if paths.is_empty() { vec!["/".to_string()] } else { paths };
+            let many = paths.len() > 1;
+            for p in paths.iter().map(|p| norm(p)) {
+                if let Err(e) = ls(client, &p, long, directory, many).await {
+                    complain("cannot access", &p, e);
+                    ok = false;
+                }
+            }
+        }
+        NsCmd::Stat { paths } => {
+            for p in paths.iter().map(|p| norm(p)) {
+                match client.stat(&p).await {
+                    Ok(a) => print_stat(&p, &a),
+                    Err(e) => {
+                        complain("cannot stat", &p, e);
+                        ok = false;
+                    }
+                }
+            }
+        }
+        NsCmd::Touch { paths } => {
+            for p in paths.iter().map(|p| norm(p)) {
+                let r = match client.create(&p, 0o644).await {
+                    Err(Errno::EEXIST) => client.utimens(&p, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()),
+                    other => other.map(|_| ()),
+                };
+                if let Err(e) = r {
+                    complain("cannot touch", &p, e);
+                    ok = false;
+                }
+            }
+        }
+        NsCmd::Rm { recursive, force, dir, paths } => {
+            for p in paths.iter().map(|p| norm(p)) {
+                match remove(client, &p, recursive, dir).await {
+                    Err(Errno::ENOENT) if force => {}
+                    Err(e) => {
+                        complain("cannot remove", &p, e);
+                        ok = false;
+                    }
+                    Ok(()) => {}
+                }
+            }
+        }
+        NsCmd::Rmdir { paths } => {
+            for p in paths.iter().map(|p| norm(p)) {
+                if let Err(e) = client.rmdir(&p).await {
+                    complain("failed to remove", &p, e);
+                    ok = false;
+                }
+            }
+        }
+        NsCmd::Mv { src, dst } => {
+            let (src, mut dst) = (norm(&src), norm(&dst));
+            if let Ok(a) = client.stat(&dst).await {
+                if a.kind == FileKind::Dir && src != dst {
+                    let name = src.rsplit('/').next().unwrap_or_default();
+                    dst = if dst == "/" { format!("/{name}") } else { format!("{dst}/{name}") };
+                }
+            }
+            if let Err(e) = client.rename(&src, &dst).await {
+                eprintln!("canopy: cannot move '{src}' to '{dst}': {e}");
+                ok = false;
+            }
+        }
+        NsCmd::Chmod { mode, paths } => {
+            let mode = parse_mode(&mode)?;
+            for p in paths.iter().map(|p| norm(p)) {
+                match client.chmod(&p, mode).await {
+                    Err(e @ (Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES)) => {
+                        complain("cannot access", &p, e);
+                        ok = false;
+                    }
+                    Err(e) => {
+                        complain("changing permissions of", &p, e);
+                        ok = false;
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+        NsCmd::Chown { owner, paths } => {
+            let (uid, gid) = parse_owner(&owner)?;
+            for p in paths.iter().map(|p| norm(p)) {
+                match client.chown(&p, uid, gid).await {
+                    Err(e @ (Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES)) => {
+                        complain("cannot access", &p, e);
+                        ok = false;
+                    }
+                    Err(e) => {
+                        complain("changing ownership of", &p, e);
+                        ok = false;
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+        NsCmd::Ln { symbolic, target, link } => {
+            let link = norm(&link);
+            let r = if symbolic { client.symlink(&target, &link).await } else { client.link(&norm(&target), &link).await };
+            if let Err(e) = r {
+                if symbolic {
+                    eprintln!("canopy: failed to create symbolic link '{link}': {e}");
+                } else {
+                    eprintln!("canopy: failed to create hard link '{link}' => '{}': {e}", norm(&target));
+                }
+                ok = false;
+            }
+        }
+        NsCmd::Tree { path } => {
+            let root = norm(path.as_deref().unwrap_or("/"));
+            println!("{root}");
+            let mut counts = (0u64, 0u64);
+            if let Err(e) = tree(client, &root, String::new(), &mut counts).await {
+                complain("cannot access", &root, e);
+                ok = false;
+            }
+            println!("\n{} directories, {} files", counts.0, counts.1);
+        }
+    }
+    Ok(ok)
+}
+
+async fn mkdir_parents(client: &Client, path: &str, mode: u32) -> Result<(), Errno> {
+    let mut cur = String::new();
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        cur.push('/');
+        cur.push_str(comp);
+        match client.mkdir(&cur, mode).await {
+            Ok(_) => {}
+            Err(Errno::EEXIST) => {
+                if client.stat(&cur).await?.kind != FileKind::Dir {
+                    return Err(Errno::ENOTDIR);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+async fn ls(client: &Client, path: &str, long: bool, directory: bool, header: bool) -> Result<(), Errno> {
+    let attr = client.stat(path).await?;
+    if attr.kind != FileKind::Dir || directory {
+        let target = if attr.kind == FileKind::Symlink && long { client.readlink(path).await.ok() } else { None };
+        println!("{}", if long { format::long_line(&attr, path, target.as_deref()) } else { path.to_string() });
+        return Ok(());
+    }
+    if header {
+        println!("{path}:");
+    }
+    for e in client.readdir(path).await? {
+        if long {
+            let child = join(path, &e.name);
+            let a = client.stat(&child).await?;
+            let target = if a.kind == FileKind::Symlink { client.readlink(&child).await.ok() } else { None };
+            println!("{}", format::long_line(&a, &e.name, target.as_deref()));
+        } else {
+            println!("{}", e.name);
+        }
+    }
+    Ok(())
+}
+
+fn print_stat(path: &str, a: &canopy_proto::Attr) {
+    let kind = match a.kind {
+        FileKind::Dir => "directory",
+        FileKind::File => "regular file",
+        FileKind::Symlink => "symbolic link",
+    };
+    println!("  File: {path}");
+    println!("  Size: {:<15} Inode: {:<20} Links: {}  {kind}", a.size, a.ino, a.nlink);
+    println!("Access: ({:04o}/{})  Uid: {}  Gid: {}", a.mode, format::mode_string(a.kind, a.mode), a.uid, a.gid);
+    println!("Access: {}", format::time_string(a.atime));
+    println!("Modify: {}", format::time_string(a.mtime));
+    println!("Change: {}", format::time_string(a.ctime));
+}
+
+type BoxedResult<'a> = Pin<Box<dyn Future<Output = Result<(), Errno>> + 'a>>;
+
+fn remove<'a>(client: &'a Client, path: &'a str, recursive: bool, dir_ok: bool) -> BoxedResult<'a> {
+    Box::pin(async move {
+        let a = client.stat(path).await?;
+        if a.kind != FileKind::Dir {
+            return client.unlink(path).await;
+        }
+        if recursive {
+            for e in client.readdir(path).await? {
+                let child = join(path, &e.name);
+                if let Err(err) = remove(client, &child, true, true).await {
+                    complain("cannot remove", &child, err);
+                }
+            }
+        } else if !dir_ok {
+            return Err(Errno::EISDIR);
+        }
+        client.rmdir(path).await
+    })
+}
+
+fn tree<'a>(client: &'a Client, path: &'a str, indent: String, counts: &'a mut (u64, u64)) -> BoxedResult<'a> {
+    Box::pin(async move {
+        let entries = client.readdir(path).await?;
+        let last = entries.len().saturating_sub(1);
+        for (i, e) in entries.iter().enumerate() {
+            let (branch, next) = if i == last { ("└── ", "    ") } else { ("├── ", "│   ") };
+            println!("{indent}{branch}{}", e.name);
+            if e.kind == FileKind::Dir {
+                counts.0 += 1;
+                tree(client, &join(path, &e.name), format!("{indent}{next}"), counts).await?;
+            } else {
+                counts.1 += 1;
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn fsck(cluster: Option<&Path>) -> Result<ExitCode, String> {
+    let c = connect::load(cluster)?;
+    let rt = connect::runtime()?;
+    let summary = rt.block_on(async {
+        let client = connect::client(&c, canopy_proto::Creds::root())?;
+        client.fsck().await.map_err(|e| format!("fsck: {e}"))
+    })?;
+    for p in &summary.problems {
+        println!("{p}");
+    }
+    let verdict = if summary.is_clean() { "clean".to_string() } else { format!("{} problems", summary.problems.len()) };
+    println!("canopy fsck: {} servers, {} directories, {} files: {verdict}", summary.servers, summary.dirs, summary.files);
+    Ok(if summary.is_clean() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,74 @@
+//! `canopy server` and `canopy lockd`: one daemon each, from a cluster file.
+
+use crate::connect;
+use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
+use canopy_lock::LockService;
+use canopy_rpc::Service;
+use canopy_server::keys::ALL_CFS;
+use canopy_server::{MetaServer, ServerConfig};
+use canopy_store::{Durability, RocksStore, SharedStore};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// This server's index in the cluster file.
+    #[arg(long)]
+    pub index: u32,
+    /// Where its RocksDB lives.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// wal (default: acknowledged writes survive a process crash), fsync (and a
+    /// power failure), or group:MS (log synced every MS milliseconds).
+    #[arg(long, default_value = "wal")]
+    pub durability: Durability,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct LockdArgs {
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+}
+
+fn serve(addr: &str, service: Arc<dyn Service>, threads: usize, what: String) -> Result<ExitCode, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        eprintln!("canopy: {what} listening on {addr}");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+        tokio::select! {
+            _ = canopy_rpc::server::serve(listener, service) => {}
+            _ = term.recv() => eprintln!("canopy: {what} stopping"),
+            _ = tokio::signal::ctrl_c() => eprintln!("canopy: {what} stopping"),
+        }
+        Ok::<_, String>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
+    let cluster = connect::load(args.cluster.as_deref())?;
+    let addr = cluster.servers.get(args.index as usize).ok_or_else(|| format!("the cluster file has no server {}", args.index))?.clone();
+    std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
+    let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
+    let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
+    let server = Arc::new(MetaServer::open(cfg, store)?);
+    serve(&addr, server, args.threads, format!("server {}", args.index))
+}
+
+pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
+    let cluster = connect::load(args.cluster.as_deref())?;
+    std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
+    let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
+    let service = LockService::open(store)?;
+    serve(&cluster.lockd, Arc::new(LockDaemon(service)), 1, "lock service".into())
+}

@@ -1,0 +1,285 @@
+//! The embedded local cluster: `canopy up` starts the servers and the lock service
+//! as background processes on loopback (free ports, one data directory each, a
+//! cluster file in the cluster directory), `canopy down` stops them, `canopy
+//! status` reports on them. `canopy bench` uses the same pieces for a temporary
+//! cluster when none is given.
+
+use crate::connect;
+use canopy_bench::BenchConfig;
+use canopy_client::cluster::{self, ClusterFile};
+use canopy_proto::{Creds, Reply, Request};
+use canopy_rpc::conn::Connection;
+use clap::Args;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Metadata servers (default 4; an existing cluster keeps its count).
+    #[arg(long)]
+    pub servers: Option<u32>,
+    /// Cluster directory (default: $CANOPY_HOME, else ~/.canopy/local).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Server durability: wal, fsync or group:MS.
+    #[arg(long, default_value = "wal")]
+    pub durability: String,
+}
+
+#[derive(Args)]
+pub struct DirArgs {
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Servers of the temporary cluster (when no cluster is given).
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    /// Client instances, each with its own connections.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Requests in flight per client.
+    #[arg(long, default_value_t = 32)]
+    pub inflight: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub dirs: usize,
+    #[arg(long, default_value_t = 200_000)]
+    pub files: usize,
+    #[arg(long, default_value_t = 400_000)]
+    pub stats: usize,
+    /// Comma-separated phases, in order.
+    #[arg(long, default_value = "mkdir,create,stat")]
+    pub phases: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Server durability for the temporary cluster.
+    #[arg(long, default_value = "wal")]
+    pub durability: String,
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Starts one daemon in its own session, logging to `name.log`, unless its pid
+/// file names a live process.
+fn spawn_daemon(dir: &Path, name: &str, args: &[String]) -> Result<bool, String> {
+    let pid_file = dir.join(format!("{name}.pid"));
+    if read_pid(&pid_file).is_some_and(alive) {
+        return Ok(false);
+    }
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args).stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+    std::fs::write(&pid_file, child.id().to_string()).map_err(|e| e.to_string())?;
+    Ok(true)
+}
+
+/// Starts every daemon of the cluster in `dir` that is not running.
+pub fn start(dir: &Path, c: &ClusterFile, durability: &str) -> Result<usize, String> {
+    let file = dir.join("cluster.json").display().to_string();
+    let mut started = 0;
+    for i in 0..c.servers.len() {
+        let data = dir.join(format!("server-{i}")).display().to_string();
+        let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", durability];
+        started += spawn_daemon(dir, &format!("server-{i}"), &args.map(String::from))? as usize;
+    }
+    let data = dir.join("lockd").display().to_string();
+    started += spawn_daemon(dir, "lockd", &["lockd", "--cluster", &file, "--data", &data].map(String::from))? as usize;
+    Ok(started)
+}
+
+async fn ping(addr: &str) -> Result<Reply, canopy_proto::Errno> {
+    let conn = Connection::connect(addr, Duration::from_secs(2)).await?;
+    conn.call(&Creds::root(), &Request::Ping, Duration::from_secs(5)).await
+}
+
+/// Waits until every daemon answers a ping.
+pub fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
+    let rt = connect::runtime()?;
+    let deadline = Instant::now() + timeout;
+    let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
+    for addr in addrs {
+        while rt.block_on(ping(addr)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+/// Loads the cluster in `dir`, or makes a new one on free loopback ports.
+fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<ClusterFile, String> {
+    let file = dir.join("cluster.json");
+    if file.exists() {
+        let c = ClusterFile::load(&file)?;
+        if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
+            return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
+        }
+        return Ok(c);
+    }
+    let n = servers.unwrap_or(4);
+    if n == 0 || n > 1024 {
+        return Err(format!("--servers must be 1 to 1024, not {n}"));
+    }
+    let servers = (0..n).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<Vec<_>, _>>()?;
+    let c = ClusterFile { mode: "shardfs".into(), servers, lockd: format!("127.0.0.1:{}", free_port()?) };
+    c.save(&file)?;
+    Ok(c)
+}
+
+pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
+    args.durability.parse::<canopy_store::Durability>()?;
+    let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let c = cluster_in(&dir, args.servers)?;
+    let started = start(&dir, &c, &args.durability)?;
+    wait_ready(&c, &dir, Duration::from_secs(30))?;
+    println!(
+        "canopy: {} servers and a lock service up ({started} started); cluster file {}",
+        c.servers.len(),
+        dir.join("cluster.json").display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stops the daemons whose pid files are in `dir`: SIGTERM, then SIGKILL after 10 s.
+pub fn stop(dir: &Path) -> Result<usize, String> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "pid") {
+            if let Some(pid) = read_pid(&path).filter(|p| alive(*p)) {
+                // SAFETY: plain signal delivery to a daemon we started.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                pids.push(pid);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in &pids {
+        while alive(*pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(*pid) {
+            // SAFETY: as above.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+    }
+    Ok(pids.len())
+}
+
+pub fn down(args: &DirArgs) -> Result<ExitCode, String> {
+    let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
+    if !dir.exists() {
+        return Err(format!("no local cluster in {}", dir.display()));
+    }
+    let n = stop(&dir)?;
+    println!("canopy: stopped {n} daemons in {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
+    let c = connect::load(cluster)?;
+    let rt = connect::runtime()?;
+    let mut down = 0;
+    rt.block_on(async {
+        for (i, addr) in c.servers.iter().enumerate() {
+            let stats = match Connection::connect(addr, Duration::from_secs(2)).await {
+                Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
+                Err(e) => Err(e),
+            };
+            match stats {
+                Ok(Reply::Stats(s)) => {
+                    let rpcs: u64 = s.rpcs.iter().map(|(_, n)| n).sum();
+                    println!("server {i:<3} {addr:<21} up    dirs {:<8} files {:<10} rpcs {rpcs}", s.dirs, s.files);
+                }
+                Ok(_) | Err(_) => {
+                    down += 1;
+                    println!("server {i:<3} {addr:<21} DOWN");
+                }
+            }
+        }
+        match ping(&c.lockd).await {
+            Ok(_) => println!("lockd      {:<21} up", c.lockd),
+            Err(_) => {
+                down += 1;
+                println!("lockd      {:<21} DOWN", c.lockd);
+            }
+        }
+    });
+    Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_bench::BenchReport, String> {
+    let cfg = BenchConfig {
+        clients: args.clients.max(1),
+        inflight: args.inflight.max(1),
+        dirs: args.dirs,
+        files: args.files,
+        stats: args.stats,
+        phases: args.phases.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        root,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ..BenchConfig::default()
+    };
+    let rt = connect::runtime()?;
+    rt.block_on(async {
+        let clients = (0..cfg.clients).map(|_| connect::client(c, Creds::root())).collect::<Result<Vec<_>, _>>()?;
+        canopy_bench::run(clients, &cfg).await
+    })
+}
+
+pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, String> {
+    let given = cluster.map(Path::to_path_buf).or_else(|| std::env::var_os("CANOPY_CLUSTER").map(PathBuf::from));
+    let report = match given {
+        Some(file) => {
+            let c = ClusterFile::load(&file)?;
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            run_bench(&c, args, format!("/bench-{stamp}-{}", std::process::id()))?
+        }
+        None => {
+            args.durability.parse::<canopy_store::Durability>()?;
+            let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
+            let c = cluster_in(tmp.path(), Some(args.servers))?;
+            eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
+            start(tmp.path(), &c, &args.durability)?;
+            let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| run_bench(&c, args, "/bench".into()));
+            stop(tmp.path())?;
+            result?
+        }
+    };
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
+        std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
