@@ -125,17 +125,51 @@ async fn received_per_server(client: &Client) -> Result<Vec<u64>, Errno> {
     Ok(stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect())
 }
 
+type Work = Vec<(Op, Arc<Vec<String>>)>;
+
+/// The tree's directories, parents before children: one batch per depth.
+fn mkdir_work(tree: &Tree) -> Work {
+    tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect()
+}
+
+/// Runs setup work unmeasured; any failure stops the bench.
+async fn prepare(clients: &[Client], cfg: &BenchConfig, work: Work) -> Result<(), String> {
+    for (op, paths) in work {
+        let m = drive(clients, cfg.inflight, op, paths, &ProgressBar::hidden()).await;
+        if m.errors > 0 {
+            return Err(format!("{} operations of the bench's setup failed", m.errors));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the configured phases with `clients` and reports each.
 pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
     let first = clients.first().ok_or("no clients")?.clone();
     let tree = Tree::new(&cfg.root, cfg.dirs, cfg.files);
     first.mkdir(&cfg.root, 0o755).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
+    let (mut have_dirs, mut have_files) = (false, false);
     for name in &cfg.phases {
-        let work: Vec<(Op, Arc<Vec<String>>)> = match name.as_str() {
-            // Parents before children: one batch per depth of the tree.
-            "mkdir" => tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect(),
-            "create" => vec![(Op::Create, Arc::new(tree.files.clone()))],
+        // A phase that needs the tree or the files gets them built, unmeasured,
+        // when no earlier phase made them.
+        if matches!(name.as_str(), "create" | "stat") && !have_dirs {
+            prepare(&clients, cfg, mkdir_work(&tree)).await?;
+            have_dirs = true;
+        }
+        if name == "stat" && !have_files {
+            prepare(&clients, cfg, vec![(Op::Create, Arc::new(tree.files.clone()))]).await?;
+            have_files = true;
+        }
+        let work: Work = match name.as_str() {
+            "mkdir" => {
+                have_dirs = true;
+                mkdir_work(&tree)
+            }
+            "create" => {
+                have_files = true;
+                vec![(Op::Create, Arc::new(tree.files.clone()))]
+            }
             "stat" => {
                 if tree.files.is_empty() {
                     return Err("the stat phase needs files".into());
@@ -150,8 +184,10 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         let bar = if cfg.progress { ProgressBar::new(total_ops as u64) } else { ProgressBar::hidden() };
         bar.set_style(ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {per_sec}").expect("valid template").progress_chars("=> "));
         bar.set_message(name.clone());
-        let sent_before = sum_snapshots(&clients);
+        // Read the servers' counters outside the window of the clients' counters,
+        // so the bench's own Stats RPCs are not counted as the phase's.
         let recv_before = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
+        let sent_before = sum_snapshots(&clients);
         let mut latencies = Vec::new();
         let (mut errors, mut seconds) = (0, 0.0);
         for (op, paths) in work {

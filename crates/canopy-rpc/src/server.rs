@@ -45,62 +45,70 @@ async fn handshake(stream: &mut TcpStream) -> bool {
 }
 
 /// Handles one connection until the peer closes it or breaks the framing.
+/// Replies available at once are written by this loop directly, one write per
+/// read pass; replies that complete later (a lock grant) arrive over a channel.
 pub async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>) {
     if !handshake(&mut stream).await {
         return;
     }
     let (mut rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
-    let writer = tokio::spawn(async move {
-        while let Some(mut chunk) = rx.recv().await {
-            while let Ok(more) = rx.try_recv() {
-                chunk.extend_from_slice(&more);
-            }
-            if wr.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
+    let (late_tx, mut late_rx) = mpsc::unbounded_channel::<BytesMut>();
     let mut buf = BytesMut::with_capacity(64 * 1024);
-    'conn: loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let mut out = BytesMut::new();
-        loop {
-            match frame::parse(&mut buf) {
-                Ok(f) => match frame::decode_request(&f) {
-                    Ok((creds, req)) => match service.call(creds, req) {
-                        Handled::Now(result) => frame::encode_response(&mut out, f.id, f.op, &result),
-                        Handled::Later(fut) => {
-                            let tx = tx.clone();
-                            tokio::spawn(async move {
-                                let mut late = BytesMut::new();
-                                frame::encode_response(&mut late, f.id, f.op, &fut.await);
-                                let _ = tx.send(late);
-                            });
-                        }
-                    },
-                    Err(e) => frame::encode_response(&mut out, f.id, f.op, &Err(e)),
-                },
-                Err(FrameError::Incomplete) => break,
-                Err(broken) => {
-                    let errno = match broken {
-                        FrameError::TooLarge(_) => Errno::EMSGSIZE,
-                        _ => Errno::EPROTO,
-                    };
-                    frame::encode_response(&mut out, 0, 0, &Err(errno));
-                    let _ = tx.send(out);
-                    break 'conn;
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    loop {
+        tokio::select! {
+            read = rd.read_buf(&mut buf) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    break;
+                }
+                let broken = answer_buffered(&mut buf, &mut out, &*service, &late_tx);
+                if !out.is_empty() && wr.write_all(&out).await.is_err() {
+                    break;
+                }
+                out.clear();
+                if broken {
+                    break;
+                }
+            }
+            Some(late) = late_rx.recv() => {
+                if wr.write_all(&late).await.is_err() {
+                    break;
                 }
             }
         }
-        if !out.is_empty() && tx.send(out).is_err() {
-            break;
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Answers every whole frame in `buf` into `out`. Returns true if the framing is
+/// broken (an error frame was appended and the connection must close).
+fn answer_buffered(buf: &mut BytesMut, out: &mut BytesMut, service: &dyn Service, late_tx: &mpsc::UnboundedSender<BytesMut>) -> bool {
+    loop {
+        let f = match frame::parse(buf) {
+            Ok(f) => f,
+            Err(FrameError::Incomplete) => return false,
+            Err(broken) => {
+                let errno = match broken {
+                    FrameError::TooLarge(_) => Errno::EMSGSIZE,
+                    _ => Errno::EPROTO,
+                };
+                frame::encode_response(out, 0, 0, &Err(errno));
+                return true;
+            }
+        };
+        match frame::decode_request(&f) {
+            Err(e) => frame::encode_response(out, f.id, f.op, &Err(e)),
+            Ok((creds, req)) => match service.call(creds, req) {
+                Handled::Now(result) => frame::encode_response(out, f.id, f.op, &result),
+                Handled::Later(fut) => {
+                    let tx = late_tx.clone();
+                    tokio::spawn(async move {
+                        let mut late = BytesMut::new();
+                        frame::encode_response(&mut late, f.id, f.op, &fut.await);
+                        let _ = tx.send(late);
+                    });
+                }
+            },
         }
     }
-    drop(tx);
-    let _ = writer.await;
 }

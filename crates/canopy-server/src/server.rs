@@ -163,11 +163,17 @@ impl MetaServer {
     }
 
     /// Turns a resolution miss into an errno: a missing intermediate component is
-    /// `ENOTDIR` if this server holds a file of that name, else `ENOENT`.
+    /// `ENOTDIR` if this server holds a file of that name, `ENOENT` if this server
+    /// is that name's primary and holds nothing, else `EREMOTE` (only its primary
+    /// can tell).
     pub(crate) fn miss(&self, miss: Miss) -> Errno {
         if let Miss::NotADir { parent, name } = &miss {
             if let Ok(Some(_)) = self.load_entry(*parent, name) {
                 return Errno::ENOTDIR;
+            }
+            let path = self.table.read().path_of(*parent).and_then(|p| p.join(name).ok());
+            if path.is_some_and(|p| self.is_primary(&p)) {
+                return Errno::ENOENT;
             }
         }
         resolve::miss_errno(&miss)

@@ -40,7 +40,13 @@ pub struct LockdArgs {
 }
 
 fn serve(addr: &str, service: Arc<dyn Service>, threads: usize, what: String) -> Result<ExitCode, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build().map_err(|e| e.to_string())?;
+    // One thread: a current-thread runtime, with no cross-thread wake-ups.
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+    }
+    .map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         eprintln!("canopy: {what} listening on {addr}");

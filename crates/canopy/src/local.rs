@@ -62,9 +62,22 @@ pub struct BenchArgs {
     pub durability: String,
 }
 
+/// True if process `pid` is running. A daemon this process started (the bench's
+/// temporary cluster) is reaped here, and a zombie counts as dead.
 fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+    // SAFETY: waitpid with WNOHANG only reaps `pid` if it is our exited child, and
+    // signal 0 only checks that the process exists.
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+        if libc::kill(pid, 0) != 0 {
+            return false;
+        }
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()).is_some_and(|r| !r.starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 fn read_pid(file: &Path) -> Option<i32> {

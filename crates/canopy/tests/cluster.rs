@@ -1,0 +1,108 @@
+//! The CLI as a user runs it, against real daemons: `canopy up` with several
+//! servers over TCP and RocksDB, coreutils-like results and exit codes, a clean
+//! fsck, the namespace intact after `down` and `up`, and an acknowledged create
+//! surviving SIGKILL of its server.
+
+use canopy_proto::path::NsPath;
+use canopy_proto::placement;
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Cluster {
+    home: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn canopy(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_canopy"))
+            .args(args)
+            .env("CANOPY_HOME", self.home.path())
+            .env_remove("CANOPY_CLUSTER")
+            .output()
+            .expect("run canopy")
+    }
+
+    /// Runs and expects success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.canopy(args);
+        assert!(out.status.success(), "canopy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and expects failure with exactly this stderr line.
+    fn fails(&self, args: &[&str], stderr: &str) {
+        let out = self.canopy(args);
+        assert!(!out.status.success(), "canopy {args:?} should fail");
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), stderr, "canopy {args:?}");
+    }
+
+    fn dir(&self) -> &Path {
+        self.home.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.canopy(&["down"]);
+    }
+}
+
+fn up(servers: u32) -> Cluster {
+    let c = Cluster { home: tempfile::tempdir().unwrap() };
+    c.ok(&["up", "--servers", &servers.to_string()]);
+    c
+}
+
+#[test]
+fn scripted_session_fsck_and_restart() {
+    let c = up(3);
+    c.ok(&["mkdir", "-p", "/proj/src/deep"]);
+    c.ok(&["touch", "/proj/README", "/proj/src/main.rs", "/proj/src/lib.rs"]);
+    c.ok(&["ln", "-s", "/proj/README", "/proj/LINK"]);
+    c.ok(&["ln", "/proj/src/lib.rs", "/proj/lib-hard.rs"]);
+    c.ok(&["chmod", "700", "/proj/src"]);
+    c.ok(&["mv", "/proj/src", "/proj/code"]);
+    c.fails(&["mkdir", "/proj"], "canopy: cannot create directory '/proj': File exists");
+    c.fails(&["rmdir", "/proj"], "canopy: failed to remove '/proj': Directory not empty");
+    c.fails(&["rm", "/proj"], "canopy: cannot remove '/proj': Is a directory");
+    c.fails(&["stat", "/nope"], "canopy: cannot stat '/nope': No such file or directory");
+    c.fails(&["ls", "/proj/README/x"], "canopy: cannot access '/proj/README/x': Not a directory");
+    c.fails(&["--uid", "1000", "--gid", "1000", "touch", "/proj/code/x"], "canopy: cannot touch '/proj/code/x': Permission denied");
+    assert_eq!(c.ok(&["ls", "/proj"]), "LINK\nREADME\ncode\nlib-hard.rs\n");
+    assert_eq!(c.ok(&["ls", "/proj/code"]), "deep\nlib.rs\nmain.rs\n");
+    assert!(c.ok(&["stat", "/proj/lib-hard.rs"]).contains("Links: 2"));
+    assert!(c.ok(&["ls", "-l", "/proj"]).contains("LINK -> /proj/README"));
+    let tree = c.ok(&["tree", "/"]);
+    assert!(tree.ends_with("3 directories, 5 files\n"), "{tree}");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+    let status = c.ok(&["status"]);
+    assert_eq!(status.lines().filter(|l| l.split_whitespace().any(|w| w == "up")).count(), 4, "{status}");
+
+    c.ok(&["down"]);
+    c.fails(&["ls", "/"], "canopy: cannot access '/': Connection refused");
+    c.ok(&["up"]);
+    assert_eq!(c.ok(&["tree", "/"]), tree, "the namespace survives down and up");
+    c.ok(&["rm", "-r", "/proj"]);
+    assert_eq!(c.ok(&["ls", "/"]), "");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
+
+#[test]
+fn acknowledged_create_survives_sigkill() {
+    let c = up(2);
+    c.ok(&["mkdir", "/d"]);
+    let path = "/d/precious";
+    c.ok(&["touch", path]);
+    let owner = placement::primary(&NsPath::parse(path).unwrap(), 2);
+    let pid: i32 = std::fs::read_to_string(c.dir().join(format!("server-{owner}.pid"))).unwrap().trim().parse().unwrap();
+    // SAFETY: killing the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!c.canopy(&["stat", path]).status.success(), "its server is dead");
+    let out = c.ok(&["up"]);
+    assert!(out.contains("(1 started)"), "{out}");
+    assert!(c.ok(&["stat", path]).contains("regular file"));
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
