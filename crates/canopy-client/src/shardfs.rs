@@ -202,7 +202,10 @@ impl ShardFs {
             }
             results.push((prim, r));
         }
-        let err = pick_error(&results, prim).expect("an error was seen");
+        let mut err = pick_error(&results, prim).expect("an error was seen");
+        if err == Errno::ENOENT && !results.iter().any(|(i, _)| *i == prim) {
+            err = self.rmdir_absent(c, p).await;
+        }
         // Roll back the replicas that removed it.
         for (i, r) in &results {
             if let Ok(Reply::Dir(l)) = r {
@@ -213,6 +216,15 @@ impl ShardFs {
             }
         }
         Err(err)
+    }
+
+    /// The error of an rmdir whose replicas found no directory: they know only
+    /// directories, so a file of that name (ENOTDIR) lives on the primary alone.
+    async fn rmdir_absent(&self, c: &Creds, p: &NsPath) -> Errno {
+        match self.rpc(self.primary(p), c, Request::Stat { path: p.to_string() }).await {
+            Ok(Reply::Attr(_) | Reply::Redirect { .. }) => Errno::ENOTDIR,
+            _ => Errno::ENOENT,
+        }
     }
 
     async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {

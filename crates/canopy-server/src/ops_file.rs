@@ -12,6 +12,21 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
 
+/// A symlink target, as symlink(2) checks it: not empty, not longer than a path
+/// (`ENAMETOOLONG`, like a path), no NUL.
+fn check_target(target: &str) -> Result<(), Errno> {
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.len() > canopy_proto::path::PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if target.contains('\0') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 pub(crate) fn owner_of(attr: &Attr) -> Owner {
     Owner { uid: attr.uid, gid: attr.gid, mode: attr.mode }
 }
@@ -72,6 +87,10 @@ impl MetaServer {
     }
 
     pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, exclusive: bool) -> Result<Reply, Errno> {
+        if let NewKind::Symlink(target) = &kind {
+            // A bad argument, reported before the path is looked at (as a bad path is).
+            check_target(target)?;
+        }
         let _g = self.lock_mutations();
         let (parent, name) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } if exclusive || kind != NewKind::File => return Err(Errno::EEXIST),
@@ -86,12 +105,7 @@ impl MetaServer {
         let now = now_ns();
         let (file_kind, mode, size, target) = match kind {
             NewKind::File => (FileKind::File, mode & 0o7777, 0, None),
-            NewKind::Symlink(target) => {
-                if target.is_empty() || target.len() > canopy_proto::path::PATH_MAX || target.contains('\0') {
-                    return Err(if target.is_empty() { Errno::ENOENT } else { Errno::EINVAL });
-                }
-                (FileKind::Symlink, 0o777, target.len() as u64, Some(target))
-            }
+            NewKind::Symlink(target) => (FileKind::Symlink, 0o777, target.len() as u64, Some(target)),
         };
         let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
         let attr = Attr { ino, kind: file_kind, mode, uid: creds.uid, gid, size, nlink: 1, atime: now, mtime: now, ctime: now };

@@ -11,7 +11,7 @@ use crate::perm;
 use crate::server::{io, now_ns, Located, MetaServer};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
-use canopy_proto::path::NsPath;
+use canopy_proto::path::{NsPath, PATH_MAX};
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
@@ -41,7 +41,7 @@ impl MetaServer {
         };
         let dst_parent = {
             let table = self.table.read();
-            let (dp, dname) = crate::resolve::resolve_parent(&table, creds, dst).map_err(|m| self.miss(m))?;
+            let (dp, dname) = crate::resolve::resolve_parent(&table, creds, dst).map_err(|m| self.miss(&table, m))?;
             if table.child(dp, dname).is_some() {
                 return Err(Errno::EISDIR);
             }
@@ -128,16 +128,19 @@ impl MetaServer {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
-        if dst.is_within(src) && dst != src {
-            return Err(Errno::EINVAL);
-        }
         let _g = self.lock_mutations();
         let (sp, sname, sid) = match self.locate(creds, src)? {
             Located::Dir { parent, name, id } => (parent, name, id),
             Located::File { .. } => return Err(Errno::ENOTDIR),
             _ => return Err(Errno::ENOENT),
         };
-        let (dp, dname, replaced) = match self.locate(creds, dst)? {
+        let dst_at = self.locate(creds, dst)?;
+        // Only once both paths resolved (a missing or non-directory ancestor of the
+        // destination reports first, as on Linux).
+        if dst.is_within(src) && dst != src {
+            return Err(Errno::EINVAL);
+        }
+        let (dp, dname, replaced) = match dst_at {
             Located::Dir { id, .. } if id == sid => return Ok(Reply::Unit),
             Located::Dir { parent, name, id } => (parent, name, Some(id)),
             Located::File { .. } => return Err(Errno::ENOTDIR),
@@ -162,6 +165,12 @@ impl MetaServer {
                 return Err(Errno::ENOTEMPTY);
             }
         }
+        // Objects are named and placed by their full path: one made longer than
+        // PATH_MAX could be neither reached nor migrated.
+        let grows = dst.as_str().len().saturating_sub(src.as_str().len());
+        if grows > 0 && self.longest_below(sid)? + grows > PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
         if check_only {
             return Ok(Reply::Unit);
         }
@@ -178,6 +187,25 @@ impl MetaServer {
         }
         table.move_dir(sid, dp, &dname);
         Ok(Reply::Unit)
+    }
+
+    /// The length of the longest path this server holds at or below directory
+    /// `id`: its subdirectories and its own file entries.
+    fn longest_below(&self, id: u64) -> Result<usize, Errno> {
+        let table = self.table.read();
+        let mut longest = 0;
+        for dir in table.subtree(id) {
+            let dir_len = table.path_of(dir).ok_or(Errno::EIO)?.as_str().len();
+            let mut name_max = None;
+            self.store
+                .for_each(ENTRIES, &dir.to_be_bytes(), &mut |k, _| {
+                    name_max = name_max.max(Some(k.len() - 8));
+                    true
+                })
+                .map_err(io)?;
+            longest = longest.max(name_max.map_or(dir_len, |n| dir_len + 1 + n));
+        }
+        Ok(longest)
     }
 
     /// Up to `limit` objects below directory `root` (its current path) held here

@@ -165,13 +165,14 @@ impl MetaServer {
     /// Turns a resolution miss into an errno: a missing intermediate component is
     /// `ENOTDIR` if this server holds a file of that name, `ENOENT` if this server
     /// is that name's primary and holds nothing, else `EREMOTE` (only its primary
-    /// can tell).
-    pub(crate) fn miss(&self, miss: Miss) -> Errno {
+    /// can tell). Callers pass the table they resolved against and still hold: a
+    /// second read lock could wait behind a queued writer and deadlock.
+    pub(crate) fn miss(&self, table: &DirTable, miss: Miss) -> Errno {
         if let Miss::NotADir { parent, name } = &miss {
             if let Ok(Some(_)) = self.load_entry(*parent, name) {
                 return Errno::ENOTDIR;
             }
-            let path = self.table.read().path_of(*parent).and_then(|p| p.join(name).ok());
+            let path = table.path_of(*parent).and_then(|p| p.join(name).ok());
             if path.is_some_and(|p| self.is_primary(&p)) {
                 return Errno::ENOENT;
             }
@@ -186,7 +187,7 @@ impl MetaServer {
         }
         let (parent, name) = {
             let table = self.table.read();
-            let (parent, name) = resolve::resolve_parent(&table, creds, path).map_err(|m| self.miss(m))?;
+            let (parent, name) = resolve::resolve_parent(&table, creds, path).map_err(|m| self.miss(&table, m))?;
             if let Some(id) = table.child(parent, name) {
                 return Ok(Located::Dir { parent, name: name.to_string(), id });
             }

@@ -47,9 +47,9 @@ pub struct BenchArgs {
     pub inflight: usize,
     #[arg(long, default_value_t = 1000)]
     pub dirs: usize,
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     pub files: usize,
-    #[arg(long, default_value_t = 400_000)]
+    #[arg(long, default_value_t = 2_000_000)]
     pub stats: usize,
     /// Comma-separated phases, in order.
     #[arg(long, default_value = "mkdir,create,stat")]

@@ -55,7 +55,7 @@ fn up(servers: u32) -> Cluster {
 
 #[test]
 fn scripted_session_fsck_and_restart() {
-    let c = up(3);
+    let c = up(4);
     c.ok(&["mkdir", "-p", "/proj/src/deep"]);
     c.ok(&["touch", "/proj/README", "/proj/src/main.rs", "/proj/src/lib.rs"]);
     c.ok(&["ln", "-s", "/proj/README", "/proj/LINK"]);
@@ -76,7 +76,7 @@ fn scripted_session_fsck_and_restart() {
     assert!(tree.ends_with("3 directories, 5 files\n"), "{tree}");
     assert!(c.ok(&["fsck"]).contains(": clean"));
     let status = c.ok(&["status"]);
-    assert_eq!(status.lines().filter(|l| l.split_whitespace().any(|w| w == "up")).count(), 4, "{status}");
+    assert_eq!(status.lines().filter(|l| l.split_whitespace().any(|w| w == "up")).count(), 5, "{status}");
 
     c.ok(&["down"]);
     c.fails(&["ls", "/"], "canopy: cannot access '/': Connection refused");
