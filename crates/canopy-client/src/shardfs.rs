@@ -126,6 +126,18 @@ impl ShardFs {
         }
     }
 
+    /// `settle` for an operation on two paths: the source is checked first, so its
+    /// error wins; otherwise the destination's path is classified.
+    async fn settle_two<T>(&self, c: &Creds, src: &NsPath, dst: &NsPath, r: Res<T>) -> Res<T> {
+        match r {
+            Err(Errno::EREMOTE) => match self.stat_path(c, src).await {
+                Err(e) => Err(e),
+                Ok(_) => Err(self.classify_missing(c, dst).await),
+            },
+            other => other,
+        }
+    }
+
     async fn classify_missing(&self, c: &Creds, path: &NsPath) -> Errno {
         self.counters.retried();
         let mut cur = path.split().map(|(p, _)| p);
@@ -443,16 +455,7 @@ impl Namespace for ShardFs {
                 return self.stat_path(c, &s).await.map(|_| ());
             }
             let r = self.locked(&[&s, &d], format!("rename {s} {d}"), self.do_rename(c, &s, &d)).await;
-            match r {
-                Err(Errno::EREMOTE) => {
-                    // Either side may hold the path that failed to resolve.
-                    match self.stat_path(c, &s).await {
-                        Err(e) => Err(e),
-                        Ok(_) => Err(self.classify_missing(c, &d).await),
-                    }
-                }
-                other => other,
-            }
+            self.settle_two(c, &s, &d, r).await
         })
     }
 
@@ -485,13 +488,7 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let r = self.locked(&[&s, &d], format!("link {s} {d}"), self.do_link(c, &s, &d)).await;
-            match r {
-                Err(Errno::EREMOTE) => match self.stat_path(c, &s).await {
-                    Err(e) => Err(e),
-                    Ok(_) => Err(self.classify_missing(c, &d).await),
-                },
-                other => other,
-            }
+            self.settle_two(c, &s, &d, r).await
         })
     }
 

@@ -230,33 +230,13 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
         NsCmd::Chmod { mode, paths } => {
             let mode = parse_mode(&mode)?;
             for p in paths.iter().map(|p| norm(p)) {
-                match client.chmod(&p, mode).await {
-                    Err(e @ (Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES)) => {
-                        complain("cannot access", &p, e);
-                        ok = false;
-                    }
-                    Err(e) => {
-                        complain("changing permissions of", &p, e);
-                        ok = false;
-                    }
-                    Ok(_) => {}
-                }
+                ok &= report_change("changing permissions of", &p, client.chmod(&p, mode).await);
             }
         }
         NsCmd::Chown { owner, paths } => {
             let (uid, gid) = parse_owner(&owner)?;
             for p in paths.iter().map(|p| norm(p)) {
-                match client.chown(&p, uid, gid).await {
-                    Err(e @ (Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES)) => {
-                        complain("cannot access", &p, e);
-                        ok = false;
-                    }
-                    Err(e) => {
-                        complain("changing ownership of", &p, e);
-                        ok = false;
-                    }
-                    Ok(_) => {}
-                }
+                ok &= report_change("changing ownership of", &p, client.chown(&p, uid, gid).await);
             }
         }
         NsCmd::Ln { symbolic, target, link } => {
@@ -283,6 +263,22 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
         }
     }
     Ok(ok)
+}
+
+/// Reports a failed chmod/chown as coreutils does: a path that cannot be reached
+/// is "cannot access", a refused change is "<what> '<path>'". True on success.
+fn report_change(what: &str, path: &str, r: Result<canopy_proto::Attr, Errno>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(e @ (Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES)) => {
+            complain("cannot access", path, e);
+            false
+        }
+        Err(e) => {
+            complain(what, path, e);
+            false
+        }
+    }
 }
 
 async fn mkdir_parents(client: &Client, path: &str, mode: u32) -> Result<(), Errno> {
