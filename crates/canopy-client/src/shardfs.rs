@@ -6,13 +6,20 @@
 //! and then on every replica (Procedure 1); rmdir runs on the replicas first and
 //! then on the primary, rolled back on failure (Procedure 2); a directory rename is
 //! checked on every server, applied on every server, and followed by moving the
-//! objects whose primary changed. Everything here is pessimistic (locks for every
-//! directory mutation); single-RPC operations take no locks.
+//! objects whose primary changed.
+//!
+//! Single-RPC operations take no locks (optimistic). The server that answers one is
+//! the primary of its target, which is also the commit point of every directory
+//! mutation of that path, so its ENOENT, ENOTDIR and EEXIST are authoritative. Only
+//! an EACCES (permission state replicated from elsewhere, possibly mid-change) or an
+//! EREMOTE (a replica that may not have seen a mkdir yet) can come from a replica
+//! in the middle of a directory mutation; those are retried once under read locks
+//! on the whole path (pessimistic), and the retry is counted.
 
 use crate::counters::ClientCounters;
 use crate::fsck::{self, FsckSummary};
 use crate::namespace::{Namespace, Res};
-use canopy_lock::path_locks;
+use canopy_lock::{path_locks, path_read_locks};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirLookup, FsckReport, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
@@ -34,6 +41,29 @@ pub struct ShardFs {
     t: Arc<dyn Transport>,
     n: u32,
     counters: ClientCounters,
+    hook: Option<Arc<dyn StepHook>>,
+}
+
+/// Named points of a directory transaction, where tests can stop the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Locks held, nothing applied.
+    Locked { intent: String },
+    /// The primary applied the change: Procedure 1's commit point (mkdir, setattr).
+    PrimaryDone { intent: String },
+    /// Every non-primary server applied the change (before the primary in
+    /// Procedure 2, after it in Procedure 1).
+    ReplicasDone { intent: String },
+}
+
+/// Called at each [`Step`]; the transaction waits for the returned future.
+pub trait StepHook: Send + Sync + 'static {
+    fn reached(&self, step: Step) -> BoxFuture<'_, ()>;
+}
+
+/// Errors that may come from a replica caught mid-way through a directory mutation.
+fn may_be_transient(e: &Errno) -> bool {
+    matches!(e, Errno::EACCES | Errno::EREMOTE)
 }
 
 fn unexpected(r: Reply) -> Errno {
@@ -62,7 +92,44 @@ fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
 impl ShardFs {
     pub fn new(t: Arc<dyn Transport>) -> ShardFs {
         let n = t.servers();
-        ShardFs { t, n, counters: ClientCounters::new(n) }
+        ShardFs { t, n, counters: ClientCounters::new(n), hook: None }
+    }
+
+    /// The same, stopping at each [`Step`] of a directory transaction for `hook`.
+    pub fn with_hook(t: Arc<dyn Transport>, hook: Arc<dyn StepHook>) -> ShardFs {
+        ShardFs { hook: Some(hook), ..ShardFs::new(t) }
+    }
+
+    async fn step(&self, step: impl FnOnce() -> Step) {
+        if let Some(h) = &self.hook {
+            h.reached(step()).await;
+        }
+    }
+
+    /// Runs `attempt` optimistically; on an error a replica mid-mutation could have
+    /// caused, runs it again holding read locks on `path`, then settles EREMOTE.
+    async fn optimistic<T, F, Fut>(&self, c: &Creds, path: &NsPath, attempt: F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        let r = match attempt().await {
+            Err(e) if may_be_transient(&e) => {
+                self.counters.retried();
+                let txn = self.lock_with(path_read_locks(path), format!("retry {path}")).await?;
+                let r = attempt().await;
+                self.unlock(txn).await;
+                r
+            }
+            other => other,
+        };
+        self.settle(c, path, r).await
+    }
+
+    /// One request to the primary of `path`, optimistically.
+    async fn single(&self, c: &Creds, path: &NsPath, req: Request) -> Res<Reply> {
+        let prim = self.primary(path);
+        self.optimistic(c, path, || self.rpc(prim, c, req.clone())).await
     }
 
     fn primary(&self, p: &NsPath) -> u32 {
@@ -88,8 +155,12 @@ impl ShardFs {
     }
 
     async fn lock(&self, paths: &[&NsPath], intent: String) -> Res<u64> {
+        self.lock_with(path_locks(paths), intent).await
+    }
+
+    async fn lock_with(&self, locks: Vec<(String, canopy_proto::msg::LockMode)>, intent: String) -> Res<u64> {
         self.counters.sent_to_lockd();
-        let req = Request::Lock { locks: path_locks(paths), intent, lease_ms: LOCK_LEASE_MS, wait_ms: LOCK_WAIT_MS };
+        let req = Request::Lock { locks, intent, lease_ms: LOCK_LEASE_MS, wait_ms: LOCK_WAIT_MS };
         match self.t.call(Target::Lockd, &Creds::root(), req).await? {
             Reply::Locked { txn, waited } => {
                 if waited {
@@ -139,7 +210,6 @@ impl ShardFs {
     }
 
     async fn classify_missing(&self, c: &Creds, path: &NsPath) -> Errno {
-        self.counters.retried();
         let mut cur = path.split().map(|(p, _)| p);
         while let Some(p) = cur {
             match self.rpc(self.primary(&p), c, Request::Stat { path: p.to_string() }).await {
@@ -182,19 +252,50 @@ impl ShardFs {
     }
 
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
-        let r = self.rpc(self.primary(p), c, Request::Stat { path: p.to_string() }).await;
-        let reply = self.settle(c, p, r).await?;
+        let reply = self.single(c, p, Request::Stat { path: p.to_string() }).await?;
         self.attr_or_follow(reply).await
+    }
+
+    /// One page of a directory: every server's names after `after`, merged.
+    async fn readdir_once(&self, c: &Creds, p: &NsPath, after: Option<&str>, limit: u32) -> Res<(Vec<DirEntry>, bool)> {
+        let prim = self.primary(p);
+        let path_s = p.to_string();
+        let after_s = after.map(str::to_string);
+        let results = self
+            .fan_out(0..self.n, c, |i| Request::ReadDir { path: path_s.clone(), after: after_s.clone(), limit, with_dirs: i == prim })
+            .await;
+        if let Some(e) = pick_error(&results, prim) {
+            return Err(e);
+        }
+        let mut entries = Vec::new();
+        let mut more = false;
+        for (_, r) in results {
+            match r? {
+                Reply::Entries { entries: e, more: m } => {
+                    entries.extend(e);
+                    more |= m;
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        if entries.len() > limit as usize {
+            entries.truncate(limit as usize);
+            more = true;
+        }
+        Ok((entries, more))
     }
 
     async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
+        self.step(|| Step::Locked { intent: format!("mkdir {p}") }).await;
         let lookup = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         // Commit point passed: the replicas must now succeed.
+        self.step(|| Step::PrimaryDone { intent: format!("mkdir {p}") }).await;
         let results = self.fan_out(self.all_but(prim), c, |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
@@ -206,7 +307,9 @@ impl ShardFs {
     async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
         let prim = self.primary(p);
         let path = p.to_string();
+        self.step(|| Step::Locked { intent: format!("rmdir {p}") }).await;
         let mut results = self.fan_out(self.all_but(prim), c, |_| Request::Rmdir { path: path.clone() }).await;
+        self.step(|| Step::ReplicasDone { intent: format!("rmdir {p}") }).await;
         if pick_error(&results, prim).is_none() {
             let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
             if r.is_ok() {
@@ -321,7 +424,10 @@ impl ShardFs {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
-        let kind = self.stat_path(c, src).await?.kind;
+        // The transaction holds this path's locks: no optimistic retry here (it would
+        // wait for its own locks); an EREMOTE is settled after unlocking.
+        let reply = self.rpc(self.primary(src), c, Request::Stat { path: src.to_string() }).await?;
+        let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
             self.do_rename_dir(c, src, dst).await
         } else {
@@ -347,6 +453,8 @@ impl ShardFs {
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        // Not through `optimistic`: an EISDIR answer switches to a transaction, and
+        // other errors are retried below.
         let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: set.clone() }).await;
         match r {
             Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
@@ -365,7 +473,17 @@ impl ShardFs {
                     }
                 }
             }
-            Err(e) => self.settle(c, p, Err(e)).await,
+            Err(e) if may_be_transient(&e) => {
+                let r = self.single(c, p, Request::SetAttr { path: p.to_string(), set: set.clone() }).await;
+                match r {
+                    Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
+                        Reply::Attr(a) => Ok(a),
+                        other => Err(unexpected(other)),
+                    },
+                    other => self.attr_or_follow(other?).await,
+                }
+            }
+            Err(e) => Err(e),
         }
     }
 }
@@ -396,8 +514,7 @@ impl Namespace for ShardFs {
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let r = self.rpc(self.primary(&p), c, Request::Create { path: p.to_string(), mode, kind: NewKind::File, exclusive }).await;
-            let reply = self.settle(c, &p, r).await?;
+            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind: NewKind::File, exclusive }).await?;
             self.attr_or_follow(reply).await
         })
     }
@@ -405,8 +522,7 @@ impl Namespace for ShardFs {
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let r = self.rpc(self.primary(&p), c, Request::Unlink { path: p.to_string() }).await;
-            let reply = self.settle(c, &p, r).await?;
+            let reply = self.single(c, &p, Request::Unlink { path: p.to_string() }).await?;
             self.drop_remote(reply).await
         })
     }
@@ -418,33 +534,7 @@ impl Namespace for ShardFs {
     fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let prim = self.primary(&p);
-            let limit = limit.clamp(1, 4096);
-            let path_s = p.to_string();
-            let after_s = after.map(str::to_string);
-            let results = self
-                .fan_out(0..self.n, c, |i| Request::ReadDir { path: path_s.clone(), after: after_s.clone(), limit, with_dirs: i == prim })
-                .await;
-            if let Some(e) = pick_error(&results, prim) {
-                return self.settle(c, &p, Err(e)).await;
-            }
-            let mut entries = Vec::new();
-            let mut more = false;
-            for (_, r) in results {
-                match r? {
-                    Reply::Entries { entries: e, more: m } => {
-                        entries.extend(e);
-                        more |= m;
-                    }
-                    other => return Err(unexpected(other)),
-                }
-            }
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
-            if entries.len() > limit as usize {
-                entries.truncate(limit as usize);
-                more = true;
-            }
-            Ok((entries, more))
+            self.optimistic(c, &p, || self.readdir_once(c, &p, after, limit.clamp(1, 4096))).await
         })
     }
 
@@ -467,8 +557,7 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), exclusive: true };
-            let r = self.rpc(self.primary(&p), c, req).await;
-            let reply = self.settle(c, &p, r).await?;
+            let reply = self.single(c, &p, req).await?;
             self.attr_or_follow(reply).await
         })
     }
@@ -476,8 +565,7 @@ impl Namespace for ShardFs {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let r = self.rpc(self.primary(&p), c, Request::Readlink { path: p.to_string() }).await;
-            match self.settle(c, &p, r).await? {
+            match self.single(c, &p, Request::Readlink { path: p.to_string() }).await? {
                 Reply::Target(t) => Ok(t),
                 other => Err(unexpected(other)),
             }
@@ -495,8 +583,7 @@ impl Namespace for ShardFs {
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let r = self.rpc(self.primary(&p), c, Request::Access { path: p.to_string(), mask }).await;
-            match self.settle(c, &p, r).await? {
+            match self.single(c, &p, Request::Access { path: p.to_string(), mask }).await? {
                 Reply::Unit => Ok(()),
                 Reply::Redirect { ino, home } => {
                     let a = self.inode_stat(ino, home).await?;

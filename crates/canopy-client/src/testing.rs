@@ -2,7 +2,7 @@
 //! over memory or RocksDB stores, reached through the in-process transport. Used by
 //! the semantics suite, the model tests, and simulations larger than the machine.
 
-use crate::shardfs::ShardFs;
+use crate::shardfs::{ShardFs, StepHook};
 use crate::Client;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 pub struct InProcCluster {
     pub servers: Vec<Arc<MetaServer>>,
     pub lock: Arc<LockService>,
+    transport: Arc<InProcTransport>,
     client: Client,
 }
 
@@ -44,8 +45,19 @@ impl InProcCluster {
         let lock = LockService::open(lock_store).expect("open lock service");
         let services: Vec<Arc<dyn Service>> = servers.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let transport = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
-        let client = Client::new(Arc::new(ShardFs::new(transport)), Creds::root());
-        InProcCluster { servers, lock, client }
+        let client = Client::new(Arc::new(ShardFs::new(transport.clone())), Creds::root());
+        InProcCluster { servers, lock, transport, client }
+    }
+
+    /// A root client with its own counters that stops at each transaction step
+    /// for `hook`.
+    pub fn client_with_hook(&self, hook: Arc<dyn StepHook>) -> Client {
+        Client::new(Arc::new(ShardFs::with_hook(self.transport.clone(), hook)), Creds::root())
+    }
+
+    /// A root client with its own counters.
+    pub fn fresh_client(&self) -> Client {
+        Client::new(Arc::new(ShardFs::new(self.transport.clone())), Creds::root())
     }
 
     /// A client acting as root.

@@ -35,6 +35,18 @@ pub fn path_locks(paths: &[&NsPath]) -> Vec<(String, LockMode)> {
     out
 }
 
+/// Read locks on each path and every ancestor: what a single-RPC operation's
+/// pessimistic retry holds, so that no directory mutation on its path is in flight.
+pub fn path_read_locks(path: &NsPath) -> Vec<(String, LockMode)> {
+    let mut out = vec![(path.as_str().to_string(), LockMode::Read)];
+    let mut cur = path.split().map(|(parent, _)| parent);
+    while let Some(parent) = cur {
+        out.push((parent.as_str().to_string(), LockMode::Read));
+        cur = parent.split().map(|(p, _)| p);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +60,11 @@ mod tests {
         assert!(locks.contains(&("/a".into(), LockMode::Write)), "write dominates read");
         assert!(locks.contains(&("/a/b".into(), LockMode::Write)));
         assert_eq!(locks.len(), 3);
+    }
+
+    #[test]
+    fn read_locks_cover_the_whole_path() {
+        let locks = path_read_locks(&NsPath::parse("/a/b").unwrap());
+        assert_eq!(locks, vec![("/a/b".into(), LockMode::Read), ("/a".into(), LockMode::Read), ("/".into(), LockMode::Read)]);
     }
 }

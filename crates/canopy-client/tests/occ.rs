@@ -1,0 +1,134 @@
+//! Optimistic single-RPC operations (seed 000 §3.3): they take no locks; one that
+//! fails in a way a replica mid-mutation could cause is retried once under read
+//! locks, and the retry is counted. A coordinator is held at a transaction step by
+//! a hook so the race is deterministic.
+
+use canopy_client::shardfs::{Step, StepHook};
+use canopy_client::testing::InProcCluster;
+use canopy_client::Client;
+use canopy_proto::path::NsPath;
+use canopy_proto::placement::primary;
+use canopy_proto::{Creds, Errno};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+
+const SERVERS: u32 = 4;
+
+/// Holds the coordinator at the first step matching `at` until released.
+struct Gate {
+    at: Step,
+    reached: mpsc::UnboundedSender<()>,
+    release: Arc<Semaphore>,
+}
+
+impl StepHook for Gate {
+    fn reached(&self, step: Step) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if step == self.at {
+                let _ = self.reached.send(());
+                let _ = self.release.acquire().await.map(|p| p.forget());
+            }
+        })
+    }
+}
+
+fn gate(at: Step) -> (Arc<Gate>, mpsc::UnboundedReceiver<()>, Arc<Semaphore>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let release = Arc::new(Semaphore::new(0));
+    (Arc::new(Gate { at, reached: tx, release: release.clone() }), rx, release)
+}
+
+/// A name in `dir` whose primary is (or is not) the primary of `dir`.
+fn name_where(dir: &str, same_primary: bool) -> String {
+    let d = primary(&NsPath::parse(dir).unwrap(), SERVERS);
+    (0..1000)
+        .map(|i| format!("{dir}/f{i}"))
+        .find(|p| (primary(&NsPath::parse(p).unwrap(), SERVERS) == d) == same_primary)
+        .expect("some name lands on each side")
+}
+
+fn retries(c: &Client) -> u64 {
+    c.counters().snapshot().retries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
+    let cluster = InProcCluster::memory(SERVERS);
+    cluster.client().mkdir("/d", 0o755).await.unwrap();
+    let (hook, mut reached, release) = gate(Step::PrimaryDone { intent: "mkdir /d/x".into() });
+    let coordinator = cluster.client_with_hook(hook);
+    let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
+    reached.recv().await.unwrap();
+
+    // The primary of the new file is a replica that has not seen /d/x yet.
+    let other = cluster.fresh_client();
+    let path = name_where("/d/x", false);
+    let create = tokio::spawn({
+        let other = other.clone();
+        async move { other.create(&path, 0o644).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!create.is_finished(), "the retry waits for the mkdir's locks");
+    release.add_permits(1);
+    mkdir.await.unwrap().unwrap();
+    create.await.unwrap().unwrap();
+    assert_eq!(retries(&other), 1);
+    assert!(cluster.client().fsck().await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_of_a_new_directory_answers_without_a_retry() {
+    let cluster = InProcCluster::memory(SERVERS);
+    cluster.client().mkdir("/d", 0o755).await.unwrap();
+    let (hook, mut reached, release) = gate(Step::PrimaryDone { intent: "mkdir /d/x".into() });
+    let coordinator = cluster.client_with_hook(hook);
+    let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
+    reached.recv().await.unwrap();
+    // Past the commit point, a file whose primary is the directory's own sees it.
+    let other = cluster.fresh_client();
+    other.create(&name_where("/d/x", true), 0o644).await.unwrap();
+    assert_eq!(retries(&other), 0);
+    release.add_permits(1);
+    mkdir.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmdir_in_flight_makes_lookups_wait_then_fail_for_real() {
+    let cluster = InProcCluster::memory(SERVERS);
+    cluster.client().mkdir("/gone", 0o755).await.unwrap();
+    let (hook, mut reached, release) = gate(Step::ReplicasDone { intent: "rmdir /gone".into() });
+    let coordinator = cluster.client_with_hook(hook);
+    let rmdir = tokio::spawn(async move { coordinator.rmdir("/gone").await });
+    reached.recv().await.unwrap();
+    // The replicas have dropped /gone, the primary not yet: a lookup below it on a
+    // replica fails, retries under locks, and sees the committed result.
+    let other = cluster.fresh_client();
+    let path = name_where("/gone", false);
+    let stat = tokio::spawn({
+        let other = other.clone();
+        async move { other.stat(&path).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!stat.is_finished());
+    release.add_permits(1);
+    rmdir.await.unwrap().unwrap();
+    assert_eq!(stat.await.unwrap(), Err(Errno::ENOENT));
+    assert_eq!(retries(&other), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_permission_failure_is_retried_once_and_reported() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/private", 0o700).await.unwrap();
+    root.create("/private/f", 0o644).await.unwrap();
+    let user = cluster.fresh_client().as_user(Creds::user(1000, 1000));
+    assert_eq!(user.stat("/private/f").await, Err(Errno::EACCES));
+    assert_eq!(retries(&user), 1);
+    // Authoritative answers are not retried.
+    assert_eq!(root.stat("/private/missing").await, Err(Errno::ENOENT));
+    assert_eq!(root.create("/private/f", 0o644).await.map(|_| ()), Err(Errno::EEXIST));
+    assert_eq!(retries(&root), 0);
+}
