@@ -116,6 +116,7 @@ fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
         total.lockd += s.lockd;
         total.retries += s.retries;
         total.lock_waits += s.lock_waits;
+        total.recoveries += s.recoveries;
     }
     total
 }

@@ -8,6 +8,7 @@ pub struct ClientCounters {
     lockd: AtomicU64,
     retries: AtomicU64,
     lock_waits: AtomicU64,
+    recoveries: AtomicU64,
 }
 
 /// A copy of the counters at one moment; subtract two to measure a phase.
@@ -17,6 +18,8 @@ pub struct CounterSnapshot {
     pub lockd: u64,
     pub retries: u64,
     pub lock_waits: u64,
+    /// Transactions of dead coordinators this client recovered.
+    pub recoveries: u64,
 }
 
 impl CounterSnapshot {
@@ -30,6 +33,7 @@ impl CounterSnapshot {
             lockd: self.lockd - earlier.lockd,
             retries: self.retries - earlier.retries,
             lock_waits: self.lock_waits - earlier.lock_waits,
+            recoveries: self.recoveries - earlier.recoveries,
         }
     }
 }
@@ -41,6 +45,7 @@ impl ClientCounters {
             lockd: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             lock_waits: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
         }
     }
 
@@ -62,12 +67,17 @@ impl ClientCounters {
         self.lock_waits.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn recovered(&self) {
+        self.recoveries.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> CounterSnapshot {
         CounterSnapshot {
             per_server: self.per_server.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
             lockd: self.lockd.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
             lock_waits: self.lock_waits.load(Ordering::Relaxed),
+            recoveries: self.recoveries.load(Ordering::Relaxed),
         }
     }
 }

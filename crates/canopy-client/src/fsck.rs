@@ -80,7 +80,7 @@ mod tests {
     fn detects_divergence_bad_nlink_and_leftover_txns() {
         let mut b = report(1, 8);
         b.inodes = vec![(9, 2)];
-        let txn = TxnInfo { txn: 4, intent: "mkdir /x".into(), locks: vec![], expires_in_ms: -1 };
+        let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
         let s = summarise(&[report(0, 7), b], &[txn]);
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
     }

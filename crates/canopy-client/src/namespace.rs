@@ -29,6 +29,9 @@ pub trait Namespace: Send + Sync + 'static {
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>>;
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>>;
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>>;
+    /// Recovers every transaction whose coordinator's lease ran out; returns how
+    /// many it recovered.
+    fn repair(&self) -> BoxFuture<'_, Res<u64>>;
     fn counters(&self) -> &ClientCounters;
     fn mode_name(&self) -> &'static str;
     fn servers(&self) -> u32;
@@ -151,6 +154,10 @@ impl Client {
 
     pub async fn fsck(&self) -> Res<FsckSummary> {
         self.ns.fsck().await
+    }
+
+    pub async fn repair(&self) -> Res<u64> {
+        self.ns.repair().await
     }
 
     pub fn counters(&self) -> &ClientCounters {

@@ -21,7 +21,7 @@ use crate::fsck::{self, FsckSummary};
 use crate::namespace::{Namespace, Res};
 use canopy_lock::{path_locks, path_read_locks};
 use canopy_proto::attr::access;
-use canopy_proto::msg::{DirLookup, FsckReport, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::msg::{DirLookup, FsckReport, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -29,6 +29,7 @@ use canopy_rpc::{Target, Transport};
 use canopy_server::perm::{self, Owner};
 use futures::future::{join_all, BoxFuture};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Lease and wait asked of the lock service for a directory mutation.
@@ -38,27 +39,41 @@ const LOCK_WAIT_MS: u32 = 30_000;
 const MIGRATE_BATCH: u32 = 1024;
 
 pub struct ShardFs {
-    t: Arc<dyn Transport>,
-    n: u32,
-    counters: ClientCounters,
+    pub(crate) t: Arc<dyn Transport>,
+    pub(crate) n: u32,
+    pub(crate) counters: ClientCounters,
     hook: Option<Arc<dyn StepHook>>,
+    lease_ms: u32,
+    /// Set when a hook kills this coordinator: it sends nothing more, not even
+    /// its unlocks, like a crashed process.
+    dead: AtomicBool,
 }
 
-/// Named points of a directory transaction, where tests can stop the coordinator.
+/// Named points of a directory transaction, where tests can stop or kill the
+/// coordinator. Which server is "primary" is per intent: the path's primary for
+/// mkdir, rmdir and setattr; the destination's primary for a rename, whose step
+/// there is its commit point.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Locks held, nothing applied.
-    Locked { intent: String },
-    /// The primary applied the change: Procedure 1's commit point (mkdir, setattr).
-    PrimaryDone { intent: String },
+    /// Locks held and logged, nothing applied.
+    Locked(Intent),
+    /// The primary applied the change.
+    PrimaryDone(Intent),
     /// Every non-primary server applied the change (before the primary in
-    /// Procedure 2, after it in Procedure 1).
-    ReplicasDone { intent: String },
+    /// Procedure 2, after it in Procedure 1 and in a directory rename).
+    ReplicasDone(Intent),
 }
 
-/// Called at each [`Step`]; the transaction waits for the returned future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepAction {
+    Continue,
+    /// The coordinator dies here: no further RPC, no unlock.
+    Die,
+}
+
+/// Called at each [`Step`]; the transaction waits for the returned action.
 pub trait StepHook: Send + Sync + 'static {
-    fn reached(&self, step: Step) -> BoxFuture<'_, ()>;
+    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction>;
 }
 
 /// Errors that may come from a replica caught mid-way through a directory mutation.
@@ -92,7 +107,7 @@ fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
 impl ShardFs {
     pub fn new(t: Arc<dyn Transport>) -> ShardFs {
         let n = t.servers();
-        ShardFs { t, n, counters: ClientCounters::new(n), hook: None }
+        ShardFs { t, n, counters: ClientCounters::new(n), hook: None, lease_ms: LOCK_LEASE_MS, dead: AtomicBool::new(false) }
     }
 
     /// The same, stopping at each [`Step`] of a directory transaction for `hook`.
@@ -100,10 +115,23 @@ impl ShardFs {
         ShardFs { hook: Some(hook), ..ShardFs::new(t) }
     }
 
-    async fn step(&self, step: impl FnOnce() -> Step) {
+    /// The lease asked for the locks of this client's transactions.
+    pub fn with_lease(self, lease_ms: u32) -> ShardFs {
+        ShardFs { lease_ms, ..self }
+    }
+
+    fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    async fn step(&self, step: impl FnOnce() -> Step) -> Res<()> {
         if let Some(h) = &self.hook {
-            h.reached(step()).await;
+            if h.reached(step()).await == StepAction::Die {
+                self.dead.store(true, Ordering::Release);
+                return Err(Errno::ENOTCONN);
+            }
         }
+        Ok(())
     }
 
     /// Runs `attempt` optimistically; on an error a replica mid-mutation could have
@@ -116,7 +144,7 @@ impl ShardFs {
         let r = match attempt().await {
             Err(e) if may_be_transient(&e) => {
                 self.counters.retried();
-                let txn = self.lock_with(path_read_locks(path), format!("retry {path}")).await?;
+                let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
                 let r = attempt().await;
                 self.unlock(txn).await;
                 r
@@ -132,17 +160,20 @@ impl ShardFs {
         self.optimistic(c, path, || self.rpc(prim, c, req.clone())).await
     }
 
-    fn primary(&self, p: &NsPath) -> u32 {
+    pub(crate) fn primary(&self, p: &NsPath) -> u32 {
         placement::primary(p, self.n)
     }
 
-    async fn rpc(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
+    pub(crate) async fn rpc(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
+        if self.is_dead() {
+            return Err(Errno::ENOTCONN);
+        }
         self.counters.sent_to_server(server);
         self.t.call(Target::Server(server), c, req).await
     }
 
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
-    async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
+    pub(crate) async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
         join_all(servers.map(|i| {
             let r = req(i);
             async move { (i, self.rpc(i, c, r).await) }
@@ -150,29 +181,44 @@ impl ShardFs {
         .await
     }
 
-    fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
+    pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
         (0..self.n).filter(move |i| *i != skip)
     }
 
-    async fn lock(&self, paths: &[&NsPath], intent: String) -> Res<u64> {
+    async fn lock(&self, paths: &[&NsPath], intent: Intent) -> Res<u64> {
         self.lock_with(path_locks(paths), intent).await
     }
 
-    async fn lock_with(&self, locks: Vec<(String, canopy_proto::msg::LockMode)>, intent: String) -> Res<u64> {
-        self.counters.sent_to_lockd();
-        let req = Request::Lock { locks, intent, lease_ms: LOCK_LEASE_MS, wait_ms: LOCK_WAIT_MS };
-        match self.t.call(Target::Lockd, &Creds::root(), req).await? {
-            Reply::Locked { txn, waited } => {
-                if waited {
-                    self.counters.waited_for_lock();
-                }
-                Ok(txn)
+    /// Takes `locks` for a transaction doing `intent`. When the lock service hands
+    /// over a conflicting transaction whose coordinator died, recovers it first.
+    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<u64> {
+        loop {
+            if self.is_dead() {
+                return Err(Errno::ENOTCONN);
             }
-            other => Err(unexpected(other)),
+            self.counters.sent_to_lockd();
+            let req = Request::Lock { locks: locks.clone(), intent: intent.clone(), lease_ms: self.lease_ms, wait_ms: LOCK_WAIT_MS };
+            match self.t.call(Target::Lockd, &Creds::root(), req).await? {
+                Reply::Locked { txn, waited } => {
+                    if waited {
+                        self.counters.waited_for_lock();
+                    }
+                    return Ok(txn);
+                }
+                Reply::Recover { txn, intent: failed } => {
+                    self.counters.recovered();
+                    self.recover(&failed).await?;
+                    self.unlock(txn).await;
+                }
+                other => return Err(unexpected(other)),
+            }
         }
     }
 
-    async fn unlock(&self, txn: u64) {
+    pub(crate) async fn unlock(&self, txn: u64) {
+        if self.is_dead() {
+            return;
+        }
         self.counters.sent_to_lockd();
         if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn }).await {
             eprintln!("canopy-client: unlock of transaction {txn} failed: {e}; its lease will expire");
@@ -180,7 +226,7 @@ impl ShardFs {
     }
 
     /// Runs `body` holding the path locks of `paths`.
-    async fn locked<T>(&self, paths: &[&NsPath], intent: String, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+    async fn locked<T>(&self, paths: &[&NsPath], intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
         let txn = self.lock(paths, intent).await?;
         let r = body.await;
         self.unlock(txn).await;
@@ -289,31 +335,34 @@ impl ShardFs {
     async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
-        self.step(|| Step::Locked { intent: format!("mkdir {p}") }).await;
+        let intent = || Intent::Mkdir { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
         let lookup = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         // Commit point passed: the replicas must now succeed.
-        self.step(|| Step::PrimaryDone { intent: format!("mkdir {p}") }).await;
+        self.step(|| Step::PrimaryDone(intent())).await?;
         let results = self.fan_out(self.all_but(prim), c, |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
+        self.step(|| Step::ReplicasDone(intent())).await?;
         Ok(dir_attr_from(&lookup))
     }
 
     async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
         let prim = self.primary(p);
         let path = p.to_string();
-        self.step(|| Step::Locked { intent: format!("rmdir {p}") }).await;
+        let intent = || Intent::Rmdir { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
         let mut results = self.fan_out(self.all_but(prim), c, |_| Request::Rmdir { path: path.clone() }).await;
-        self.step(|| Step::ReplicasDone { intent: format!("rmdir {p}") }).await;
+        self.step(|| Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
             let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
             if r.is_ok() {
-                return Ok(());
+                return self.step(|| Step::PrimaryDone(intent())).await;
             }
             results.push((prim, r));
         }
@@ -345,32 +394,49 @@ impl ShardFs {
     async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
+        let intent = || Intent::DirSetAttr { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
         let attr = match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
+        self.step(|| Step::PrimaryDone(intent())).await?;
         let results = self.fan_out(self.all_but(prim), c, |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
+        self.step(|| Step::ReplicasDone(intent())).await?;
         Ok(attr)
     }
 
     async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
         let (s, d) = (src.to_string(), dst.to_string());
-        let all = 0..self.n;
-        let checks = self.fan_out(all.clone(), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
+        let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
         if let Some(e) = pick_error(&checks, self.primary(dst)) {
             return Err(e);
         }
-        let applied = self.fan_out(all.clone(), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await;
-        if let Some(e) = pick_error(&applied, self.primary(dst)) {
+        let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
+        self.step(|| Step::Locked(intent())).await?;
+        // The destination's primary first: its change is the commit point that
+        // recovery rolls forward from.
+        let prim = self.primary(dst);
+        self.rpc(prim, c, Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await?;
+        self.step(|| Step::PrimaryDone(intent())).await?;
+        let applied = self.fan_out(self.all_but(prim), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await;
+        if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);
         }
-        for server in all {
-            self.migrate_from(server, dst).await?;
+        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.migrate_all(dst).await
+    }
+
+    /// Moves the objects below `root` whose primary changed, from every server.
+    /// Idempotent: recovery runs it again after a coordinator died mid-way.
+    pub(crate) async fn migrate_all(&self, root: &NsPath) -> Res<()> {
+        for server in 0..self.n {
+            self.migrate_from(server, root).await?;
         }
         Ok(())
     }
@@ -412,10 +478,13 @@ impl ShardFs {
             Record::Inode(i) => i.attr.ino,
             Record::Linked { ino, .. } => *ino,
         };
-        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone(), dst: d, record }).await?;
+        let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
+        self.step(|| Step::Locked(intent())).await?;
+        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone(), dst: d.clone(), record }).await?;
         if inserted == Reply::Unit {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }
+        self.step(|| Step::PrimaryDone(intent())).await?;
         self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s, ino }).await?;
         self.drop_remote(inserted).await
     }
@@ -464,7 +533,7 @@ impl ShardFs {
             Ok(other) => self.attr_or_follow(other).await,
             // A directory's mode and owner are replicated: a transaction.
             Err(Errno::EISDIR) if set.size.is_none() && set.touches_lookup_state() => {
-                let attr = self.locked(&[p], format!("setattr {p}"), self.do_dir_setattr(c, p, &lookup_part(set))).await?;
+                let attr = self.locked(&[p], Intent::DirSetAttr { path: p.to_string() }, self.do_dir_setattr(c, p, &lookup_part(set))).await?;
                 match times_part(set) {
                     None => Ok(attr),
                     Some(times) => {
@@ -495,7 +564,7 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EEXIST);
             }
-            let r = self.locked(&[&p], format!("mkdir {p}"), self.do_mkdir(c, &p, mode)).await;
+            let r = self.locked(&[&p], Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode)).await;
             self.settle(c, &p, r).await
         })
     }
@@ -506,7 +575,7 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EBUSY);
             }
-            let r = self.locked(&[&p], format!("rmdir {p}"), self.do_rmdir(c, &p)).await;
+            let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p)).await;
             self.settle(c, &p, r).await
         })
     }
@@ -544,7 +613,7 @@ impl Namespace for ShardFs {
             if s == d {
                 return self.stat_path(c, &s).await.map(|_| ());
             }
-            let r = self.locked(&[&s, &d], format!("rename {s} {d}"), self.do_rename(c, &s, &d)).await;
+            let r = self.locked(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }, self.do_rename(c, &s, &d)).await;
             self.settle_two(c, &s, &d, r).await
         })
     }
@@ -575,7 +644,7 @@ impl Namespace for ShardFs {
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-            let r = self.locked(&[&s, &d], format!("link {s} {d}"), self.do_link(c, &s, &d)).await;
+            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, self.do_link(c, &s, &d)).await;
             self.settle_two(c, &s, &d, r).await
         })
     }
@@ -627,6 +696,24 @@ impl Namespace for ShardFs {
                 other => return Err(unexpected(other)),
             };
             Ok(fsck::summarise(&reports, &txns))
+        })
+    }
+
+    fn repair(&self) -> BoxFuture<'_, Res<u64>> {
+        Box::pin(async move {
+            self.counters.sent_to_lockd();
+            let txns = match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
+                Reply::Txns(t) => t,
+                other => return Err(unexpected(other)),
+            };
+            let before = self.counters.snapshot().recoveries;
+            for t in txns.into_iter().filter(|t| t.expires_in_ms < 0) {
+                // Asking for the dead transaction's own locks makes the lock
+                // service hand it over; then ours are granted and dropped.
+                let txn = self.lock_with(t.locks, Intent::Retry { path: "/".into() }).await?;
+                self.unlock(txn).await;
+            }
+            Ok(self.counters.snapshot().recoveries - before)
         })
     }
 

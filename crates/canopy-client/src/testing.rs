@@ -50,9 +50,10 @@ impl InProcCluster {
     }
 
     /// A root client with its own counters that stops at each transaction step
-    /// for `hook`.
-    pub fn client_with_hook(&self, hook: Arc<dyn StepHook>) -> Client {
-        Client::new(Arc::new(ShardFs::with_hook(self.transport.clone(), hook)), Creds::root())
+    /// for `hook`, asking for leases of `lease_ms`.
+    pub fn client_with_hook(&self, hook: Arc<dyn StepHook>, lease_ms: u32) -> Client {
+        let ns = ShardFs::with_hook(self.transport.clone(), hook).with_lease(lease_ms);
+        Client::new(Arc::new(ns), Creds::root())
     }
 
     /// A root client with its own counters.

@@ -3,7 +3,8 @@
 //! locks, and the retry is counted. A coordinator is held at a transaction step by
 //! a hook so the race is deterministic.
 
-use canopy_client::shardfs::{Step, StepHook};
+use canopy_client::shardfs::{Step, StepAction, StepHook};
+use canopy_proto::msg::Intent;
 use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
@@ -16,7 +17,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 const SERVERS: u32 = 4;
 
-/// Holds the coordinator at the first step matching `at` until released.
+/// Holds the coordinator at the step `at` until released.
 struct Gate {
     at: Step,
     reached: mpsc::UnboundedSender<()>,
@@ -24,12 +25,13 @@ struct Gate {
 }
 
 impl StepHook for Gate {
-    fn reached(&self, step: Step) -> BoxFuture<'_, ()> {
+    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
         Box::pin(async move {
             if step == self.at {
                 let _ = self.reached.send(());
                 let _ = self.release.acquire().await.map(|p| p.forget());
             }
+            StepAction::Continue
         })
     }
 }
@@ -57,8 +59,8 @@ fn retries(c: &Client) -> u64 {
 async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/d", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone { intent: "mkdir /d/x".into() });
-    let coordinator = cluster.client_with_hook(hook);
+    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
+    let coordinator = cluster.client_with_hook(hook, 30_000);
     let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
     reached.recv().await.unwrap();
 
@@ -82,8 +84,8 @@ async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
 async fn the_primary_of_a_new_directory_answers_without_a_retry() {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/d", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone { intent: "mkdir /d/x".into() });
-    let coordinator = cluster.client_with_hook(hook);
+    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
+    let coordinator = cluster.client_with_hook(hook, 30_000);
     let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
     reached.recv().await.unwrap();
     // Past the commit point, a file whose primary is the directory's own sees it.
@@ -98,8 +100,8 @@ async fn the_primary_of_a_new_directory_answers_without_a_retry() {
 async fn rmdir_in_flight_makes_lookups_wait_then_fail_for_real() {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/gone", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::ReplicasDone { intent: "rmdir /gone".into() });
-    let coordinator = cluster.client_with_hook(hook);
+    let (hook, mut reached, release) = gate(Step::ReplicasDone(Intent::Rmdir { path: "/gone".into() }));
+    let coordinator = cluster.client_with_hook(hook, 30_000);
     let rmdir = tokio::spawn(async move { coordinator.rmdir("/gone").await });
     reached.recv().await.unwrap();
     // The replicas have dropped /gone, the primary not yet: a lookup below it on a

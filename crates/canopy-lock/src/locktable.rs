@@ -76,6 +76,13 @@ impl LockTable {
         true
     }
 
+    /// Extends `txn`'s lease to `expires_at`.
+    pub fn renew(&mut self, txn: u64, expires_at: u64) {
+        if let Some(h) = self.txns.get_mut(&txn) {
+            h.expires_at = expires_at;
+        }
+    }
+
     /// Transactions whose lease ran out by `now`.
     pub fn expired(&self, now: u64) -> Vec<u64> {
         self.txns.iter().filter(|(_, h)| h.expires_at <= now).map(|(t, _)| *t).collect()
@@ -121,5 +128,7 @@ mod tests {
         t.try_grant(1, &[l("/a", Write)], 50);
         t.try_grant(2, &[l("/b", Write)], 150);
         assert_eq!(t.expired(100), vec![1]);
+        t.renew(1, 200);
+        assert!(t.expired(100).is_empty());
     }
 }

@@ -4,11 +4,18 @@
 //! intent and locks) before it is granted, and the record is deleted by `Unlock`:
 //! at any time the store holds every directory mutation that may be half done. A
 //! restarted service re-grants the locks of recorded transactions with a fresh
-//! lease, so their coordinators can finish; a lease that runs out releases the
-//! locks but keeps the record, which `ListTxns` (and `canopy fsck`) report.
+//! lease, so their coordinators can finish.
+//!
+//! Recovery (seed 000 §3.3: "later lock acquisition on the same path will trigger
+//! a recovery process"): a transaction whose lease ran out keeps its locks. The
+//! next request that conflicts with it is answered `Recover` instead of waiting:
+//! the transaction's lease is renewed for the requester, who repairs the intent,
+//! unlocks it, and asks again. If that requester dies too, the lease runs out again
+//! and the next one recovers. A pessimistic retry's transaction (`Intent::Retry`)
+//! changes nothing, so an expired one is simply released.
 
 use crate::locktable::LockTable;
-use canopy_proto::msg::{LockMode, TxnInfo};
+use canopy_proto::msg::{Intent, LockMode, TxnInfo};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Handled, RpcResult, Service};
 use canopy_store::{Batch, SharedStore};
@@ -29,15 +36,15 @@ const MAX_LOCKS: usize = 8192;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TxnRecord {
-    intent: String,
+    intent: Intent,
     locks: Vec<(String, LockMode)>,
 }
 
 struct State {
     table: LockTable,
     next_txn: u64,
-    /// Recorded transactions whose lease ran out without an unlock.
-    abandoned: Vec<u64>,
+    /// Intents of the transactions in the table (the store has them too).
+    intents: std::collections::HashMap<u64, Intent>,
 }
 
 pub struct LockService {
@@ -66,7 +73,11 @@ impl LockService {
         };
         let svc = LockService {
             store,
-            state: Mutex::new(State { table: LockTable::default(), next_txn: stored_next.max(max_txn + 1), abandoned: Vec::new() }),
+            state: Mutex::new(State {
+                table: LockTable::default(),
+                next_txn: stored_next.max(max_txn + 1),
+                intents: std::collections::HashMap::new(),
+            }),
             released: Notify::new(),
             epoch: Instant::now(),
         };
@@ -75,6 +86,7 @@ impl LockService {
             let lease = svc.now_ms() + 30_000;
             for (id, rec) in records {
                 st.table.try_grant(id, &rec.locks, lease);
+                st.intents.insert(id, rec.intent);
             }
         }
         Ok(Arc::new(svc))
@@ -84,26 +96,51 @@ impl LockService {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Releases the locks of transactions whose lease ran out.
-    fn reap_expired(&self, st: &mut State) {
-        let now = self.now_ms();
-        for txn in st.table.expired(now) {
-            st.table.release(txn);
-            st.abandoned.push(txn);
-            self.released.notify_waiters();
-        }
+    fn delete_record(&self, txn: u64) -> Result<(), Errno> {
+        let mut b = Batch::new();
+        b.delete(TXNS, txn.to_be_bytes().to_vec());
+        self.store.write(b).map_err(|e| {
+            eprintln!("canopy-lockd: store error: {e}");
+            Errno::EIO
+        })
     }
 
-    /// One attempt: record and grant, or `None` if something conflicts.
-    fn try_lock(&self, locks: &[(String, LockMode)], intent: &str, lease_ms: u32, waited: bool) -> Option<RpcResult> {
+    /// A conflicting transaction whose lease ran out, handed to the caller for
+    /// recovery (its lease renewed), or released if it changed nothing.
+    fn expired_conflict(&self, st: &mut State, locks: &[(String, LockMode)], lease_ms: u32) -> Option<RpcResult> {
+        let now = self.now_ms();
+        let expired: Vec<u64> = st.table.expired(now).into_iter().filter(|t| st.table.conflicts(locks).contains(t)).collect();
+        for txn in expired {
+            match st.intents.get(&txn).cloned() {
+                Some(Intent::Retry { .. }) | None => {
+                    if let Err(e) = self.delete_record(txn) {
+                        return Some(Err(e));
+                    }
+                    st.table.release(txn);
+                    st.intents.remove(&txn);
+                }
+                Some(intent) => {
+                    st.table.renew(txn, now + lease_ms as u64);
+                    return Some(Ok(Reply::Recover { txn, intent }));
+                }
+            }
+        }
+        None
+    }
+
+    /// One attempt: record and grant, hand over an expired conflicting transaction,
+    /// or `None` if something live conflicts.
+    fn try_lock(&self, locks: &[(String, LockMode)], intent: &Intent, lease_ms: u32, waited: bool) -> Option<RpcResult> {
         let mut st = self.state.lock();
-        self.reap_expired(&mut st);
+        if let Some(handover) = self.expired_conflict(&mut st, locks, lease_ms) {
+            return Some(handover);
+        }
         if !st.table.conflicts(locks).is_empty() {
             return None;
         }
         let txn = st.next_txn;
         let mut b = Batch::new();
-        let rec = TxnRecord { intent: intent.to_string(), locks: locks.to_vec() };
+        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec() };
         b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
         if let Err(e) = self.store.write(b) {
@@ -113,10 +150,11 @@ impl LockService {
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
         debug_assert!(granted);
+        st.intents.insert(txn, intent.clone());
         Some(Ok(Reply::Locked { txn, waited }))
     }
 
-    async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: String, lease_ms: u32, wait_ms: u32) -> RpcResult {
+    async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32) -> RpcResult {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS) as u64);
         let mut waited = false;
         loop {
@@ -137,35 +175,30 @@ impl LockService {
     }
 
     fn unlock(&self, txn: u64) -> RpcResult {
-        let mut b = Batch::new();
-        b.delete(TXNS, txn.to_be_bytes().to_vec());
-        self.store.write(b).map_err(|_| Errno::EIO)?;
+        self.delete_record(txn)?;
         let mut st = self.state.lock();
         st.table.release(txn);
-        st.abandoned.retain(|t| *t != txn);
+        st.intents.remove(&txn);
         self.released.notify_waiters();
         Ok(Reply::Unit)
     }
 
+    /// The transactions in flight; a negative `expires_in_ms` means the lease ran
+    /// out and the transaction waits for recovery.
     fn list(&self) -> RpcResult {
-        let mut st = self.state.lock();
-        self.reap_expired(&mut st);
+        let st = self.state.lock();
         let now = self.now_ms() as i64;
-        let mut out = Vec::new();
-        let mut failed = false;
-        let _ = self.store.for_each(TXNS, b"", &mut |k, v| {
-            match (k.try_into().map(u64::from_be_bytes), postcard::from_bytes::<TxnRecord>(v)) {
-                (Ok(txn), Ok(rec)) => {
-                    let expires = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.expires_at as i64 - now);
-                    out.push(TxnInfo { txn, intent: rec.intent, locks: rec.locks, expires_in_ms: expires.unwrap_or(-1) });
-                }
-                _ => failed = true,
-            }
-            true
-        });
-        if failed {
-            return Err(Errno::EIO);
-        }
+        let mut out: Vec<TxnInfo> = st
+            .table
+            .held()
+            .map(|(txn, h)| TxnInfo {
+                txn,
+                intent: st.intents.get(&txn).cloned().unwrap_or(Intent::Retry { path: "/".into() }),
+                locks: h.locks.clone(),
+                expires_in_ms: h.expires_at as i64 - now,
+            })
+            .collect();
+        out.sort_by_key(|t| t.txn);
         Ok(Reply::Txns(out))
     }
 }

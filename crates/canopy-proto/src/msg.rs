@@ -66,11 +66,38 @@ pub enum LockMode {
     Write,
 }
 
+/// What a distributed transaction does: recorded durably by the lock service
+/// before its locks are granted, so whoever recovers it knows what to repair.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Intent {
+    Mkdir { path: String },
+    Rmdir { path: String },
+    /// chmod/chown of a directory.
+    DirSetAttr { path: String },
+    Rename { src: String, dst: String },
+    Link { src: String, dst: String },
+    /// A single-RPC operation's pessimistic retry: reads only, nothing to repair.
+    Retry { path: String },
+}
+
+impl std::fmt::Display for Intent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Intent::Mkdir { path } => write!(f, "mkdir {path}"),
+            Intent::Rmdir { path } => write!(f, "rmdir {path}"),
+            Intent::DirSetAttr { path } => write!(f, "setattr {path}"),
+            Intent::Rename { src, dst } => write!(f, "rename {src} {dst}"),
+            Intent::Link { src, dst } => write!(f, "link {src} {dst}"),
+            Intent::Retry { path } => write!(f, "retry {path}"),
+        }
+    }
+}
+
 /// A distributed transaction the lock service holds locks and a redo record for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnInfo {
     pub txn: u64,
-    pub intent: String,
+    pub intent: Intent,
     pub locks: Vec<(String, LockMode)>,
     pub expires_in_ms: i64,
 }
@@ -171,6 +198,11 @@ requests! {
     RenameDir { src: String, dst: String, check_only: bool },
     /// Up to `limit` local objects below directory `root` whose primary changed.
     Migrate { root: String, limit: u32 },
+    /// The directory at `path` on this server, if any (no permission checks): what
+    /// recovery compares replicas against.
+    DirProbe { path: String },
+    /// Make this server's directory state at `path` equal `want` (recovery).
+    DirSync { path: String, want: Option<DirLookup> },
     /// Store objects moved here by a migration.
     Adopt { items: Vec<MovedItem> },
     /// Drop objects that were adopted elsewhere.
@@ -178,7 +210,7 @@ requests! {
     Stats,
     Fsck,
     /// Lock service: take `locks` for a transaction described by `intent`.
-    Lock { locks: Vec<(String, LockMode)>, intent: String, lease_ms: u32, wait_ms: u32 },
+    Lock { locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32 },
     /// Lock service: release a transaction's locks and end its redo record.
     Unlock { txn: u64 },
     /// Lock service: the transactions in flight.
@@ -205,5 +237,10 @@ pub enum Reply {
     Fsck(FsckReport),
     /// Granted; `waited` if the grant had to wait for another transaction.
     Locked { txn: u64, waited: bool },
+    /// Not granted: transaction `txn`, whose coordinator's lease ran out, holds
+    /// conflicting locks. The caller now owns it: it must repair `intent`, unlock
+    /// `txn`, and ask again.
+    Recover { txn: u64, intent: Intent },
+    Probe(Option<DirLookup>),
     Txns(Vec<TxnInfo>),
 }

@@ -145,6 +145,66 @@ impl MetaServer {
     }
 }
 
+impl MetaServer {
+    /// The directory at `path` here, without permission checks.
+    pub(crate) fn dir_probe(&self, path: &NsPath) -> Result<Reply, Errno> {
+        let table = self.table.read();
+        let found = crate::resolve::resolve_dir(&table, &Creds::root(), path).ok();
+        Ok(Reply::Probe(found.and_then(|id| table.get(id)).map(|n| n.lookup.clone())))
+    }
+
+    /// Makes this server's directory state at `path` equal `want`: insert, update
+    /// or remove. Idempotent, so recovery can run it any number of times.
+    pub(crate) fn dir_sync(&self, path: &NsPath, want: Option<DirLookup>) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (parent, name, current) = match path.split() {
+            None => (0, String::new(), Some(ROOT_ID)),
+            Some((parent_path, name)) => {
+                let table = self.table.read();
+                match crate::resolve::resolve_dir(&table, &Creds::root(), &parent_path) {
+                    Ok(parent) => (parent, name.to_string(), table.child(parent, name)),
+                    Err(_) if want.is_none() => return Ok(Reply::Unit),
+                    Err(_) => return Err(Errno::ENOENT),
+                }
+            }
+        };
+        let key = keys::entry_key(parent, &name);
+        let mut b = Batch::new();
+        match (current, want) {
+            (None, None) => return Ok(Reply::Unit),
+            (Some(id), None) => {
+                let has_subdirs = self.table.read().get(id).is_some_and(|n| !n.subdirs.is_empty());
+                if id == ROOT_ID || has_subdirs || !self.no_local_entries(id)? {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                b.delete(DIRS, key);
+                b.delete(DIRTIMES, keys::id_key(id).to_vec());
+                self.write(b)?;
+                self.table.write().remove(id);
+            }
+            (None, Some(l)) => {
+                if self.load_entry(parent, &name)?.is_some() {
+                    return Err(Errno::EEXIST);
+                }
+                b.put(DIRS, key, keys::encode(&l));
+                if self.is_primary(path) && self.load_dir_times(l.id)?.is_none() {
+                    let now = now_ns();
+                    b.put(DIRTIMES, keys::id_key(l.id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+                }
+                self.write(b)?;
+                self.table.write().insert(parent, &name, l);
+            }
+            (Some(id), Some(l)) if id == l.id => {
+                b.put(DIRS, key, keys::encode(&l));
+                self.write(b)?;
+                self.table.write().set_lookup(id, l.mode, l.uid, l.gid);
+            }
+            (Some(_), Some(_)) => return Err(Errno::EEXIST),
+        }
+        Ok(Reply::Unit)
+    }
+}
+
 /// Used by rename and fsck: the owner of a directory for permission checks.
 pub(crate) fn lookup_owner(l: &DirLookup) -> perm::Owner {
     perm::Owner { uid: l.uid, gid: l.gid, mode: l.mode }

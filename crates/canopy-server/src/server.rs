@@ -112,6 +112,8 @@ impl MetaServer {
             Request::RenameDir { src, dst, check_only } => {
                 self.rename_dir(creds, &parse(&src)?, &parse(&dst)?, check_only)
             }
+            Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
+            Request::DirSync { path, want } => self.dir_sync(&parse(&path)?, want),
             Request::Migrate { root, limit } => self.migrate(&parse(&root)?, limit),
             Request::Adopt { items } => self.adopt(items),
             Request::Release { items } => self.release(items),

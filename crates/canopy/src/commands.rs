@@ -384,11 +384,15 @@ fn tree<'a>(client: &'a Client, path: &'a str, indent: String, counts: &'a mut (
     })
 }
 
-pub fn fsck(cluster: Option<&Path>) -> Result<ExitCode, String> {
+pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
     let rt = connect::runtime()?;
     let summary = rt.block_on(async {
         let client = connect::client(&c, canopy_proto::Creds::root())?;
+        if repair {
+            let n = client.repair().await.map_err(|e| format!("fsck: repair: {e}"))?;
+            println!("canopy fsck: recovered {n} transactions of dead coordinators");
+        }
         client.fsck().await.map_err(|e| format!("fsck: {e}"))
     })?;
     for p in &summary.problems {

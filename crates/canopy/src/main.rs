@@ -36,7 +36,11 @@ enum Cmd {
     /// Each server up or down, with its entries and RPCs.
     Status,
     /// Check the whole cluster's consistency; non-zero exit if anything is wrong.
-    Fsck,
+    Fsck {
+        /// First recover every transaction whose coordinator died.
+        #[arg(long)]
+        repair: bool,
+    },
     /// Run one metadata server from a cluster file.
     Server(daemon::ServerArgs),
     /// Run the lock service from a cluster file.
@@ -54,7 +58,7 @@ fn main() -> ExitCode {
         Cmd::Up(args) => local::up(&args),
         Cmd::Down(args) => local::down(&args),
         Cmd::Status => local::status(cli.cluster.as_deref()),
-        Cmd::Fsck => commands::fsck(cli.cluster.as_deref()),
+        Cmd::Fsck { repair } => commands::fsck(cli.cluster.as_deref(), repair),
         Cmd::Server(args) => daemon::run_server(&args),
         Cmd::Lockd(args) => daemon::run_lockd(&args),
         Cmd::Bench(args) => local::bench(&args, cli.cluster.as_deref()),

@@ -143,7 +143,7 @@ async fn hostile_paths_get_errnos() {
         (stat("/../../etc/passwd".into()), Errno::ENOENT),
         (Request::Mkdir { path: "/".into(), mode: 0o777, assign: None }, Errno::EEXIST),
         (Request::LinkInsert { path: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
-        (Request::Lock { locks: vec![], intent: String::new(), lease_ms: 1, wait_ms: 1 }, Errno::ENOSYS),
+        (Request::Lock { locks: vec![], intent: canopy_proto::msg::Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 }, Errno::ENOSYS),
     ];
     for (req, want) in cases {
         let got = conn.call(&Creds::root(), &req, T).await;

@@ -1,0 +1,122 @@
+//! Recovery of a ShardFS transaction whose coordinator died (seed 000 §3.3: the
+//! lock service keeps the redo record; a later conflicting lock acquisition
+//! triggers recovery).
+//!
+//! Recovery is state-based and idempotent: it reads what the servers hold and
+//! finishes or undoes the transaction from there, so it can itself die and be run
+//! again by the next client.
+//!
+//! - mkdir, rmdir, chmod/chown of a directory: the primary's state is the truth. In
+//!   Procedure 1 the primary applies first (the commit point), in Procedure 2 last
+//!   (so its change is the commit point too). Making every replica's entry for the
+//!   path equal the primary's rolls a committed transaction forward and an
+//!   uncommitted one back.
+//! - directory rename: the destination's primary applies first; if it has the
+//!   directory at the new name the rename committed: finish applying it on the
+//!   others and run the migration again; otherwise move it back where a server
+//!   already moved it, and put back a directory it had replaced.
+//! - file rename: if both names now hold the same inode (inserted at the
+//!   destination, not yet dropped at the source), drop the source.
+//! - link and a pessimistic retry: nothing to repair (a link that died between its
+//!   two steps can leave the inode's nlink one too high; fsck reports it).
+
+use crate::namespace::Res;
+use crate::shardfs::ShardFs;
+use canopy_proto::msg::{DirLookup, Intent};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Errno, Reply, Request};
+
+fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
+    match r? {
+        Reply::Probe(p) => Ok(p),
+        _ => Err(Errno::EPROTO),
+    }
+}
+
+impl ShardFs {
+    /// Repairs the effects of a dead coordinator's `intent`.
+    pub(crate) async fn recover(&self, intent: &Intent) -> Res<()> {
+        match intent {
+            Intent::Mkdir { path } | Intent::Rmdir { path } | Intent::DirSetAttr { path } => {
+                self.sync_replicas(&NsPath::parse(path)?).await
+            }
+            Intent::Rename { src, dst } => self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?).await,
+            Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
+        }
+    }
+
+    /// Every server's directory at `path`, by server index.
+    async fn probe_all(&self, path: &NsPath) -> Res<Vec<Option<DirLookup>>> {
+        let results = self.fan_out(0..self.n, &Creds::root(), |_| Request::DirProbe { path: path.to_string() }).await;
+        results.into_iter().map(|(_, r)| probe_reply(r)).collect()
+    }
+
+    /// Makes every replica's directory state at `path` equal the primary's.
+    async fn sync_replicas(&self, path: &NsPath) -> Res<()> {
+        let prim = self.primary(path);
+        let want = probe_reply(self.rpc(prim, &Creds::root(), Request::DirProbe { path: path.to_string() }).await)?;
+        let results = self.fan_out(self.all_but(prim), &Creds::root(), |_| Request::DirSync { path: path.to_string(), want: want.clone() }).await;
+        for (_, r) in results {
+            r?;
+        }
+        Ok(())
+    }
+
+    async fn recover_rename(&self, src: &NsPath, dst: &NsPath) -> Res<()> {
+        let at_src = self.probe_all(src).await?;
+        let at_dst = self.probe_all(dst).await?;
+        let prim = self.primary(dst) as usize;
+        let Some(moved) = at_src.iter().flatten().next().map(|l| l.id) else {
+            return match &at_dst[prim] {
+                // Applied everywhere; the migration may not have finished.
+                Some(_) => self.migrate_all(dst).await,
+                None => self.recover_file_rename(src, dst).await,
+            };
+        };
+        let root = Creds::root();
+        let committed = at_dst[prim].as_ref().is_some_and(|l| l.id == moved);
+        if committed {
+            for (i, l) in at_src.iter().enumerate() {
+                if l.as_ref().is_some_and(|l| l.id == moved) {
+                    let req = Request::RenameDir { src: src.to_string(), dst: dst.to_string(), check_only: false };
+                    self.rpc(i as u32, &root, req).await?;
+                }
+            }
+            return self.migrate_all(dst).await;
+        }
+        // Not committed: undo where it was applied, restoring a replaced directory
+        // from the destination's primary, which still has it.
+        let victim = at_dst[prim].clone();
+        for (i, l) in at_dst.iter().enumerate() {
+            if l.as_ref().is_some_and(|l| l.id == moved) {
+                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), check_only: false };
+                self.rpc(i as u32, &root, back).await?;
+                if victim.is_some() {
+                    self.rpc(i as u32, &root, Request::DirSync { path: dst.to_string(), want: victim.clone() }).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn recover_file_rename(&self, src: &NsPath, dst: &NsPath) -> Res<()> {
+        if let (Some(a), Some(b)) = (self.ino_at(src).await?, self.ino_at(dst).await?) {
+            if a == b {
+                let req = Request::RenameOutCommit { src: src.to_string(), ino: a };
+                self.rpc(self.primary(src), &Creds::root(), req).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The inode at `path` on its primary, if a file is there.
+    async fn ino_at(&self, path: &NsPath) -> Res<Option<u64>> {
+        match self.rpc(self.primary(path), &Creds::root(), Request::Stat { path: path.to_string() }).await {
+            Ok(Reply::Attr(a)) => Ok(Some(a.ino)),
+            Ok(Reply::Redirect { ino, .. }) => Ok(Some(ino)),
+            Ok(_) => Err(Errno::EPROTO),
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::EREMOTE) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
