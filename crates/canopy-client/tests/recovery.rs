@@ -1,0 +1,205 @@
+//! Fault injection: a coordinator is killed at each step of each kind of directory
+//! transaction (before and after the commit point, between the replicas and the
+//! primary), then another client recovers it. The namespace must then equal either
+//! the tree before the operation or the tree after it (as a cluster without faults
+//! makes it), exactly the one the commit point says, and fsck must be clean.
+
+use canopy_client::shardfs::{Step, StepAction, StepHook};
+use canopy_client::testing::InProcCluster;
+use canopy_client::Client;
+use canopy_proto::msg::Intent;
+use canopy_proto::path::NsPath;
+use canopy_proto::placement::primary;
+use canopy_proto::{Errno, FileKind};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SERVERS: u32 = 4;
+/// The dying coordinator's lease: short, so the test need not wait long.
+const LEASE_MS: u32 = 150;
+
+/// Kills the coordinator at one step.
+struct DieAt(Step);
+
+impl StepHook for DieAt {
+    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
+        Box::pin(async move {
+            if step == self.0 {
+                StepAction::Die
+            } else {
+                StepAction::Continue
+            }
+        })
+    }
+}
+
+/// The starting namespace: enough files below /a that renaming it migrates some.
+async fn populate(c: &Client) {
+    c.mkdir("/a", 0o755).await.unwrap();
+    c.mkdir("/a/sub", 0o755).await.unwrap();
+    c.mkdir("/a/sub/deeper", 0o755).await.unwrap();
+    c.mkdir("/b", 0o755).await.unwrap();
+    c.mkdir("/b/victim", 0o755).await.unwrap();
+    for i in 0..12 {
+        c.create(&format!("/a/f{i}"), 0o644).await.unwrap();
+        c.create(&format!("/a/sub/g{i}"), 0o644).await.unwrap();
+    }
+    c.mkdir("/empty", 0o755).await.unwrap();
+}
+
+type Tree = Vec<(String, FileKind, u32, u32)>;
+
+/// Every object's path, kind, mode and nlink, walked from the root.
+async fn tree(c: &Client) -> Tree {
+    let mut out = Vec::new();
+    let mut dirs = vec!["/".to_string()];
+    while let Some(d) = dirs.pop() {
+        for e in c.readdir(&d).await.unwrap() {
+            let p = if d == "/" { format!("/{}", e.name) } else { format!("{d}/{}", e.name) };
+            let a = c.stat(&p).await.unwrap();
+            if a.kind == FileKind::Dir {
+                dirs.push(p.clone());
+            }
+            out.push((p, a.kind, a.mode, a.nlink));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Mkdir,
+    Rmdir,
+    ChmodDir,
+    RenameDir,
+    RenameDirOverEmpty,
+    RenameFile,
+}
+
+impl Op {
+    fn intent(self) -> Intent {
+        let (s, d) = match self {
+            Op::Mkdir => return Intent::Mkdir { path: "/a/new".into() },
+            Op::Rmdir => return Intent::Rmdir { path: "/empty".into() },
+            Op::ChmodDir => return Intent::DirSetAttr { path: "/a/sub".into() },
+            Op::RenameDir => ("/a", "/moved"),
+            Op::RenameDirOverEmpty => ("/a/sub", "/b/victim"),
+            Op::RenameFile => return Intent::Rename { src: "/a/f3".into(), dst: cross_server_dst() },
+        };
+        Intent::Rename { src: s.into(), dst: d.into() }
+    }
+
+    async fn run(self, c: &Client) -> Result<(), Errno> {
+        match self {
+            Op::Mkdir => c.mkdir("/a/new", 0o700).await.map(|_| ()),
+            Op::Rmdir => c.rmdir("/empty").await,
+            Op::ChmodDir => c.chmod("/a/sub", 0o711).await.map(|_| ()),
+            Op::RenameDir => c.rename("/a", "/moved").await,
+            Op::RenameDirOverEmpty => c.rename("/a/sub", "/b/victim").await,
+            Op::RenameFile => c.rename("/a/f3", &cross_server_dst()).await,
+        }
+    }
+}
+
+/// A new name for /a/f3 on another server, so the rename takes three steps.
+fn cross_server_dst() -> String {
+    let src = primary(&NsPath::parse("/a/f3").unwrap(), SERVERS);
+    (0..100)
+        .map(|i| format!("/b/renamed{i}"))
+        .find(|d| primary(&NsPath::parse(d).unwrap(), SERVERS) != src)
+        .expect("some name lands elsewhere")
+}
+
+/// Whether dying at `step` leaves the operation committed (true) or not.
+fn committed_after(op: Op, step: &Step) -> bool {
+    match (op, step) {
+        (_, Step::Locked(_)) => false,
+        // Procedure 2: the replicas go first; the primary is the commit point.
+        (Op::Rmdir, Step::ReplicasDone(_)) => false,
+        _ => true,
+    }
+}
+
+fn steps(op: Op) -> Vec<Step> {
+    let i = op.intent();
+    let mut v = vec![Step::Locked(i.clone()), Step::PrimaryDone(i.clone())];
+    if !matches!(op, Op::RenameFile) {
+        v.push(Step::ReplicasDone(i));
+    }
+    v
+}
+
+async fn expected_trees(op: Op) -> (Tree, Tree) {
+    let clean = InProcCluster::memory(SERVERS);
+    let c = clean.client();
+    populate(&c).await;
+    let before = tree(&c).await;
+    op.run(&c).await.unwrap();
+    (before, tree(&c).await)
+}
+
+async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    populate(&root).await;
+    let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
+    assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    let recovering = cluster.fresh_client();
+    assert_eq!(recovering.repair().await, Ok(1), "{op:?} at {step:?}");
+    let want = if committed_after(op, &step) { after } else { before };
+    assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}");
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{op:?} died at {step:?}: {:?}", fsck.problems);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_step_of_every_transaction_recovers_to_all_or_nothing() {
+    for op in [Op::Mkdir, Op::Rmdir, Op::ChmodDir, Op::RenameDir, Op::RenameDirOverEmpty, Op::RenameFile] {
+        let (before, after) = expected_trees(op).await;
+        assert_ne!(before, after, "{op:?} changes something");
+        for step in steps(op) {
+            die_and_recover(op, step, &before, &after).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_conflicting_operation_triggers_recovery() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    populate(&root).await;
+    let intent = Intent::Mkdir { path: "/a/new".into() };
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
+    assert_eq!(dying.mkdir("/a/new", 0o755).await.map(|_| ()), Err(Errno::ENOTCONN));
+    // Half applied: only the primary has it, and the lock service holds the record.
+    assert!(!root.fsck().await.unwrap().is_clean());
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    let next = cluster.fresh_client();
+    next.rmdir("/a/new").await.unwrap();
+    assert_eq!(next.counters().snapshot().recoveries, 1);
+    assert_eq!(root.stat("/a/new").await.map(|_| ()), Err(Errno::ENOENT));
+    assert!(root.fsck().await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recoverer_that_dies_is_recovered_in_turn() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    populate(&root).await;
+    let rename = Intent::Rename { src: "/a".into(), dst: "/moved".into() };
+    let first = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(rename))), LEASE_MS);
+    assert_eq!(first.rename("/a", "/moved").await, Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    // The second client takes the transaction over, then dies before finishing
+    // its own mkdir (recovery itself completed; its own transaction did not).
+    let mkdir = Intent::Mkdir { path: "/moved/x".into() };
+    let second = cluster.client_with_hook(Arc::new(DieAt(Step::Locked(mkdir))), LEASE_MS);
+    assert_eq!(second.mkdir("/moved/x", 0o755).await.map(|_| ()), Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
+    assert_eq!(root.stat("/moved/sub/g3").await.map(|a| a.kind), Ok(FileKind::File));
+    assert!(root.fsck().await.unwrap().is_clean());
+}
