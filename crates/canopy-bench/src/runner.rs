@@ -4,7 +4,7 @@
 //! after: the clients' RPCs sent and the servers' RPCs received.
 
 use crate::report::{cov, quantile, BenchReport, Latency, PhaseReport};
-use crate::workload::Tree;
+use crate::workload::{renamed, Tree};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
 use canopy_proto::Errno;
@@ -23,7 +23,9 @@ pub struct BenchConfig {
     pub dirs: usize,
     pub files: usize,
     pub stats: usize,
-    /// Phases to run, in order, from `mkdir`, `create`, `stat`.
+    /// Phases to run, in order, from `mkdir`, `create`, `stat`, `chmod` (every
+    /// directory, adding group write: a monotonic change) and `rename` (every leaf
+    /// directory to a new name in its parent, moving its files; run it last).
     pub phases: Vec<String>,
     /// Where the bench tree goes; must not exist.
     pub root: String,
@@ -52,6 +54,8 @@ enum Op {
     Mkdir,
     Create,
     Stat,
+    Chmod,
+    Rename,
 }
 
 async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
@@ -59,6 +63,8 @@ async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
         Op::Mkdir => client.mkdir(path, 0o755).await.map(|_| ()),
         Op::Create => client.create(path, 0o644).await.map(|_| ()),
         Op::Stat => client.stat(path).await.map(|_| ()),
+        Op::Chmod => client.chmod(path, 0o775).await.map(|_| ()),
+        Op::Rename => client.rename(path, &renamed(path)).await,
     }
 }
 
@@ -154,7 +160,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
     for name in &cfg.phases {
         // A phase that needs the tree or the files gets them built, unmeasured,
         // when no earlier phase made them.
-        if matches!(name.as_str(), "create" | "stat") && !have_dirs {
+        if !have_dirs && name != "mkdir" {
             prepare(&clients, cfg, mkdir_work(&tree)).await?;
             have_dirs = true;
         }
@@ -179,7 +185,9 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
                 let picks = (0..cfg.stats).map(|_| tree.files[rng.gen_range(0..tree.files.len())].clone()).collect();
                 vec![(Op::Stat, Arc::new(picks))]
             }
-            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat)")),
+            "chmod" => vec![(Op::Chmod, Arc::new(tree.dirs.clone()))],
+            "rename" => vec![(Op::Rename, Arc::new(tree.leaves()))],
+            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat, chmod, rename)")),
         };
         let total_ops: usize = work.iter().map(|(_, p)| p.len()).sum();
         let bar = if cfg.progress { ProgressBar::new(total_ops as u64) } else { ProgressBar::hidden() };

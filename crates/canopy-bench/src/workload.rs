@@ -43,6 +43,18 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// Directories with no subdirectory (node i has children from FANOUT*i + 1).
+    pub fn leaves(&self) -> Vec<String> {
+        (0..self.dirs.len()).filter(|i| FANOUT * i + 1 >= self.dirs.len()).map(|i| self.dirs[i].clone()).collect()
+    }
+}
+
+/// The new name a leaf directory gets in the rename phase.
+pub fn renamed(path: &str) -> String {
+    format!("{path}-renamed")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +67,10 @@ mod tests {
         assert_eq!(t.dirs[11], "/b/d0/d1/d11");
         assert_eq!(t.levels, vec![0..1, 1..11, 11..25]);
         assert_eq!(t.files[3], "/b/d0/d3/f3");
+        let leaves = t.leaves();
+        assert_eq!(leaves.len(), 25 - 3, "d0, d1 and d2 have children");
+        assert!(!leaves.contains(&"/b/d0/d1".to_string()));
+        assert!(leaves.contains(&"/b/d0/d3".to_string()));
         for (i, d) in t.dirs.iter().enumerate().skip(1) {
             let parent = &d[..d.rfind('/').unwrap()];
             let pi = t.dirs.iter().position(|p| p == parent).unwrap();
