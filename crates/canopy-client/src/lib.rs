@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod counters;
 pub mod fsck;
 mod namespace;
+mod monotonic;
 mod recovery;
 pub mod shardfs;
 pub mod testing;

@@ -2,7 +2,8 @@
 //! lock service keeps the redo record; a later conflicting lock acquisition
 //! triggers recovery).
 //!
-//! Recovery is state-based and idempotent: it reads what the servers hold and
+//! Recovery is state-based and idempotent (and lifts the fences a non-monotonic
+//! transaction left): it reads what the servers hold and
 //! finishes or undoes the transaction from there, so it can itself die and be run
 //! again by the next client.
 //!
@@ -34,15 +35,22 @@ fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
 }
 
 impl ShardFs {
-    /// Repairs the effects of a dead coordinator's `intent`.
-    pub(crate) async fn recover(&self, intent: &Intent) -> Res<()> {
+    /// Repairs the effects of dead coordinator's transaction `txn`, then lifts any
+    /// fence it left on the servers.
+    pub(crate) async fn recover(&self, txn: u64, intent: &Intent) -> Res<()> {
         match intent {
-            Intent::Mkdir { path } | Intent::Rmdir { path } | Intent::DirSetAttr { path } => {
-                self.sync_replicas(&NsPath::parse(path)?).await
+            Intent::Mkdir { path } | Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
+            Intent::DirSetAttr { path } => {
+                self.sync_replicas(&NsPath::parse(path)?).await?;
+                self.unfence(txn).await?;
             }
-            Intent::Rename { src, dst } => self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?).await,
-            Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
+            Intent::Rename { src, dst } => {
+                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?).await?;
+                self.unfence(txn).await?;
+            }
+            Intent::Link { .. } | Intent::Retry { .. } => {}
         }
+        Ok(())
     }
 
     /// Every server's directory at `path`, by server index.
@@ -111,7 +119,7 @@ impl ShardFs {
 
     /// The inode at `path` on its primary, if a file is there.
     async fn ino_at(&self, path: &NsPath) -> Res<Option<u64>> {
-        match self.rpc(self.primary(path), &Creds::root(), Request::Stat { path: path.to_string() }).await {
+        match self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { path: path.to_string() }).await {
             Ok(Reply::Attr(a)) => Ok(Some(a.ino)),
             Ok(Reply::Redirect { ino, .. }) => Ok(Some(ino)),
             Ok(_) => Err(Errno::EPROTO),

@@ -11,13 +11,20 @@
 //! Single-RPC operations take no locks (optimistic). The server that answers one is
 //! the primary of its target, which is also the commit point of every directory
 //! mutation of that path, so its ENOENT, ENOTDIR and EEXIST are authoritative. Only
-//! an EACCES (permission state replicated from elsewhere, possibly mid-change) or an
-//! EREMOTE (a replica that may not have seen a mkdir yet) can come from a replica
-//! in the middle of a directory mutation; those are retried once under read locks
-//! on the whole path (pessimistic), and the retry is counted.
+//! an EACCES (permission state replicated from elsewhere, possibly mid-change), an
+//! EREMOTE (a replica that may not have seen a mkdir yet) or an EAGAIN (the path is
+//! fenced off by a non-monotonic transaction) can come from a directory mutation in
+//! flight; those are retried once under read locks on the whole path
+//! (pessimistic), and the retry is counted.
+//!
+//! Directory setattr picks its procedure by how it changes the permitted
+//! operations (`monotonic.rs`): only adding, Procedure 1; only removing, Procedure
+//! 2; both (and every chown, and every directory rename), fenced: every server
+//! answers single-RPC operations on the affected subtrees EAGAIN until it ends.
 
 use crate::counters::ClientCounters;
 use crate::fsck::{self, FsckSummary};
+use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
 use canopy_lock::{path_locks, path_read_locks};
 use canopy_proto::attr::access;
@@ -77,8 +84,9 @@ pub trait StepHook: Send + Sync + 'static {
 }
 
 /// Errors that may come from a replica caught mid-way through a directory mutation.
+/// EAGAIN: the server fenced the path off for a non-monotonic transaction.
 fn may_be_transient(e: &Errno) -> bool {
-    matches!(e, Errno::EACCES | Errno::EREMOTE)
+    matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
 }
 
 fn unexpected(r: Reply) -> Errno {
@@ -207,7 +215,7 @@ impl ShardFs {
                 }
                 Reply::Recover { txn, intent: failed } => {
                     self.counters.recovered();
-                    self.recover(&failed).await?;
+                    self.recover(txn, &failed).await?;
                     self.unlock(txn).await;
                 }
                 other => return Err(unexpected(other)),
@@ -391,7 +399,30 @@ impl ShardFs {
         }
     }
 
-    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+    /// chmod/chown of a directory, holding its lock: picks the procedure by how
+    /// the change moves the permitted operations.
+    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr, txn: u64) -> Res<Attr> {
+        let prim = self.primary(p);
+        let old = match self.rpc(prim, &Creds::root(), Request::DirProbe { path: p.to_string() }).await? {
+            Reply::Probe(Some(l)) => l,
+            // Missing here: the primary-first path reports the caller's error.
+            Reply::Probe(None) => return self.dir_setattr_primary_first(c, p, set).await,
+            other => return Err(unexpected(other)),
+        };
+        let mut attr = dir_attr_from(&old);
+        if canopy_server::setattr::apply(c, &mut attr, set, 0).is_err() {
+            return self.dir_setattr_primary_first(c, p, set).await; // refused on the primary
+        }
+        let new = DirLookup { id: old.id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
+        match monotonic::classify(&old, &new) {
+            Change::Neutral | Change::Increasing => self.dir_setattr_primary_first(c, p, set).await,
+            Change::Decreasing => self.dir_setattr_replicas_first(c, p, set, &old).await,
+            Change::NonMonotonic => self.fenced(txn, &[p], self.dir_setattr_primary_first(c, p, set)).await,
+        }
+    }
+
+    /// Procedure 1: the primary (the commit point), then every replica.
+    async fn dir_setattr_primary_first(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
@@ -408,6 +439,68 @@ impl ShardFs {
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
         Ok(attr)
+    }
+
+    /// Procedure 2: every replica, then the primary (the commit point); on any
+    /// failure the replicas are put back to `old`.
+    async fn dir_setattr_replicas_first(&self, c: &Creds, p: &NsPath, set: &SetAttr, old: &DirLookup) -> Res<Attr> {
+        let prim = self.primary(p);
+        let path = p.to_string();
+        let intent = || Intent::DirSetAttr { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
+        let mut results = self.fan_out(self.all_but(prim), c, |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await;
+        self.step(|| Step::ReplicasDone(intent())).await?;
+        if pick_error(&results, prim).is_none() {
+            match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await {
+                Ok(Reply::Attr(a)) => {
+                    self.step(|| Step::PrimaryDone(intent())).await?;
+                    return Ok(a);
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => results.push((prim, Err(e))),
+            }
+        }
+        let err = pick_error(&results, prim).expect("an error was seen");
+        for (i, r) in &results {
+            if r.is_ok() {
+                let undo = Request::DirSync { path: path.clone(), want: Some(old.clone()) };
+                if let Err(e) = self.rpc(*i, &Creds::root(), undo).await {
+                    eprintln!("canopy-client: rollback of setattr {p} on server {i} failed: {e}");
+                }
+            }
+        }
+        Err(err)
+    }
+
+    /// Runs `body` with single-RPC operations on `paths` and below fenced off on
+    /// every server (a non-monotonic transaction `txn`).
+    async fn fenced<T>(&self, txn: u64, paths: &[&NsPath], body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+        self.fenced_on(0..self.n, txn, paths, body).await
+    }
+
+    /// `fenced`, on `servers` only.
+    async fn fenced_on<T>(
+        &self,
+        servers: impl Iterator<Item = u32>,
+        txn: u64,
+        paths: &[&NsPath],
+        body: impl std::future::Future<Output = Res<T>>,
+    ) -> Res<T> {
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        let fenced = self.fan_out(servers, &Creds::root(), |_| Request::Fence { txn, paths: paths.clone() }).await;
+        let r = match fenced.iter().find_map(|(_, r)| r.as_ref().err()) {
+            Some(e) => Err(*e),
+            None => body.await,
+        };
+        self.unfence(txn).await?;
+        r
+    }
+
+    pub(crate) async fn unfence(&self, txn: u64) -> Res<()> {
+        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Unfence { txn }).await {
+            r?;
+        }
+        Ok(())
     }
 
     async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
@@ -489,7 +582,7 @@ impl ShardFs {
         self.drop_remote(inserted).await
     }
 
-    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
@@ -498,9 +591,16 @@ impl ShardFs {
         let reply = self.rpc(self.primary(src), c, Request::Stat { path: src.to_string() }).await?;
         let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
-            self.do_rename_dir(c, src, dst).await
+            // Non-monotonic: everything below both names changes its path.
+            self.fenced(txn, &[src, dst], self.do_rename_dir(c, src, dst)).await
         } else {
-            self.do_rename_file(c, src, dst).await
+            let (a, b) = (self.primary(src), self.primary(dst));
+            if a == b {
+                return self.do_rename_file(c, src, dst).await; // one atomic RPC
+            }
+            // Between its steps the file is under both names: fence both primaries
+            // so no single-RPC operation sees that.
+            self.fenced_on([a, b].into_iter(), txn, &[src, dst], self.do_rename_file(c, src, dst)).await
         }
     }
 
@@ -533,7 +633,10 @@ impl ShardFs {
             Ok(other) => self.attr_or_follow(other).await,
             // A directory's mode and owner are replicated: a transaction.
             Err(Errno::EISDIR) if set.size.is_none() && set.touches_lookup_state() => {
-                let attr = self.locked(&[p], Intent::DirSetAttr { path: p.to_string() }, self.do_dir_setattr(c, p, &lookup_part(set))).await?;
+                let txn = self.lock(&[p], Intent::DirSetAttr { path: p.to_string() }).await?;
+                let r = self.do_dir_setattr(c, p, &lookup_part(set), txn).await;
+                self.unlock(txn).await;
+                let attr = r?;
                 match times_part(set) {
                     None => Ok(attr),
                     Some(times) => {
@@ -613,7 +716,9 @@ impl Namespace for ShardFs {
             if s == d {
                 return self.stat_path(c, &s).await.map(|_| ());
             }
-            let r = self.locked(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }, self.do_rename(c, &s, &d)).await;
+            let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
+            let r = self.do_rename(c, &s, &d, txn).await;
+            self.unlock(txn).await;
             self.settle_two(c, &s, &d, r).await
         })
     }

@@ -134,3 +134,33 @@ async fn a_real_permission_failure_is_retried_once_and_reported() {
     assert_eq!(root.create("/private/f", 0o644).await.map(|_| ()), Err(Errno::EEXIST));
     assert_eq!(retries(&root), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_monotonic_change_fences_lookups_on_every_server() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    let inside = name_where("/d", true);
+    root.create(&inside, 0o644).await.unwrap();
+    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::DirSetAttr { path: "/d".into() }));
+    let coordinator = cluster.client_with_hook(hook, 30_000);
+    let chown = tokio::spawn(async move { coordinator.chown("/d", Some(1000), None).await });
+    reached.recv().await.unwrap();
+    // The primary of /d already has the new owner, the replicas not: without the
+    // fence this stat (answered by that primary) would return at once.
+    let reader = cluster.fresh_client();
+    let stat = tokio::spawn({
+        let reader = reader.clone();
+        async move { reader.stat(&inside).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!stat.is_finished(), "fenced: the stat waits for the chown");
+    release.add_permits(1);
+    chown.await.unwrap().unwrap();
+    stat.await.unwrap().unwrap();
+    assert_eq!(retries(&reader), 1);
+    // After the transaction nothing is fenced.
+    let after = cluster.fresh_client();
+    after.stat(&name_where("/d", true)).await.unwrap();
+    assert_eq!(retries(&after), 0);
+}

@@ -201,8 +201,16 @@ requests! {
     /// The directory at `path` on this server, if any (no permission checks): what
     /// recovery compares replicas against.
     DirProbe { path: String },
+    /// What `path` holds here, as root and through any fence: recovery's view of a
+    /// half-applied file rename.
+    RecoveryStat { path: String },
     /// Make this server's directory state at `path` equal `want` (recovery).
     DirSync { path: String, want: Option<DirLookup> },
+    /// Fence off single-RPC operations on `paths` and below for transaction `txn`
+    /// (a non-monotonic directory mutation): they are answered EAGAIN until
+    /// `Unfence`.
+    Fence { txn: u64, paths: Vec<String> },
+    Unfence { txn: u64 },
     /// Store objects moved here by a migration.
     Adopt { items: Vec<MovedItem> },
     /// Drop objects that were adopted elsewhere.

@@ -17,6 +17,7 @@ use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_store::{Batch, SharedStore};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,11 @@ pub struct MetaServer {
     mutate: Mutex<()>,
     pub(crate) ids: Mutex<IdAlloc>,
     counters: Counters,
+    /// Subtrees fenced off by non-monotonic transactions in flight, by txn. In
+    /// memory only: the lock service's record outlives a restart and its recovery
+    /// ends the transaction.
+    fences: RwLock<Vec<(u64, NsPath)>>,
+    fence_count: AtomicUsize,
 }
 
 /// Where a path led on this server.
@@ -75,6 +81,8 @@ impl MetaServer {
             mutate: Mutex::new(()),
             ids: Mutex::new(ids),
             counters: Counters::default(),
+            fences: RwLock::new(Vec::new()),
+            fence_count: AtomicUsize::new(0),
         })
     }
 
@@ -88,17 +96,19 @@ impl MetaServer {
         self.counters.count(req.opcode());
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
-            Request::Stat { path } => self.stat(creds, &parse(&path)?),
-            Request::Create { path, mode, kind, exclusive } => self.create(creds, &parse(&path)?, mode, kind, exclusive),
-            Request::Unlink { path } => self.unlink(creds, &parse(&path)?),
-            Request::SetAttr { path, set } => self.set_attr(creds, &parse(&path)?, &set),
-            Request::Readlink { path } => self.readlink(creds, &parse(&path)?),
-            Request::Access { path, mask } => self.access(creds, &parse(&path)?, mask),
+            Request::Stat { path } => self.stat(creds, &self.unfenced(&path)?),
+            Request::Create { path, mode, kind, exclusive } => self.create(creds, &self.unfenced(&path)?, mode, kind, exclusive),
+            Request::Unlink { path } => self.unlink(creds, &self.unfenced(&path)?),
+            Request::SetAttr { path, set } => self.set_attr(creds, &self.unfenced(&path)?, &set),
+            Request::Readlink { path } => self.readlink(creds, &self.unfenced(&path)?),
+            Request::Access { path, mask } => self.access(creds, &self.unfenced(&path)?, mask),
             Request::ReadDir { path, after, limit, with_dirs } => {
-                self.read_dir(creds, &parse(&path)?, after.as_deref(), limit, with_dirs)
+                self.read_dir(creds, &self.unfenced(&path)?, after.as_deref(), limit, with_dirs)
             }
-            Request::LinkShare { path } => self.link_share(creds, &parse(&path)?),
-            Request::LinkInsert { path, ino, home } => self.link_insert(creds, &parse(&path)?, ino, home),
+            Request::LinkShare { path } => self.link_share(creds, &self.unfenced(&path)?),
+            Request::LinkInsert { path, ino, home } => self.link_insert(creds, &self.unfenced(&path)?, ino, home),
+            Request::Fence { txn, paths } => self.fence(txn, &paths),
+            Request::Unfence { txn } => self.unfence(txn),
             Request::InodeStat { ino } => self.inode_stat(ino),
             Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
             Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
@@ -113,6 +123,7 @@ impl MetaServer {
                 self.rename_dir(creds, &parse(&src)?, &parse(&dst)?, check_only)
             }
             Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
+            Request::RecoveryStat { path } => self.stat(&Creds::root(), &parse(&path)?),
             Request::DirSync { path, want } => self.dir_sync(&parse(&path)?, want),
             Request::Migrate { root, limit } => self.migrate(&parse(&root)?, limit),
             Request::Adopt { items } => self.adopt(items),
@@ -121,6 +132,36 @@ impl MetaServer {
             Request::Fsck => self.fsck(),
             Request::Lock { .. } | Request::Unlock { .. } | Request::ListTxns => Err(Errno::ENOSYS),
         }
+    }
+
+    /// Parses the path of a single-RPC operation; `EAGAIN` if a non-monotonic
+    /// transaction fenced it off (the client retries it under locks, which waits
+    /// for that transaction to end).
+    fn unfenced(&self, raw: &str) -> Result<NsPath, Errno> {
+        let path = parse(raw)?;
+        if self.fence_count.load(Ordering::Acquire) > 0 && self.fences.read().iter().any(|(_, f)| path.is_within(f)) {
+            return Err(Errno::EAGAIN);
+        }
+        Ok(path)
+    }
+
+    fn fence(&self, txn: u64, paths: &[String]) -> Result<Reply, Errno> {
+        let parsed = paths.iter().map(|p| parse(p)).collect::<Result<Vec<_>, _>>()?;
+        let mut fences = self.fences.write();
+        for p in parsed {
+            if !fences.iter().any(|(t, f)| *t == txn && *f == p) {
+                fences.push((txn, p));
+            }
+        }
+        self.fence_count.store(fences.len(), Ordering::Release);
+        Ok(Reply::Unit)
+    }
+
+    fn unfence(&self, txn: u64) -> Result<Reply, Errno> {
+        let mut fences = self.fences.write();
+        fences.retain(|(t, _)| *t != txn);
+        self.fence_count.store(fences.len(), Ordering::Release);
+        Ok(Reply::Unit)
     }
 
     pub fn stats(&self) -> ServerStats {
