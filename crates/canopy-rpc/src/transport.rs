@@ -106,9 +106,15 @@ impl Transport for InProcTransport {
             Target::Lockd => Some(self.lockd.clone()),
         };
         let Some(service) = service else { return Box::pin(async { unknown_target() }) };
-        match service.call(creds.clone(), req) {
-            Handled::Now(r) => Box::pin(async move { r }),
-            Handled::Later(f) => f,
-        }
+        let creds = creds.clone();
+        Box::pin(async move {
+            // A message on a network is a point where other tasks run: yield, so
+            // concurrent clients interleave here as they would over TCP.
+            tokio::task::yield_now().await;
+            match service.call(creds, req) {
+                Handled::Now(r) => r,
+                Handled::Later(f) => f.await,
+            }
+        })
     }
 }
