@@ -237,8 +237,21 @@ impl ShardFs {
     async fn locked<T>(&self, paths: &[&NsPath], intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
         let txn = self.lock(paths, intent).await?;
         let r = body.await;
-        self.unlock(txn).await;
+        self.finish(txn, &r).await;
         r
+    }
+
+    /// Ends transaction `txn`: unlocks it, unless it ended in an uncertain state
+    /// (a server unreachable or failing mid-way). Then its locks and record stay
+    /// until the lease runs out and the next conflicting client recovers it from
+    /// what the servers hold (a no-op if nothing was applied).
+    async fn finish<T>(&self, txn: u64, r: &Res<T>) {
+        match r {
+            Err(e @ (Errno::EIO | Errno::ENOTCONN | Errno::ECONNREFUSED | Errno::ETIMEDOUT)) => {
+                eprintln!("canopy-client: transaction {txn} left for recovery after {e}");
+            }
+            _ => self.unlock(txn).await,
+        }
     }
 
     /// Turns `EREMOTE` (a component is not a directory on the server that
@@ -635,7 +648,7 @@ impl ShardFs {
             Err(Errno::EISDIR) if set.size.is_none() && set.touches_lookup_state() => {
                 let txn = self.lock(&[p], Intent::DirSetAttr { path: p.to_string() }).await?;
                 let r = self.do_dir_setattr(c, p, &lookup_part(set), txn).await;
-                self.unlock(txn).await;
+                self.finish(txn, &r).await;
                 let attr = r?;
                 match times_part(set) {
                     None => Ok(attr),
@@ -718,7 +731,7 @@ impl Namespace for ShardFs {
             }
             let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
             let r = self.do_rename(c, &s, &d, txn).await;
-            self.unlock(txn).await;
+            self.finish(txn, &r).await;
             self.settle_two(c, &s, &d, r).await
         })
     }

@@ -4,7 +4,8 @@
 //! intent and locks) before it is granted, and the record is deleted by `Unlock`:
 //! at any time the store holds every directory mutation that may be half done. A
 //! restarted service re-grants the locks of recorded transactions with a fresh
-//! lease, so their coordinators can finish.
+//! lease of the length each asked for, so live coordinators can finish and dead
+//! ones are recovered once it runs out.
 //!
 //! Recovery (seed 000 §3.3: "later lock acquisition on the same path will trigger
 //! a recovery process"): a transaction whose lease ran out keeps its locks. The
@@ -38,6 +39,8 @@ const MAX_LOCKS: usize = 8192;
 struct TxnRecord {
     intent: Intent,
     locks: Vec<(String, LockMode)>,
+    /// The lease its coordinator asked for; a restarted service grants it again.
+    lease_ms: u32,
 }
 
 struct State {
@@ -83,9 +86,8 @@ impl LockService {
         };
         {
             let mut st = svc.state.lock();
-            let lease = svc.now_ms() + 30_000;
             for (id, rec) in records {
-                st.table.try_grant(id, &rec.locks, lease);
+                st.table.try_grant(id, &rec.locks, svc.now_ms() + rec.lease_ms as u64);
                 st.intents.insert(id, rec.intent);
             }
         }
@@ -140,7 +142,7 @@ impl LockService {
         }
         let txn = st.next_txn;
         let mut b = Batch::new();
-        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec() };
+        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms };
         b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
         if let Err(e) = self.store.write(b) {

@@ -50,7 +50,12 @@ pub fn client(c: &ClusterFile, creds: Creds) -> Result<Client, String> {
         return Err(format!("namespace mode {:?} is not supported yet (only shardfs)", c.mode));
     }
     let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, RPC_TIMEOUT));
-    Ok(Client::new(Arc::new(ShardFs::new(transport)), creds))
+    let mut ns = ShardFs::new(transport);
+    if let Some(ms) = std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()) {
+        // How long a crashed client's locks block others before recovery.
+        ns = ns.with_lease(ms);
+    }
+    Ok(Client::new(Arc::new(ns), creds))
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
