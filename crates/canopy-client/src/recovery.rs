@@ -35,18 +35,19 @@ fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
 }
 
 impl ShardFs {
-    /// Repairs the effects of dead coordinator's transaction `txn`, then lifts any
-    /// fence it left on the servers.
-    pub(crate) async fn recover(&self, txn: u64, intent: &Intent) -> Res<()> {
+    /// Repairs the effects of a dead coordinator's transaction, which this client
+    /// now holds as `txn` (it renews that lease), then lifts the fences it left
+    /// under its original id `was`.
+    pub(crate) async fn recover(&self, txn: u64, was: u64, intent: &Intent) -> Res<()> {
         match intent {
             Intent::Mkdir { path } | Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
             Intent::DirSetAttr { path } => {
                 self.sync_replicas(&NsPath::parse(path)?).await?;
-                self.unfence(txn).await?;
+                self.unfence(was).await?;
             }
             Intent::Rename { src, dst } => {
-                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?).await?;
-                self.unfence(txn).await?;
+                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn).await?;
+                self.unfence(was).await?;
             }
             Intent::Link { .. } | Intent::Retry { .. } => {}
         }
@@ -70,14 +71,14 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn recover_rename(&self, src: &NsPath, dst: &NsPath) -> Res<()> {
+    async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
         let at_src = self.probe_all(src).await?;
         let at_dst = self.probe_all(dst).await?;
         let prim = self.primary(dst) as usize;
         let Some(moved) = at_src.iter().flatten().next().map(|l| l.id) else {
             return match &at_dst[prim] {
                 // Applied everywhere; the migration may not have finished.
-                Some(_) => self.migrate_all(dst).await,
+                Some(_) => self.migrate_all(dst, txn).await,
                 None => self.recover_file_rename(src, dst).await,
             };
         };
@@ -90,7 +91,7 @@ impl ShardFs {
                     self.rpc(i as u32, &root, req).await?;
                 }
             }
-            return self.migrate_all(dst).await;
+            return self.migrate_all(dst, txn).await;
         }
         // Not committed: undo where it was applied, restoring a replaced directory
         // from the destination's primary, which still has it.

@@ -213,9 +213,9 @@ impl ShardFs {
                     }
                     return Ok(txn);
                 }
-                Reply::Recover { txn, intent: failed } => {
+                Reply::Recover { txn, was, intent: failed } => {
                     self.counters.recovered();
-                    self.recover(txn, &failed).await?;
+                    self.recover(txn, was, &failed).await?;
                     self.unlock(txn).await;
                 }
                 other => return Err(unexpected(other)),
@@ -516,7 +516,7 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
         let (s, d) = (src.to_string(), dst.to_string());
         let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
         if let Some(e) = pick_error(&checks, self.primary(dst)) {
@@ -535,22 +535,30 @@ impl ShardFs {
             return Err(Errno::EIO);
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
-        self.migrate_all(dst).await
+        self.migrate_all(dst, txn).await
     }
 
     /// Moves the objects below `root` whose primary changed, from every server.
     /// Idempotent: recovery runs it again after a coordinator died mid-way.
-    pub(crate) async fn migrate_all(&self, root: &NsPath) -> Res<()> {
+    pub(crate) async fn migrate_all(&self, root: &NsPath, txn: u64) -> Res<()> {
         for server in 0..self.n {
-            self.migrate_from(server, root).await?;
+            self.migrate_from(server, root, txn).await?;
         }
         Ok(())
     }
 
+    /// Extends transaction `txn`'s lease before more long work. ESTALE: the lease
+    /// ran out and another client may be recovering it, so stop.
+    async fn renew(&self, txn: u64) -> Res<()> {
+        self.counters.sent_to_lockd();
+        self.t.call(Target::Lockd, &Creds::root(), Request::Renew { txn, lease_ms: self.lease_ms }).await.map(|_| ())
+    }
+
     /// Moves the objects below `root` on `server` whose primary changed.
-    async fn migrate_from(&self, server: u32, root: &NsPath) -> Res<()> {
+    async fn migrate_from(&self, server: u32, root: &NsPath, txn: u64) -> Res<()> {
         let root_s = root.to_string();
         loop {
+            self.renew(txn).await?;
             let moved = match self.rpc(server, &Creds::root(), Request::Migrate { root: root_s.clone(), limit: MIGRATE_BATCH }).await? {
                 Reply::Moved(m) => m,
                 other => return Err(unexpected(other)),
@@ -605,7 +613,7 @@ impl ShardFs {
         let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
             // Non-monotonic: everything below both names changes its path.
-            self.fenced(txn, &[src, dst], self.do_rename_dir(c, src, dst)).await
+            self.fenced(txn, &[src, dst], self.do_rename_dir(c, src, dst, txn)).await
         } else {
             let (a, b) = (self.primary(src), self.primary(dst));
             if a == b {

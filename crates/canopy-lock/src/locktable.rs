@@ -76,11 +76,19 @@ impl LockTable {
         true
     }
 
-    /// Extends `txn`'s lease to `expires_at`.
-    pub fn renew(&mut self, txn: u64, expires_at: u64) {
-        if let Some(h) = self.txns.get_mut(&txn) {
-            h.expires_at = expires_at;
+    /// Extends `txn`'s lease to `expires_at`; false if it holds nothing.
+    pub fn renew(&mut self, txn: u64, expires_at: u64) -> bool {
+        match self.txns.get_mut(&txn) {
+            Some(h) => {
+                h.expires_at = expires_at;
+                true
+            }
+            None => false,
         }
+    }
+
+    pub fn expires_at(&self, txn: u64) -> Option<u64> {
+        self.txns.get(&txn).map(|h| h.expires_at)
     }
 
     /// Transactions whose lease ran out by `now`.

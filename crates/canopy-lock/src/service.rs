@@ -41,13 +41,17 @@ struct TxnRecord {
     locks: Vec<(String, LockMode)>,
     /// The lease its coordinator asked for; a restarted service grants it again.
     lease_ms: u32,
+    /// The id it was first granted under (it changes at each handover); fences on
+    /// the servers carry this one.
+    origin: u64,
 }
 
 struct State {
     table: LockTable,
     next_txn: u64,
-    /// Intents of the transactions in the table (the store has them too).
-    intents: std::collections::HashMap<u64, Intent>,
+    /// Intent and original id of the transactions in the table (the store has
+    /// them too).
+    intents: std::collections::HashMap<u64, (Intent, u64)>,
 }
 
 pub struct LockService {
@@ -88,7 +92,7 @@ impl LockService {
             let mut st = svc.state.lock();
             for (id, rec) in records {
                 st.table.try_grant(id, &rec.locks, svc.now_ms() + rec.lease_ms as u64);
-                st.intents.insert(id, rec.intent);
+                st.intents.insert(id, (rec.intent, rec.origin));
             }
         }
         Ok(Arc::new(svc))
@@ -114,20 +118,40 @@ impl LockService {
         let expired: Vec<u64> = st.table.expired(now).into_iter().filter(|t| st.table.conflicts(locks).contains(t)).collect();
         for txn in expired {
             match st.intents.get(&txn).cloned() {
-                Some(Intent::Retry { .. }) | None => {
+                Some((Intent::Retry { .. }, _)) | None => {
                     if let Err(e) = self.delete_record(txn) {
                         return Some(Err(e));
                     }
                     st.table.release(txn);
                     st.intents.remove(&txn);
                 }
-                Some(intent) => {
-                    st.table.renew(txn, now + lease_ms as u64);
-                    return Some(Ok(Reply::Recover { txn, intent }));
-                }
+                Some((intent, origin)) => return Some(self.hand_over(st, txn, intent, origin, now + lease_ms as u64)),
             }
         }
         None
+    }
+
+    /// Moves expired transaction `txn` to a new id owned by the recoverer, so the
+    /// old holder, if only slow and not dead, can no longer renew or unlock it.
+    fn hand_over(&self, st: &mut State, txn: u64, intent: Intent, origin: u64, expires_at: u64) -> RpcResult {
+        let held = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.locks.clone()).unwrap_or_default();
+        let lease_ms = (expires_at - self.now_ms()) as u32;
+        let new_txn = st.next_txn;
+        let mut b = Batch::new();
+        b.delete(TXNS, txn.to_be_bytes().to_vec());
+        let rec = TxnRecord { intent: intent.clone(), locks: held.clone(), lease_ms, origin };
+        b.put(TXNS, new_txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
+        b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(new_txn + 1)).expect("u64 serialises"));
+        self.store.write(b).map_err(|e| {
+            eprintln!("canopy-lockd: store error: {e}");
+            Errno::EIO
+        })?;
+        st.next_txn = new_txn + 1;
+        st.table.release(txn);
+        st.intents.remove(&txn);
+        st.table.try_grant(new_txn, &held, expires_at);
+        st.intents.insert(new_txn, (intent.clone(), origin));
+        Ok(Reply::Recover { txn: new_txn, was: origin, intent })
     }
 
     /// One attempt: record and grant, hand over an expired conflicting transaction,
@@ -142,7 +166,7 @@ impl LockService {
         }
         let txn = st.next_txn;
         let mut b = Batch::new();
-        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms };
+        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms, origin: txn };
         b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
         if let Err(e) = self.store.write(b) {
@@ -152,7 +176,7 @@ impl LockService {
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
         debug_assert!(granted);
-        st.intents.insert(txn, intent.clone());
+        st.intents.insert(txn, (intent.clone(), txn));
         Some(Ok(Reply::Locked { txn, waited }))
     }
 
@@ -176,6 +200,20 @@ impl LockService {
         }
     }
 
+    /// Extends a live lease. One that already ran out may have been handed to a
+    /// recoverer, so it is not revived: the caller must stop (`ESTALE`).
+    fn renew(&self, txn: u64, lease_ms: u32) -> RpcResult {
+        let mut st = self.state.lock();
+        let now = self.now_ms();
+        match st.table.expires_at(txn) {
+            Some(at) if at > now => {
+                st.table.renew(txn, now + lease_ms as u64);
+                Ok(Reply::Unit)
+            }
+            _ => Err(Errno::ESTALE),
+        }
+    }
+
     fn unlock(&self, txn: u64) -> RpcResult {
         self.delete_record(txn)?;
         let mut st = self.state.lock();
@@ -195,7 +233,7 @@ impl LockService {
             .held()
             .map(|(txn, h)| TxnInfo {
                 txn,
-                intent: st.intents.get(&txn).cloned().unwrap_or(Intent::Retry { path: "/".into() }),
+                intent: st.intents.get(&txn).map(|(i, _)| i.clone()).unwrap_or(Intent::Retry { path: "/".into() }),
                 locks: h.locks.clone(),
                 expires_in_ms: h.expires_at as i64 - now,
             })
@@ -226,9 +264,60 @@ impl Service for LockDaemon {
                 Err(e) => Handled::Now(Err(e)),
                 Ok(()) => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
             },
+            Request::Renew { txn, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, lease_ms)),
+            Request::Renew { .. } => Handled::Now(Err(Errno::EINVAL)),
             Request::Unlock { txn } => Handled::Now(self.0.unlock(txn)),
             Request::ListTxns => Handled::Now(self.0.list()),
             _ => Handled::Now(Err(Errno::ENOSYS)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_store::MemStore;
+
+    fn lock_req(path: &str, lease_ms: u32) -> Request {
+        Request::Lock {
+            locks: vec![(path.to_string(), LockMode::Write)],
+            intent: Intent::Mkdir { path: path.to_string() },
+            lease_ms,
+            wait_ms: 1000,
+        }
+    }
+
+    async fn call(d: &LockDaemon, req: Request) -> RpcResult {
+        match d.call(Creds::root(), req) {
+            Handled::Now(r) => r,
+            Handled::Later(f) => f.await,
+        }
+    }
+
+    #[tokio::test]
+    async fn renewal_keeps_a_live_lease_and_refuses_an_expired_one() {
+        let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
+        let Ok(Reply::Locked { txn, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
+        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Ok(Reply::Unit));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        // The expired transaction is handed to the next conflicting request.
+        let Ok(Reply::Recover { txn: taken, was, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        assert_eq!(was, txn);
+        assert_eq!(intent, Intent::Mkdir { path: "/a".into() });
+        assert_ne!(taken, txn, "the recoverer owns it under a new id");
+        // The old holder can no longer renew it, nor release the recoverer's locks.
+        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        call(&d, Request::Unlock { txn }).await.unwrap();
+        assert_eq!(call(&d, Request::Renew { txn: taken, lease_ms: 100 }).await, Ok(Reply::Unit));
+        let Ok(Reply::Txns(open)) = call(&d, Request::ListTxns).await else { panic!() };
+        assert_eq!(open.iter().map(|t| t.txn).collect::<Vec<_>>(), vec![taken]);
+        assert_eq!(call(&d, Request::Renew { txn: 999, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 0 }).await, Err(Errno::EINVAL));
+        // The recoverer dies too: the next handover still names the original id.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        assert_ne!(again, taken);
+        assert_eq!(was, txn, "fences carry the first id");
     }
 }

@@ -219,6 +219,9 @@ requests! {
     Fsck,
     /// Lock service: take `locks` for a transaction described by `intent`.
     Lock { locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32 },
+    /// Lock service: extend a live transaction's lease (ESTALE if it expired and
+    /// was handed to a recoverer, or is unknown).
+    Renew { txn: u64, lease_ms: u32 },
     /// Lock service: release a transaction's locks and end its redo record.
     Unlock { txn: u64 },
     /// Lock service: the transactions in flight.
@@ -245,10 +248,11 @@ pub enum Reply {
     Fsck(FsckReport),
     /// Granted; `waited` if the grant had to wait for another transaction.
     Locked { txn: u64, waited: bool },
-    /// Not granted: transaction `txn`, whose coordinator's lease ran out, holds
-    /// conflicting locks. The caller now owns it: it must repair `intent`, unlock
-    /// `txn`, and ask again.
-    Recover { txn: u64, intent: Intent },
+    /// Not granted: a transaction whose coordinator's lease ran out holds
+    /// conflicting locks. The caller now owns it under the new id `txn` (it was
+    /// `was`, the id its fences carry): it must repair `intent`, unlock `txn`, and
+    /// ask again.
+    Recover { txn: u64, was: u64, intent: Intent },
     Probe(Option<DirLookup>),
     Txns(Vec<TxnInfo>),
 }

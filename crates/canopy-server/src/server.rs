@@ -130,7 +130,7 @@ impl MetaServer {
             Request::Release { items } => self.release(items),
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),
-            Request::Lock { .. } | Request::Unlock { .. } | Request::ListTxns => Err(Errno::ENOSYS),
+            Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns => Err(Errno::ENOSYS),
         }
     }
 
