@@ -29,6 +29,9 @@ pub struct ServerArgs {
     pub threads: usize,
     #[arg(long)]
     pub cluster: Option<PathBuf>,
+    /// Serve this inherited listening socket instead of binding (set by `canopy up`).
+    #[arg(long, hide = true)]
+    pub listen_fd: Option<i32>,
 }
 
 #[derive(Args)]
@@ -37,9 +40,25 @@ pub struct LockdArgs {
     pub data: PathBuf,
     #[arg(long)]
     pub cluster: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    pub listen_fd: Option<i32>,
 }
 
-fn serve(addr: &str, service: Arc<dyn Service>, threads: usize, what: String) -> Result<ExitCode, String> {
+/// The daemon's listening socket: inherited from `canopy up`, or bound here.
+async fn listener(addr: &str, fd: Option<i32>) -> Result<tokio::net::TcpListener, String> {
+    match fd {
+        Some(fd) => {
+            // SAFETY: `canopy up` passes the number of a listening socket it opened
+            // for us and left open across exec; nothing else in this process owns it.
+            let std = unsafe { <std::net::TcpListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            std.set_nonblocking(true).map_err(|e| format!("listen fd {fd}: {e}"))?;
+            tokio::net::TcpListener::from_std(std).map_err(|e| format!("listen fd {fd}: {e}"))
+        }
+        None => tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}")),
+    }
+}
+
+fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize, what: String) -> Result<ExitCode, String> {
     // One thread: a current-thread runtime, with no cross-thread wake-ups.
     let rt = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
@@ -48,7 +67,7 @@ fn serve(addr: &str, service: Arc<dyn Service>, threads: usize, what: String) ->
     }
     .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let listener = listener(addr, fd).await?;
         eprintln!("canopy: {what} listening on {addr}");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
         tokio::select! {
@@ -68,7 +87,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
     let server = Arc::new(MetaServer::open(cfg, store)?);
-    serve(&addr, server, args.threads, format!("server {}", args.index))
+    serve(&addr, args.listen_fd, server, args.threads, format!("server {}", args.index))
 }
 
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
@@ -76,5 +95,5 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
     let service = LockService::open(store)?;
-    serve(&cluster.lockd, Arc::new(LockDaemon(service)), 1, "lock service".into())
+    serve(&cluster.lockd, args.listen_fd, Arc::new(LockDaemon(service)), 1, "lock service".into())
 }

@@ -10,6 +10,8 @@ use canopy_client::cluster::{self, ClusterFile};
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
 use clap::Args;
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -84,45 +86,65 @@ fn read_pid(file: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+/// Listening sockets `up` opened for the daemons it is about to start, by name.
+/// A daemon inherits its socket, so no port is ever released between being chosen
+/// and being served (two `up`s at once cannot pick the same one).
+type Listeners = HashMap<String, std::net::TcpListener>;
+
+fn listen(addr: &str) -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
-/// Starts one daemon in its own session, logging to `name.log`, unless its pid
-/// file names a live process.
-fn spawn_daemon(dir: &Path, name: &str, args: &[String]) -> Result<bool, String> {
+/// Starts one daemon in its own session, serving `listener`, logging to
+/// `name.log`, unless its pid file names a live process.
+fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: std::net::TcpListener) -> Result<(), String> {
     let pid_file = dir.join(format!("{name}.pid"));
-    if read_pid(&pid_file).is_some_and(alive) {
-        return Ok(false);
-    }
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let fd = listener.as_raw_fd();
     let mut cmd = Command::new(exe);
-    cmd.args(args).stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
-    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
+    cmd.args(args).arg("--listen-fd").arg(fd.to_string());
+    cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
+    // SAFETY: setsid and fcntl are async-signal-safe. setsid detaches the daemon
+    // from our terminal; clearing close-on-exec lets it inherit its socket.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::setsid();
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
     let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
     std::fs::write(&pid_file, child.id().to_string()).map_err(|e| e.to_string())?;
-    Ok(true)
+    Ok(())
 }
 
-/// Starts every daemon of the cluster in `dir` that is not running.
-pub fn start(dir: &Path, c: &ClusterFile, durability: &str) -> Result<usize, String> {
+/// Starts every daemon of the cluster in `dir` that is not running, on the
+/// sockets in `listeners` or, for a known cluster, on its addresses.
+pub fn start(dir: &Path, c: &ClusterFile, durability: &str, mut listeners: Listeners) -> Result<usize, String> {
     let file = dir.join("cluster.json").display().to_string();
-    let mut started = 0;
-    for i in 0..c.servers.len() {
+    let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
+    for (i, addr) in c.servers.iter().enumerate() {
         let data = dir.join(format!("server-{i}")).display().to_string();
         let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", durability];
-        started += spawn_daemon(dir, &format!("server-{i}"), &args.map(String::from))? as usize;
+        daemons.push((format!("server-{i}"), addr, args.map(String::from).to_vec()));
     }
     let data = dir.join("lockd").display().to_string();
-    started += spawn_daemon(dir, "lockd", &["lockd", "--cluster", &file, "--data", &data].map(String::from))? as usize;
+    daemons.push(("lockd".into(), &c.lockd, ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec()));
+    let mut started = 0;
+    for (name, addr, args) in daemons {
+        if read_pid(&dir.join(format!("{name}.pid"))).is_some_and(alive) {
+            continue;
+        }
+        let listener = match listeners.remove(&name) {
+            Some(l) => l,
+            None => listen(addr)?,
+        };
+        spawn_daemon(dir, &name, &args, listener)?;
+        started += 1;
+    }
     Ok(started)
 }
 
@@ -147,32 +169,41 @@ pub fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), 
     Ok(())
 }
 
-/// Loads the cluster in `dir`, or makes a new one on free loopback ports.
-fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<ClusterFile, String> {
+/// Loads the cluster in `dir`, or makes a new one on free loopback ports (whose
+/// sockets stay open for the daemons).
+fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
     if file.exists() {
         let c = ClusterFile::load(&file)?;
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
             return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
         }
-        return Ok(c);
+        return Ok((c, Listeners::new()));
     }
     let n = servers.unwrap_or(4);
     if n == 0 || n > 1024 {
         return Err(format!("--servers must be 1 to 1024, not {n}"));
     }
-    let servers = (0..n).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<Vec<_>, _>>()?;
-    let c = ClusterFile { mode: "shardfs".into(), servers, lockd: format!("127.0.0.1:{}", free_port()?) };
+    let mut listeners = Listeners::new();
+    let mut addr_of = |name: String| -> Result<String, String> {
+        let l = listen("127.0.0.1:0")?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
+        listeners.insert(name, l);
+        Ok(addr)
+    };
+    let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
+    let lockd = addr_of("lockd".into())?;
+    let c = ClusterFile { mode: "shardfs".into(), servers, lockd };
     c.save(&file)?;
-    Ok(c)
+    Ok((c, listeners))
 }
 
 pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     args.durability.parse::<canopy_store::Durability>()?;
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let c = cluster_in(&dir, args.servers)?;
-    let started = start(&dir, &c, &args.durability)?;
+    let (c, listeners) = cluster_in(&dir, args.servers)?;
+    let started = start(&dir, &c, &args.durability, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
         "canopy: {} servers and a lock service up ({started} started); cluster file {}",
@@ -281,9 +312,9 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
         None => {
             args.durability.parse::<canopy_store::Durability>()?;
             let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
-            let c = cluster_in(tmp.path(), Some(args.servers))?;
+            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers))?;
             eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
-            start(tmp.path(), &c, &args.durability)?;
+            start(tmp.path(), &c, &args.durability, listeners)?;
             let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| run_bench(&c, args, "/bench".into()));
             stop(tmp.path())?;
             result?
