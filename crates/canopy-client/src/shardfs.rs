@@ -66,6 +66,10 @@ pub enum Step {
     Locked(Intent),
     /// The primary applied the change.
     PrimaryDone(Intent),
+    /// One non-primary server applied the change; with a hook installed the
+    /// replicas are applied one at a time, so a kill here leaves some done and
+    /// some not (any partial state of the parallel fan-out).
+    ReplicaDone(Intent, u32),
     /// Every non-primary server applied the change (before the primary in
     /// Procedure 2, after it in Procedure 1 and in a directory rename).
     ReplicasDone(Intent),
@@ -187,6 +191,20 @@ impl ShardFs {
             async move { (i, self.rpc(i, c, r).await) }
         }))
         .await
+    }
+
+    /// Applies a transaction step on every server but `prim`: in parallel, or,
+    /// under a test hook, one at a time with a [`Step::ReplicaDone`] after each.
+    async fn on_replicas(&self, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
+        if self.hook.is_none() {
+            return Ok(self.fan_out(self.all_but(prim), c, req).await);
+        }
+        let mut results = Vec::new();
+        for i in self.all_but(prim) {
+            results.push((i, self.rpc(i, c, req(i)).await));
+            self.step(|| Step::ReplicaDone(intent.clone(), i)).await?;
+        }
+        Ok(results)
     }
 
     pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
@@ -364,7 +382,7 @@ impl ShardFs {
         };
         // Commit point passed: the replicas must now succeed.
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let results = self.fan_out(self.all_but(prim), c, |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await;
+        let results = self.on_replicas(prim, c, &intent(), |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
@@ -378,7 +396,7 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::Rmdir { path: p.to_string() };
         self.step(|| Step::Locked(intent())).await?;
-        let mut results = self.fan_out(self.all_but(prim), c, |_| Request::Rmdir { path: path.clone() }).await;
+        let mut results = self.on_replicas(prim, c, &intent(), |_| Request::Rmdir { path: path.clone() }).await?;
         self.step(|| Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
             let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
@@ -445,7 +463,7 @@ impl ShardFs {
             other => return Err(unexpected(other)),
         };
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let results = self.fan_out(self.all_but(prim), c, |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await;
+        let results = self.on_replicas(prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
@@ -461,7 +479,7 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
         self.step(|| Step::Locked(intent())).await?;
-        let mut results = self.fan_out(self.all_but(prim), c, |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await;
+        let mut results = self.on_replicas(prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
         self.step(|| Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
             match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await {
@@ -529,7 +547,7 @@ impl ShardFs {
         let prim = self.primary(dst);
         self.rpc(prim, c, Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await?;
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let applied = self.fan_out(self.all_but(prim), c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await;
+        let applied = self.on_replicas(prim, c, &intent(), |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await?;
         if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);

@@ -124,18 +124,33 @@ fn committed_after(op: Op, step: &Step) -> bool {
     match (op, step) {
         (_, Step::Locked(_)) => false,
         // Procedure 2: the replicas go first; the primary is the commit point.
-        (Op::Rmdir | Op::ChmodDir, Step::ReplicasDone(_)) => false,
+        (Op::Rmdir | Op::ChmodDir, Step::ReplicasDone(_) | Step::ReplicaDone(..)) => false,
         _ => true,
     }
 }
 
+/// Every step of `op`'s transaction, including between two replicas.
 fn steps(op: Op) -> Vec<Step> {
     let i = op.intent();
     let mut v = vec![Step::Locked(i.clone()), Step::PrimaryDone(i.clone())];
     if !matches!(op, Op::RenameFile) {
+        let (first_replica, prim) = replica_and_primary(&i);
+        assert_ne!(first_replica, prim);
+        v.push(Step::ReplicaDone(i.clone(), first_replica));
         v.push(Step::ReplicasDone(i));
     }
     v
+}
+
+/// The first non-primary server of a directory transaction, and its primary.
+fn replica_and_primary(i: &Intent) -> (u32, u32) {
+    let path = match i {
+        Intent::Mkdir { path } | Intent::Rmdir { path } | Intent::DirSetAttr { path } => path,
+        Intent::Rename { dst, .. } => dst,
+        other => panic!("{other:?} has no replicas"),
+    };
+    let prim = primary(&NsPath::parse(path).unwrap(), SERVERS);
+    ((0..SERVERS).find(|s| *s != prim).unwrap(), prim)
 }
 
 async fn expected_trees(op: Op) -> (Tree, Tree) {
