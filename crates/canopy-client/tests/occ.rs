@@ -55,15 +55,23 @@ fn retries(c: &Client) -> u64 {
     c.counters().snapshot().retries
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
+type Held = tokio::task::JoinHandle<Result<canopy_proto::Attr, Errno>>;
+
+/// A cluster with /d, and a mkdir of /d/x held just past its commit point (the
+/// primary has it, the replicas not); release it with one permit.
+async fn mkdir_held_at_commit() -> (InProcCluster, Held, Arc<Semaphore>) {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/d", 0o755).await.unwrap();
     let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
     let coordinator = cluster.client_with_hook(hook, 30_000);
     let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
     reached.recv().await.unwrap();
+    (cluster, mkdir, release)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
+    let (cluster, mkdir, release) = mkdir_held_at_commit().await;
     // The primary of the new file is a replica that has not seen /d/x yet.
     let other = cluster.fresh_client();
     let path = name_where("/d/x", false);
@@ -82,12 +90,7 @@ async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_of_a_new_directory_answers_without_a_retry() {
-    let cluster = InProcCluster::memory(SERVERS);
-    cluster.client().mkdir("/d", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
-    let coordinator = cluster.client_with_hook(hook, 30_000);
-    let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
-    reached.recv().await.unwrap();
+    let (cluster, mkdir, release) = mkdir_held_at_commit().await;
     // Past the commit point, a file whose primary is the directory's own sees it.
     let other = cluster.fresh_client();
     other.create(&name_where("/d/x", true), 0o644).await.unwrap();
