@@ -661,10 +661,7 @@ impl ShardFs {
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
-        // Not through `optimistic`: an EISDIR answer switches to a transaction, and
-        // other errors are retried below.
-        let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: set.clone() }).await;
-        match r {
+        match self.single(c, p, Request::SetAttr { path: p.to_string(), set: set.clone() }).await {
             Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
                 Reply::Attr(a) => Ok(a),
                 other => Err(unexpected(other)),
@@ -682,16 +679,6 @@ impl ShardFs {
                         let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: times }).await?;
                         self.attr_or_follow(r).await
                     }
-                }
-            }
-            Err(e) if may_be_transient(&e) => {
-                let r = self.single(c, p, Request::SetAttr { path: p.to_string(), set: set.clone() }).await;
-                match r {
-                    Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
-                        Reply::Attr(a) => Ok(a),
-                        other => Err(unexpected(other)),
-                    },
-                    other => self.attr_or_follow(other?).await,
                 }
             }
             Err(e) => Err(e),

@@ -167,3 +167,30 @@ async fn a_non_monotonic_change_fences_lookups_on_every_server() {
     after.stat(&name_where("/d", true)).await.unwrap();
     assert_eq!(retries(&after), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_chmod_that_meets_a_fence_still_runs_its_transaction() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/p", 0o755).await.unwrap();
+    root.mkdir("/p/mine", 0o755).await.unwrap();
+    root.chown("/p/mine", Some(1000), Some(1000)).await.unwrap();
+    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::DirSetAttr { path: "/p".into() }));
+    let coordinator = cluster.client_with_hook(hook, 30_000);
+    let chown = tokio::spawn(async move { coordinator.chown("/p", Some(1001), None).await });
+    reached.recv().await.unwrap();
+    // /p is fenced: the user's chmod of its own directory below meets EAGAIN, waits
+    // under locks, and must then still run as a directory transaction.
+    let user = cluster.fresh_client().as_user(Creds::user(1000, 1000));
+    let chmod = tokio::spawn({
+        let user = user.clone();
+        async move { user.chmod("/p/mine", 0o700).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    release.add_permits(1);
+    chown.await.unwrap().unwrap();
+    assert_eq!(chmod.await.unwrap().map(|a| a.mode), Ok(0o700));
+    assert_eq!(retries(&user), 1);
+    assert_eq!(root.stat("/p/mine").await.unwrap().mode, 0o700);
+    assert!(root.fsck().await.unwrap().is_clean());
+}
