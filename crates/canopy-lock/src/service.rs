@@ -115,7 +115,8 @@ impl LockService {
     /// recovery (its lease renewed), or released if it changed nothing.
     fn expired_conflict(&self, st: &mut State, locks: &[(String, LockMode)], lease_ms: u32) -> Option<RpcResult> {
         let now = self.now_ms();
-        let expired: Vec<u64> = st.table.expired(now).into_iter().filter(|t| st.table.conflicts(locks).contains(t)).collect();
+        let conflicting = st.table.conflicts(locks);
+        let expired: Vec<u64> = st.table.expired(now).into_iter().filter(|t| conflicting.contains(t)).collect();
         for txn in expired {
             match st.intents.get(&txn).cloned() {
                 Some((Intent::Retry { .. }, _)) | None => {
@@ -124,6 +125,7 @@ impl LockService {
                     }
                     st.table.release(txn);
                     st.intents.remove(&txn);
+                    self.released.notify_waiters();
                 }
                 Some((intent, origin)) => return Some(self.hand_over(st, txn, intent, origin, now + lease_ms as u64)),
             }
@@ -190,7 +192,7 @@ impl LockService {
             if let Some(result) = self.try_lock(&locks, &intent, lease_ms, waited) {
                 return result;
             }
-            // Wake on a release, or periodically to reap expired leases.
+            // Wake on a release, or periodically: a lease running out wakes no one.
             let tick = tokio::time::Instant::now() + Duration::from_millis(100);
             if tokio::time::Instant::now() >= deadline {
                 return Err(Errno::EAGAIN);
