@@ -409,16 +409,26 @@ impl ShardFs {
         if err == Errno::ENOENT && !results.iter().any(|(i, _)| *i == prim) {
             err = self.rmdir_absent(c, p).await;
         }
-        // Roll back the replicas that removed it.
-        for (i, r) in &results {
-            if let Ok(Reply::Dir(l)) = r {
-                let req = Request::Mkdir { path: path.clone(), mode: l.mode, assign: Some(l.clone()) };
-                if let Err(e) = self.rpc(*i, &Creds::root(), req).await {
-                    eprintln!("canopy-client: rollback of rmdir {p} on server {i} failed: {e}");
-                }
+        let removed = results.iter().filter_map(|(i, r)| match r {
+            Ok(Reply::Dir(l)) => Some((*i, l.clone())),
+            _ => None,
+        });
+        Err(self.roll_back(p, removed, err).await)
+    }
+
+    /// Procedure 2's rollback: puts each server that applied the change back to
+    /// its old lookup state, and answers `err`. If an undo fails, the outcome is
+    /// uncertain: EIO, so the transaction is left to recovery (which makes the
+    /// replicas equal the unchanged primary) instead of being unlocked.
+    async fn roll_back(&self, p: &NsPath, applied: impl Iterator<Item = (u32, DirLookup)>, err: Errno) -> Errno {
+        for (i, old) in applied {
+            let undo = Request::DirSync { path: p.to_string(), want: Some(old) };
+            if let Err(e) = self.rpc(i, &Creds::root(), undo).await {
+                eprintln!("canopy-client: rollback of {p} on server {i} failed: {e}; left to recovery");
+                return Errno::EIO;
             }
         }
-        Err(err)
+        err
     }
 
     /// The error of an rmdir whose replicas found no directory: they know only
@@ -492,15 +502,8 @@ impl ShardFs {
             }
         }
         let err = pick_error(&results, prim).expect("an error was seen");
-        for (i, r) in &results {
-            if r.is_ok() {
-                let undo = Request::DirSync { path: path.clone(), want: Some(old.clone()) };
-                if let Err(e) = self.rpc(*i, &Creds::root(), undo).await {
-                    eprintln!("canopy-client: rollback of setattr {p} on server {i} failed: {e}");
-                }
-            }
-        }
-        Err(err)
+        let applied = results.iter().filter(|(_, r)| r.is_ok()).map(|(i, _)| (*i, old.clone()));
+        Err(self.roll_back(p, applied, err).await)
     }
 
     /// Runs `body` with single-RPC operations on `paths` and below fenced off on
