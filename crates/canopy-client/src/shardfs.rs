@@ -790,7 +790,7 @@ impl Namespace for ShardFs {
                 Reply::Unit => Ok(()),
                 Reply::Redirect { ino, home } => {
                     let a = self.inode_stat(ino, home).await?;
-                    let owner = Owner { uid: a.uid, gid: a.gid, mode: a.mode };
+                    let owner = Owner::of_attr(&a);
                     if mask & 7 == access::F || perm::allows(c, owner, false, mask & 7) {
                         Ok(())
                     } else {

@@ -205,8 +205,4 @@ impl MetaServer {
     }
 }
 
-/// Used by rename and fsck: the owner of a directory for permission checks.
-pub(crate) fn lookup_owner(l: &DirLookup) -> perm::Owner {
-    perm::Owner { uid: l.uid, gid: l.gid, mode: l.mode }
-}
 

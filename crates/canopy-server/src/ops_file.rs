@@ -27,10 +27,6 @@ fn check_target(target: &str) -> Result<(), Errno> {
     Ok(())
 }
 
-pub(crate) fn owner_of(attr: &Attr) -> Owner {
-    Owner { uid: attr.uid, gid: attr.gid, mode: attr.mode }
-}
-
 impl MetaServer {
     /// A directory's attributes: lookup state from the table, times if this server
     /// is its primary (zero otherwise), nlink = 2 + subdirectories.
@@ -182,7 +178,7 @@ impl MetaServer {
             Reply::Attr(a) => a,
             other => return Ok(other),
         };
-        if mask & 7 == 0 || perm::allows(creds, owner_of(&attr), attr.kind == FileKind::Dir, mask & 7) {
+        if mask & 7 == 0 || perm::allows(creds, Owner::of_attr(&attr), attr.kind == FileKind::Dir, mask & 7) {
             Ok(Reply::Unit)
         } else {
             Err(Errno::EACCES)

@@ -6,7 +6,6 @@
 //! `Migrate`/`Adopt`/`Release` move the objects below it whose primary changed.
 
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
-use crate::ops_dir::lookup_owner;
 use crate::perm;
 use crate::server::{io, now_ns, Located, MetaServer};
 use canopy_proto::attr::access;
@@ -155,7 +154,7 @@ impl MetaServer {
         perm::check_sticky(creds, sdir, moved.uid)?;
         if sp != dp {
             // Its ".." changes: POSIX asks for write permission on the moved directory.
-            perm::require(creds, lookup_owner(&moved), true, access::W)?;
+            perm::require(creds, perm::Owner::of_dir(&moved), true, access::W)?;
         }
         if let Some(did) = replaced {
             let victim = self.dir_lookup(did)?;

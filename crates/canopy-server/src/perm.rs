@@ -3,7 +3,8 @@
 //! an execute bit set for someone (or is a directory).
 
 use canopy_proto::attr::{access, S_ISVTX};
-use canopy_proto::{Creds, Errno};
+use canopy_proto::msg::DirLookup;
+use canopy_proto::{Attr, Creds, Errno};
 
 /// The owner, group and mode that permission checks need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +12,16 @@ pub struct Owner {
     pub uid: u32,
     pub gid: u32,
     pub mode: u32,
+}
+
+impl Owner {
+    pub fn of_attr(a: &Attr) -> Owner {
+        Owner { uid: a.uid, gid: a.gid, mode: a.mode }
+    }
+
+    pub fn of_dir(l: &DirLookup) -> Owner {
+        Owner { uid: l.uid, gid: l.gid, mode: l.mode }
+    }
 }
 
 /// True if `creds` may do everything in `want` (R/W/X bits) to the object.

@@ -13,7 +13,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno};
 
 pub fn owner(node: &DirNode) -> Owner {
-    Owner { uid: node.lookup.uid, gid: node.lookup.gid, mode: node.lookup.mode }
+    Owner::of_dir(&node.lookup)
 }
 
 /// Why resolution stopped short.

@@ -5,10 +5,6 @@ use crate::perm::{self, Owner};
 use canopy_proto::attr::{access, PERM_MASK, S_ISGID, S_ISUID};
 use canopy_proto::{Attr, Creds, Errno, FileKind, SetAttr, TimeSet};
 
-fn owner_of(attr: &Attr) -> Owner {
-    Owner { uid: attr.uid, gid: attr.gid, mode: attr.mode }
-}
-
 fn is_owner_or_root(creds: &Creds, attr: &Attr) -> bool {
     creds.is_root() || creds.uid == attr.uid
 }
@@ -23,7 +19,7 @@ pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<
             FileKind::Symlink => return Err(Errno::EINVAL),
             FileKind::File => {}
         }
-        perm::require(creds, owner_of(attr), false, access::W)?;
+        perm::require(creds, Owner::of_attr(attr), false, access::W)?;
         next.size = size;
         next.mtime = now;
     }
@@ -69,7 +65,7 @@ pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<
             }
             Some(TimeSet::Now) => {
                 if !is_owner_or_root(creds, attr) {
-                    perm::require(creds, owner_of(attr), is_dir, access::W)?;
+                    perm::require(creds, Owner::of_attr(attr), is_dir, access::W)?;
                 }
                 *slot = now;
             }
