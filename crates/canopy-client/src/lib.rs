@@ -10,17 +10,20 @@
 //!   command finds one.
 //! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
 //!   and load figures.
+//! - [`data`]: FIDs, and what reads and writes of file contents answer.
 //! - [`testing`]: an in-process cluster for tests and simulations.
 //! - [`blocking`]: a synchronous wrapper.
 
 pub mod blocking;
 pub mod cluster;
 pub mod counters;
+pub mod data;
 pub mod fsck;
 mod namespace;
 mod monotonic;
 mod recovery;
 pub mod shardfs;
+mod shardfs_data;
 pub mod testing;
 
 pub use namespace::{Client, Namespace};

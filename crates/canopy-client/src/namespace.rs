@@ -1,9 +1,10 @@
 //! The mode-generic client API.
 
 use crate::counters::ClientCounters;
+use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use canopy_proto::msg::ServerStats;
-use canopy_proto::{Attr, Creds, DirEntry, Errno, SetAttr, TimeSet};
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -16,6 +17,8 @@ pub trait Namespace: Send + Sync + 'static {
     fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
     /// Creates a regular file; with `exclusive` false an existing file is returned.
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>>;
+    /// Makes a FIFO, socket or device node (`kind` must be one of those).
+    fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>>;
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
     /// lstat: symlinks are not followed.
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>>;
@@ -27,6 +30,15 @@ pub trait Namespace: Send + Sync + 'static {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>>;
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>>;
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>>;
+    /// File contents (see [`crate::data`]). These check no read or write
+    /// permission: they serve files the caller has open.
+    fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>>;
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>>;
+    /// Confirms a spill: the inline contents (`len` bytes with digest `digest`)
+    /// were copied to the back-end file. `EAGAIN`: they changed meanwhile.
+    fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>>;
+    /// Back-end contents were written up to `end`: grows the size, sets mtime.
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>>;
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>>;
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>>;
     /// Recovers every transaction whose coordinator's lease ran out; returns how
@@ -80,6 +92,26 @@ impl Client {
     /// Creates the file if missing (O_CREAT without O_EXCL).
     pub async fn open_create(&self, path: &str, mode: u32) -> Res<Attr> {
         self.ns.create(&self.creds, path, mode, false).await
+    }
+
+    pub async fn mknod(&self, path: &str, mode: u32, kind: FileKind, rdev: u64) -> Res<Attr> {
+        self.ns.mknod(&self.creds, path, mode, kind, rdev).await
+    }
+
+    pub async fn read_data(&self, path: &str, offset: u64, len: u32) -> Res<DataRead> {
+        self.ns.read_data(&self.creds, path, offset, len).await
+    }
+
+    pub async fn write_data(&self, path: &str, offset: u64, data: &[u8], inline_max: u32) -> Res<DataWrite> {
+        self.ns.write_data(&self.creds, path, offset, data, inline_max).await
+    }
+
+    pub async fn spilled(&self, path: &str, len: u64, digest: u64) -> Res<Attr> {
+        self.ns.spilled(&self.creds, path, len, digest).await
+    }
+
+    pub async fn extend(&self, path: &str, end: u64) -> Res<Attr> {
+        self.ns.extend(&self.creds, path, end).await
     }
 
     pub async fn unlink(&self, path: &str) -> Res<()> {

@@ -23,6 +23,7 @@
 //! answers single-RPC operations on the affected subtrees EAGAIN until it ends.
 
 use crate::counters::ClientCounters;
+use crate::data::{DataRead, DataWrite, FidGen, Reclaim};
 use crate::fsck::{self, FsckSummary};
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
@@ -54,6 +55,11 @@ pub struct ShardFs {
     /// Set when a hook kills this coordinator: it sends nothing more, not even
     /// its unlocks, like a crashed process.
     dead: AtomicBool,
+    fids: FidGen,
+    pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
+    /// Update a directory's mtime and ctime when names inside it change (one more
+    /// RPC, to the directory's primary).
+    pub(crate) dir_times: bool,
 }
 
 /// Named points of a directory transaction, where tests can stop or kill the
@@ -93,13 +99,13 @@ fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
 }
 
-fn unexpected(r: Reply) -> Errno {
+pub(crate) fn unexpected(r: Reply) -> Errno {
     eprintln!("canopy-client: unexpected reply {r:?}");
     Errno::EPROTO
 }
 
 fn dir_attr_from(l: &DirLookup) -> Attr {
-    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, atime: 0, mtime: 0, ctime: 0 }
+    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
 }
 
 fn lookup_part(set: &SetAttr) -> SetAttr {
@@ -119,7 +125,29 @@ fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
 impl ShardFs {
     pub fn new(t: Arc<dyn Transport>) -> ShardFs {
         let n = t.servers();
-        ShardFs { t, n, counters: ClientCounters::new(n), hook: None, lease_ms: LOCK_LEASE_MS, dead: AtomicBool::new(false) }
+        ShardFs {
+            t,
+            n,
+            counters: ClientCounters::new(n),
+            hook: None,
+            lease_ms: LOCK_LEASE_MS,
+            dead: AtomicBool::new(false),
+            fids: FidGen::new(),
+            reclaim: None,
+            dir_times: false,
+        }
+    }
+
+    /// Told of back-end contents whose last name this client removed.
+    pub fn with_reclaim(self, reclaim: Arc<dyn Reclaim>) -> ShardFs {
+        ShardFs { reclaim: Some(reclaim), ..self }
+    }
+
+    /// Keep directories' mtime and ctime as POSIX wants, at one more RPC per
+    /// create, unlink, mkdir, rmdir, link and rename (two for a rename between
+    /// directories).
+    pub fn with_dir_times(self, on: bool) -> ShardFs {
+        ShardFs { dir_times: on, ..self }
     }
 
     /// The same, stopping at each [`Step`] of a directory transaction for `hook`.
@@ -167,7 +195,7 @@ impl ShardFs {
     }
 
     /// One request to the primary of `path`, optimistically.
-    async fn single(&self, c: &Creds, path: &NsPath, req: Request) -> Res<Reply> {
+    pub(crate) async fn single(&self, c: &Creds, path: &NsPath, req: Request) -> Res<Reply> {
         let prim = self.primary(path);
         self.optimistic(c, path, || self.rpc(prim, c, req.clone())).await
     }
@@ -316,14 +344,24 @@ impl ShardFs {
     }
 
     async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
-        self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await.map(|_| ())
+        match self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await? {
+            Reply::Dropped { freed, .. } => self.reclaim(freed),
+            Reply::Attr(_) => {}
+            other => return Err(unexpected(other)),
+        }
+        Ok(())
     }
 
-    /// Drops the remote inode reference an unlink or rename replaced, if any.
+    /// Finishes dropping the name an unlink or rename removed or replaced: a
+    /// remote inode reference to decrement, back-end contents to reclaim.
     async fn drop_remote(&self, reply: Reply) -> Res<()> {
         match reply {
-            Reply::Dropped { remote: Some((ino, home)) } => self.link_delta(ino, home, -1).await,
-            Reply::Dropped { remote: None } | Reply::Unit => Ok(()),
+            Reply::Dropped { remote: Some((ino, home)), .. } => self.link_delta(ino, home, -1).await,
+            Reply::Dropped { remote: None, freed } => {
+                self.reclaim(freed);
+                Ok(())
+            }
+            Reply::Unit => Ok(()),
             other => Err(unexpected(other)),
         }
     }
@@ -697,7 +735,9 @@ impl Namespace for ShardFs {
                 return Err(Errno::EEXIST);
             }
             let r = self.locked(&[&p], Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode)).await;
-            self.settle(c, &p, r).await
+            let attr = self.settle(c, &p, r).await?;
+            self.touch_parents(c, &[&p]).await;
+            Ok(attr)
         })
     }
 
@@ -708,15 +748,32 @@ impl Namespace for ShardFs {
                 return Err(Errno::EBUSY);
             }
             let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p)).await;
-            self.settle(c, &p, r).await
+            self.settle(c, &p, r).await?;
+            self.touch_parents(c, &[&p]).await;
+            Ok(())
         })
     }
 
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind: NewKind::File, exclusive }).await?;
-            self.attr_or_follow(reply).await
+            let kind = NewKind::File { fid: self.fids.next() };
+            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind, exclusive }).await?;
+            let attr = self.attr_or_follow(reply).await?;
+            // Without O_EXCL the file may have existed already; touching its
+            // directory then is a harmless extra update, and saves asking.
+            self.touch_parents(c, &[&p]).await;
+            Ok(attr)
+        })
+    }
+
+    fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let req = Request::Create { path: p.to_string(), mode, kind: NewKind::Special { kind, rdev }, exclusive: true };
+            let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
+            self.touch_parents(c, &[&p]).await;
+            Ok(attr)
         })
     }
 
@@ -724,8 +781,26 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             let reply = self.single(c, &p, Request::Unlink { path: p.to_string() }).await?;
-            self.drop_remote(reply).await
+            self.drop_remote(reply).await?;
+            self.touch_parents(c, &[&p]).await;
+            Ok(())
         })
+    }
+
+    fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
+        Box::pin(self.do_read_data(c, path, offset, len))
+    }
+
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>> {
+        Box::pin(self.do_write_data(c, path, offset, data, inline_max))
+    }
+
+    fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.do_spilled(c, path, len, digest))
+    }
+
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.do_extend(c, path, end))
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
@@ -748,7 +823,9 @@ impl Namespace for ShardFs {
             let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
             let r = self.do_rename(c, &s, &d, txn).await;
             self.finish(txn, &r).await;
-            self.settle_two(c, &s, &d, r).await
+            self.settle_two(c, &s, &d, r).await?;
+            self.touch_parents(c, &[&s, &d]).await;
+            Ok(())
         })
     }
 
@@ -760,8 +837,9 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), exclusive: true };
-            let reply = self.single(c, &p, req).await?;
-            self.attr_or_follow(reply).await
+            let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
+            self.touch_parents(c, &[&p]).await;
+            Ok(attr)
         })
     }
 
@@ -779,7 +857,9 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, self.do_link(c, &s, &d)).await;
-            self.settle_two(c, &s, &d, r).await
+            let attr = self.settle_two(c, &s, &d, r).await?;
+            self.touch_parents(c, &[&d]).await;
+            Ok(attr)
         })
     }
 

@@ -500,7 +500,7 @@ async fn walk(c: &Client) -> Res<BTreeMap<String, (Seen, u64, Option<String>)>> 
                     todo.push(path.clone());
                     None
                 }
-                FileKind::File => None,
+                _ => None,
             };
             out.insert(path, (seen_of(&a), a.ino, target));
         }

@@ -5,8 +5,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FileKind {
     Dir,
+    /// A regular file.
     File,
     Symlink,
+    /// Special files (mknod): metadata only, no contents.
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    /// Special files carry a device number and no data.
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::Socket | FileKind::CharDev | FileKind::BlockDev)
+    }
 }
 
 /// The attributes `stat` returns. Times are nanoseconds since the Unix epoch.
@@ -20,6 +33,8 @@ pub struct Attr {
     pub gid: u32,
     pub size: u64,
     pub nlink: u32,
+    /// The device number of a character or block special file (0 otherwise).
+    pub rdev: u64,
     pub atime: i64,
     pub mtime: i64,
     pub ctime: i64,

@@ -3,6 +3,7 @@
 //!
 //! - [`errno`]: the POSIX error contract every operation answers with.
 //! - [`creds`], [`attr`]: who is asking, and what an object looks like.
+//! - [`fid`]: file identifiers, and where a file's contents live on back-end storage.
 //! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
 //! - [`msg`]: the request and reply enums; one variant per operation.
 //! - [`frame`]: the framed binary codec (length, request id, opcode, payload) with a
@@ -15,6 +16,7 @@
 pub mod attr;
 pub mod creds;
 pub mod errno;
+pub mod fid;
 pub mod frame;
 pub mod msg;
 pub mod path;
@@ -23,4 +25,5 @@ pub mod placement;
 pub use attr::{Attr, DirEntry, FileKind, SetAttr, TimeSet};
 pub use creds::Creds;
 pub use errno::Errno;
+pub use fid::Fid;
 pub use msg::{Reply, Request};

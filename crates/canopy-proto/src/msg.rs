@@ -3,7 +3,8 @@
 //! its own), and one for every reply. The opcode on the wire is the variant's index
 //! ([`Request::opcode`]); a frame whose opcode disagrees with its payload is rejected.
 
-use crate::attr::{Attr, DirEntry, SetAttr};
+use crate::attr::{Attr, DirEntry, FileKind, SetAttr};
+use crate::fid::Fid;
 use serde::{Deserialize, Serialize};
 
 /// The replicated directory lookup state of one directory: what path resolution
@@ -24,19 +25,43 @@ pub enum Record {
     Linked { ino: u64, home: u32 },
 }
 
-/// A file or symlink inode.
+/// A file, symlink or special file inode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {
     pub attr: Attr,
     /// The target of a symlink.
     pub target: Option<String>,
+    /// A regular file's contents; `None` for other kinds.
+    pub data: Option<FileData>,
+}
+
+/// Where a regular file's contents live (seed 001 keeps small files inside the
+/// metadata; seed 003 keeps the rest on back-end storage under a FID).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileData {
+    /// Made by the creating client; names the back-end file once contents spill.
+    pub fid: Fid,
+    /// The contents, while the file is small. Bytes past the end of the vector and
+    /// below `attr.size` read as zeros (a truncate that extends stores nothing).
+    /// `None`: the contents are in back-end storage.
+    pub inline: Option<Vec<u8>>,
 }
 
 /// What `create` makes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NewKind {
-    File,
+    File { fid: Fid },
     Symlink(String),
+    /// A FIFO, socket, or character or block device (mknod).
+    Special { kind: FileKind, rdev: u64 },
+}
+
+/// How a data request names its file: by path on the path's primary, or by a
+/// shared (hard-linked) inode on its home server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileRef {
+    Path(String),
+    Ino(u64),
 }
 
 /// Non-replicated attributes of a directory, kept on its primary server.
@@ -215,6 +240,23 @@ requests! {
     Adopt { items: Vec<MovedItem> },
     /// Drop objects that were adopted elsewhere.
     Release { items: Vec<MovedItem> },
+    /// Read up to `len` bytes of an inline file at `offset`: `Data`, or `Backend`
+    /// when the contents are in back-end storage.
+    ReadData { at: FileRef, offset: u64, len: u32 },
+    /// Write to an inline file, if the result stays within `inline_max` bytes:
+    /// `Attr`. `Backend` when the contents are already in back-end storage, and
+    /// `Spill` when this write would make the file too big to stay inline.
+    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32 },
+    /// The client copied the inline contents (`len` bytes with `digest`) to the
+    /// back-end file: from now on the contents live there. `EAGAIN` if the inline
+    /// contents changed in the meantime (the client copies again).
+    Spilled { at: FileRef, len: u64, digest: u64 },
+    /// The client wrote back-end bytes up to `end`: size = max(size, end), and
+    /// mtime and ctime are now.
+    Extend { at: FileRef, end: u64 },
+    /// Set a directory's mtime and ctime to now, on its primary: the effect of a
+    /// name added or removed inside it (entries live on other servers).
+    TouchDir { path: String },
     Stats,
     Fsck,
     /// Lock service: take `locks` for a transaction described by `intent`.
@@ -236,8 +278,10 @@ pub enum Reply {
     Attr(Attr),
     /// The entry is a hard link; its inode lives on server `home`.
     Redirect { ino: u64, home: u32 },
-    /// An unlink or rename dropped a link to a shared inode on another server.
-    Dropped { remote: Option<(u64, u32)> },
+    /// An unlink or rename dropped a name. `remote`: a link to a shared inode on
+    /// another server, which the client must decrement. `freed`: the last name of a
+    /// file whose contents are in back-end storage, which the client may delete.
+    Dropped { remote: Option<(u64, u32)>, freed: Option<Fid> },
     Target(String),
     Entries { entries: Vec<DirEntry>, more: bool },
     Shared { ino: u64, home: u32 },
@@ -255,4 +299,11 @@ pub enum Reply {
     Recover { txn: u64, was: u64, intent: Intent },
     Probe(Option<DirLookup>),
     Txns(Vec<TxnInfo>),
+    /// Inline file contents (shorter than asked at the end of the file).
+    Data(Vec<u8>),
+    /// The file's contents are in back-end storage under `fid`.
+    Backend { fid: Fid, size: u64 },
+    /// Copy these inline contents (`size` bytes long, the rest zeros) to the
+    /// back-end file `fid`, then send `Spilled`.
+    Spill { fid: Fid, data: Vec<u8>, size: u64 },
 }

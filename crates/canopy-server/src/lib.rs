@@ -5,7 +5,8 @@
 //! Decisions are pure modules kept apart from the store:
 //! - [`dirtable`]: the replicated directory lookup state in memory;
 //! - [`resolve`]: path resolution with search checks;
-//! - [`perm`], [`setattr`]: POSIX permission and attribute-change rules.
+//! - [`perm`], [`setattr`]: POSIX permission and attribute-change rules;
+//! - [`ops_data`]: inline file contents and their spill to back-end storage.
 //!
 //! The operations (`ops_*`) read and write the [`canopy_store::Store`] through the
 //! key layouts in [`keys`]. A server holds the whole directory table (ShardFS) and
@@ -18,6 +19,7 @@ pub mod dirtable;
 mod fsck;
 mod ids;
 pub mod keys;
+pub mod ops_data;
 mod ops_dir;
 mod ops_file;
 mod ops_link;

@@ -7,7 +7,7 @@ use crate::perm::{self, Owner};
 use crate::server::{now_ns, Located, MetaServer};
 use crate::setattr;
 use canopy_proto::attr::S_ISGID;
-use canopy_proto::msg::{DirTimes, Inode, NewKind, Record};
+use canopy_proto::msg::{DirTimes, FileData, Inode, NewKind, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
@@ -45,6 +45,7 @@ impl MetaServer {
             gid: lookup.gid,
             size: 0,
             nlink: 2 + subdirs,
+            rdev: 0,
             atime: times.atime,
             mtime: times.mtime,
             ctime: times.ctime,
@@ -83,15 +84,18 @@ impl MetaServer {
     }
 
     pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, exclusive: bool) -> Result<Reply, Errno> {
-        if let NewKind::Symlink(target) = &kind {
-            // A bad argument, reported before the path is looked at (as a bad path is).
-            check_target(target)?;
+        // Bad arguments are reported before the path is looked at (as a bad path is).
+        match &kind {
+            NewKind::Symlink(target) => check_target(target)?,
+            NewKind::Special { kind, .. } if !kind.is_special() => return Err(Errno::EINVAL),
+            _ => {}
         }
+        let is_file = matches!(kind, NewKind::File { .. });
         let _g = self.lock_mutations();
         let (parent, name) = match self.locate(creds, path)? {
-            Located::Root | Located::Dir { .. } if exclusive || kind != NewKind::File => return Err(Errno::EEXIST),
+            Located::Root | Located::Dir { .. } if exclusive || !is_file => return Err(Errno::EEXIST),
             Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
-            Located::File { .. } if exclusive || kind != NewKind::File => return Err(Errno::EEXIST),
+            Located::File { .. } if exclusive || !is_file => return Err(Errno::EEXIST),
             Located::File { record, .. } => return self.record_attr(&record),
             Located::Absent { parent, name } => (parent, name),
         };
@@ -99,14 +103,17 @@ impl MetaServer {
         perm::require_dir_write(creds, dir)?;
         let ino = self.ids.lock().allocate(&*self.store).map_err(crate::server::io)?;
         let now = now_ns();
-        let (file_kind, mode, size, target) = match kind {
-            NewKind::File => (FileKind::File, mode & 0o7777, 0, None),
-            NewKind::Symlink(target) => (FileKind::Symlink, 0o777, target.len() as u64, Some(target)),
+        let (file_kind, mode, rdev, target, data) = match kind {
+            NewKind::File { fid } => (FileKind::File, mode & 0o7777, 0, None, Some(FileData { fid, inline: Some(Vec::new()) })),
+            NewKind::Symlink(target) => (FileKind::Symlink, 0o777, 0, Some(target), None),
+            NewKind::Special { kind, rdev } => (kind, mode & 0o7777, rdev, None, None),
         };
+        let size = target.as_ref().map_or(0, |t| t.len() as u64);
         let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
-        let attr = Attr { ino, kind: file_kind, mode, uid: creds.uid, gid, size, nlink: 1, atime: now, mtime: now, ctime: now };
+        let attr = Attr { ino, kind: file_kind, mode, uid: creds.uid, gid, size, nlink: 1, rdev, atime: now, mtime: now, ctime: now };
         let mut b = Batch::new();
-        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(Inode { attr: attr.clone(), target })));
+        let inode = Inode { attr: attr.clone(), target, data };
+        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
         self.write(b)?;
         Ok(Reply::Attr(attr))
     }
@@ -123,9 +130,9 @@ impl MetaServer {
         perm::check_sticky(creds, dir, self.record_uid(&record))?;
         let mut b = Batch::new();
         b.delete(ENTRIES, keys::entry_key(parent, &name));
-        let remote = self.drop_link(&mut b, &record)?;
+        let dropped = self.drop_link(&mut b, &record)?;
         self.write(b)?;
-        Ok(Reply::Dropped { remote })
+        Ok(dropped.into_reply())
     }
 
     pub(crate) fn set_attr(&self, creds: &Creds, path: &NsPath, set: &SetAttr) -> Result<Reply, Errno> {
@@ -136,6 +143,7 @@ impl MetaServer {
             Located::Dir { id, .. } => self.set_dir_times(creds, id, set),
             Located::File { parent, name, record: Record::Inode(mut inode) } => {
                 setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+                crate::ops_data::fit_inline_to_size(&mut inode);
                 let attr = inode.attr.clone();
                 let mut b = Batch::new();
                 b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));

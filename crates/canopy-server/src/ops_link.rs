@@ -11,8 +11,28 @@ use crate::server::{io, now_ns, Located, MetaServer};
 use crate::setattr;
 use canopy_proto::msg::{Inode, Record};
 use canopy_proto::path::NsPath;
-use canopy_proto::{Creds, Errno, FileKind, Reply, SetAttr};
+use canopy_proto::{Creds, Errno, Fid, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
+
+/// What dropping one name left for the client to finish.
+#[derive(Debug, Default)]
+pub(crate) struct DroppedName {
+    /// A shared inode on another server, to decrement there.
+    pub remote: Option<(u64, u32)>,
+    /// Back-end contents whose last name went, to delete.
+    pub freed: Option<Fid>,
+}
+
+impl DroppedName {
+    pub(crate) fn into_reply(self) -> Reply {
+        Reply::Dropped { remote: self.remote, freed: self.freed }
+    }
+}
+
+/// The back-end file of an inode whose contents spilled out of the metadata.
+pub(crate) fn backend_fid(inode: &Inode) -> Option<Fid> {
+    inode.data.as_ref().filter(|d| d.inline.is_none()).map(|d| d.fid)
+}
 
 impl MetaServer {
     pub(crate) fn load_inode(&self, ino: u64) -> Result<Inode, Errno> {
@@ -20,16 +40,17 @@ impl MetaServer {
         keys::decode(&v).ok_or(Errno::EIO)
     }
 
-    /// Adds to `b` the effect of dropping one name of `record`; returns the remote
-    /// inode the client must decrement when it is homed elsewhere.
-    pub(crate) fn drop_link(&self, b: &mut Batch, record: &Record) -> Result<Option<(u64, u32)>, Errno> {
+    /// Adds to `b` the effect of dropping one name of `record`; returns what the
+    /// client must finish (a remote inode to decrement, back-end data to delete).
+    pub(crate) fn drop_link(&self, b: &mut Batch, record: &Record) -> Result<DroppedName, Errno> {
         match record {
-            Record::Inode(_) => Ok(None),
+            Record::Inode(i) => Ok(DroppedName { remote: None, freed: backend_fid(i) }),
             Record::Linked { ino, home } if *home == self.cfg.index => {
-                self.link_delta_into(b, *ino, -1)?;
-                Ok(None)
+                let inode = self.link_delta_into(b, *ino, -1)?;
+                let freed = if inode.attr.nlink == 0 { backend_fid(&inode) } else { None };
+                Ok(DroppedName { remote: None, freed })
             }
-            Record::Linked { ino, home } => Ok(Some((*ino, *home))),
+            Record::Linked { ino, home } => Ok(DroppedName { remote: Some((*ino, *home)), freed: None }),
         }
     }
 
@@ -108,6 +129,7 @@ impl MetaServer {
     pub(crate) fn inode_set_attr_locked(&self, creds: &Creds, ino: u64, set: &SetAttr) -> Result<Reply, Errno> {
         let mut inode = self.load_inode(ino)?;
         setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+        crate::ops_data::fit_inline_to_size(&mut inode);
         let mut b = Batch::new();
         b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
         self.write(b)?;
@@ -119,6 +141,7 @@ impl MetaServer {
         let mut b = Batch::new();
         let inode = self.link_delta_into(&mut b, ino, delta)?;
         self.write(b)?;
-        Ok(Reply::Attr(inode.attr))
+        let freed = if inode.attr.nlink == 0 { backend_fid(&inode) } else { None };
+        Ok(DroppedName { remote: None, freed }.into_reply())
     }
 }

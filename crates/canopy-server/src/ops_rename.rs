@@ -6,6 +6,7 @@
 //! `Migrate`/`Adopt`/`Release` move the objects below it whose primary changed.
 
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
+use crate::ops_link::DroppedName;
 use crate::perm;
 use crate::server::{io, now_ns, Located, MetaServer};
 use canopy_proto::attr::access;
@@ -25,8 +26,8 @@ fn record_ino(r: &Record) -> u64 {
 enum InOutcome {
     /// Source and destination are the same file: nothing to do.
     SameFile,
-    /// Inserted; a replaced name's remote inode must be decremented by the client.
-    Inserted { remote: Option<(u64, u32)> },
+    /// Inserted; what replacing a name left for the client to finish.
+    Inserted(DroppedName),
 }
 
 impl MetaServer {
@@ -62,19 +63,19 @@ impl MetaServer {
         };
         let ddir = self.dir_owner(dp)?;
         perm::require_dir_write(creds, ddir)?;
-        let mut remote = None;
+        let mut dropped = DroppedName::default();
         if let Some(existing) = replaced {
             if record_ino(&existing) == record_ino(&record) {
                 return Ok(InOutcome::SameFile);
             }
             perm::check_sticky(creds, ddir, self.record_uid(&existing))?;
-            remote = self.drop_link(b, &existing)?;
+            dropped = self.drop_link(b, &existing)?;
         }
         if let Record::Inode(i) = &mut record {
             i.attr.ctime = now_ns();
         }
         b.put(ENTRIES, keys::entry_key(dp, &dname), keys::encode(&record));
-        Ok(InOutcome::Inserted { remote })
+        Ok(InOutcome::Inserted(dropped))
     }
 
     pub(crate) fn rename_local(&self, creds: &Creds, src: &NsPath, dst: &NsPath) -> Result<Reply, Errno> {
@@ -82,11 +83,11 @@ impl MetaServer {
         let (sp, sname, record) = self.rename_out_check(creds, src, dst)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
-            InOutcome::SameFile => Ok(Reply::Dropped { remote: None }),
-            InOutcome::Inserted { remote } => {
+            InOutcome::SameFile => Ok(DroppedName::default().into_reply()),
+            InOutcome::Inserted(dropped) => {
                 b.delete(ENTRIES, keys::entry_key(sp, &sname));
                 self.write(b)?;
-                Ok(Reply::Dropped { remote })
+                Ok(dropped.into_reply())
             }
         }
     }
@@ -104,9 +105,9 @@ impl MetaServer {
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
             InOutcome::SameFile => Ok(Reply::Unit),
-            InOutcome::Inserted { remote } => {
+            InOutcome::Inserted(dropped) => {
                 self.write(b)?;
-                Ok(Reply::Dropped { remote })
+                Ok(dropped.into_reply())
             }
         }
     }

@@ -15,9 +15,9 @@ pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<
     let mut next = attr.clone();
     if let Some(size) = set.size {
         match attr.kind {
-            FileKind::Dir => return Err(Errno::EISDIR),
-            FileKind::Symlink => return Err(Errno::EINVAL),
             FileKind::File => {}
+            FileKind::Dir => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
         }
         perm::require(creds, Owner::of_attr(attr), false, access::W)?;
         next.size = size;
@@ -81,7 +81,7 @@ mod tests {
     use super::*;
 
     fn file(uid: u32, gid: u32, mode: u32) -> Attr {
-        Attr { ino: 9, kind: FileKind::File, mode, uid, gid, size: 0, nlink: 1, atime: 0, mtime: 0, ctime: 0 }
+        Attr { ino: 9, kind: FileKind::File, mode, uid, gid, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
     }
 
     #[test]

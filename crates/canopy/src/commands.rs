@@ -335,6 +335,10 @@ fn print_stat(path: &str, a: &canopy_proto::Attr) {
         FileKind::Dir => "directory",
         FileKind::File => "regular file",
         FileKind::Symlink => "symbolic link",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDev => "character special file",
+        FileKind::BlockDev => "block special file",
     };
     println!("  File: {path}");
     println!("  Size: {:<15} Inode: {:<20} Links: {}  {kind}", a.size, a.ino, a.nlink);

@@ -10,6 +10,10 @@ pub fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::Dir => 'd',
         FileKind::File => '-',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDev => 'c',
+        FileKind::BlockDev => 'b',
     });
     let special = [(S_ISUID, 's'), (S_ISGID, 's'), (S_ISVTX, 't')];
     for (i, (bit, mark)) in special.iter().enumerate() {

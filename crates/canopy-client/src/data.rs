@@ -1,0 +1,90 @@
+//! The client's side of file contents: FIDs for new files, what data requests
+//! answer, and the hook through which freed back-end files are reported.
+//!
+//! The metadata service never touches back-end storage (seed 003 §IV.G: clients
+//! reach it directly through their own mounts). It only says where contents are:
+//! inline in the metadata, or under a FID in back-end storage.
+
+use canopy_proto::{Attr, Fid};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Makes FIDs without coordination: a random 64-bit id for this client instance,
+/// then a counter (seed 003 §IV.E).
+pub struct FidGen {
+    client: u64,
+    next: AtomicU64,
+}
+
+impl FidGen {
+    pub fn new() -> FidGen {
+        FidGen::with_client(random_client_id())
+    }
+
+    pub fn with_client(client: u64) -> FidGen {
+        FidGen { client, next: AtomicU64::new(0) }
+    }
+
+    pub fn next(&self) -> Fid {
+        Fid::new(self.client, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl Default for FidGen {
+    fn default() -> FidGen {
+        FidGen::new()
+    }
+}
+
+/// 64 random bits from the kernel; the clock and process id if that fails.
+fn random_client_id() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+        return u64::from_le_bytes(b);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    canopy_proto::placement::mix64(t ^ ((std::process::id() as u64) << 32))
+}
+
+/// What a read of file contents found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataRead {
+    /// Inline bytes (shorter than asked at the end of the file).
+    Inline(Vec<u8>),
+    /// The contents are in back-end storage.
+    Backend { fid: Fid, size: u64 },
+}
+
+/// What a write of file contents did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataWrite {
+    /// Written inline; the file's new attributes.
+    Written(Attr),
+    /// Nothing written: the contents are in back-end storage.
+    Backend { fid: Fid, size: u64 },
+    /// Nothing written: the write would outgrow inline storage. Copy `data` (the
+    /// file is `size` bytes, zeros past `data`) to the back-end file, then confirm
+    /// with `spilled`.
+    Spill { fid: Fid, data: Vec<u8>, size: u64 },
+}
+
+/// Told when the last name of a file with back-end contents is gone, so whoever
+/// holds the back-end storage can delete (or, if the file is still open, later
+/// delete) its contents.
+pub trait Reclaim: Send + Sync + 'static {
+    fn freed(&self, fid: Fid);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fids_of_one_client_count_up_and_two_clients_differ() {
+        let a = FidGen::with_client(1);
+        assert_eq!(a.next(), Fid::new(1, 0));
+        assert_eq!(a.next(), Fid::new(1, 1));
+        let (x, y) = (FidGen::new(), FidGen::new());
+        assert_ne!(x.next(), y.next());
+    }
+}

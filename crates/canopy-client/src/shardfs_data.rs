@@ -1,0 +1,79 @@
+//! ShardFS's data requests and directory times: each is one RPC to the file's
+//! primary (or, for a hard-linked file, a second one to its inode's home server).
+
+use crate::data::{DataRead, DataWrite};
+use crate::namespace::Res;
+use crate::shardfs::{unexpected, ShardFs};
+use canopy_proto::msg::FileRef;
+use canopy_proto::path::NsPath;
+use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
+
+impl ShardFs {
+    /// Sends the data request `make(at)` for the file at `path`, following a
+    /// redirect to a shared inode's home server.
+    async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
+        let p = NsPath::parse(path)?;
+        match self.single(c, &p, make(FileRef::Path(p.to_string()))).await? {
+            Reply::Redirect { ino, home } => self.rpc(home, c, make(FileRef::Ino(ino))).await,
+            reply => Ok(reply),
+        }
+    }
+
+    pub(crate) async fn do_read_data(&self, c: &Creds, path: &str, offset: u64, len: u32) -> Res<DataRead> {
+        match self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await? {
+            Reply::Data(bytes) => Ok(DataRead::Inline(bytes)),
+            Reply::Backend { fid, size } => Ok(DataRead::Backend { fid, size }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub(crate) async fn do_write_data(&self, c: &Creds, path: &str, offset: u64, data: &[u8], inline_max: u32) -> Res<DataWrite> {
+        let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max };
+        match self.data_rpc(c, path, make).await? {
+            Reply::Attr(a) => Ok(DataWrite::Written(a)),
+            Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
+            Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub(crate) async fn do_spilled(&self, c: &Creds, path: &str, len: u64, digest: u64) -> Res<Attr> {
+        match self.data_rpc(c, path, |at| Request::Spilled { at, len, digest }).await? {
+            Reply::Attr(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub(crate) async fn do_extend(&self, c: &Creds, path: &str, end: u64) -> Res<Attr> {
+        match self.data_rpc(c, path, |at| Request::Extend { at, end }).await? {
+            Reply::Attr(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// With directory times on: after a name was added or removed in `dirs`,
+    /// sets their mtime and ctime on their primaries. A failure here does not
+    /// undo the change, so it is only logged.
+    pub(crate) async fn touch_parents(&self, c: &Creds, paths: &[&NsPath]) {
+        if !self.dir_times {
+            return;
+        }
+        let mut parents: Vec<NsPath> = paths.iter().filter_map(|p| p.split().map(|(parent, _)| parent)).collect();
+        parents.dedup();
+        for parent in parents {
+            let r = self.rpc(self.primary(&parent), c, Request::TouchDir { path: parent.to_string() }).await;
+            if let Err(e) = r {
+                if e != Errno::ENOENT {
+                    eprintln!("canopy-client: could not update the times of {parent}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Reports back-end contents whose last name went away.
+    pub(crate) fn reclaim(&self, freed: Option<Fid>) {
+        if let (Some(fid), Some(r)) = (freed, &self.reclaim) {
+            r.freed(fid);
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! File contents kept inside the metadata, and their hand-over to back-end storage.
+//!
+//! A regular file starts inline: its bytes live in its inode (seed 001 keeps small
+//! files in the metadata table). A write that would take it past the client's
+//! `inline_max` is answered `Spill`: the client copies the inline bytes to the
+//! back-end file named by the file's FID and confirms with `Spilled`, carrying a
+//! digest of what it copied; the server flips the file to back-end only if the
+//! inline bytes are still those, so a write that slipped in between is never lost
+//! (the client gets `EAGAIN` and copies again). From then on the client reads and
+//! writes the back-end file directly and reports growth with `Extend`.
+//!
+//! Data requests check no read or write permission: they serve open files, whose
+//! permission was checked at open (POSIX lets an open descriptor outlive a chmod).
+//!
+//! The byte-level rules are pure functions at the top of this file.
+
+use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
+use crate::server::{now_ns, Located, MetaServer};
+use canopy_proto::msg::{DirTimes, FileRef, Inode, Record};
+use canopy_proto::path::NsPath;
+use canopy_proto::placement::fnv1a64;
+use canopy_proto::{Creds, Errno, FileKind, Reply};
+use canopy_store::Batch;
+
+/// Up to `len` bytes of inline contents at `offset` of a file `size` bytes long;
+/// bytes past the stored ones read as zeros.
+pub fn read_inline(stored: &[u8], size: u64, offset: u64, len: u32) -> Vec<u8> {
+    let end = size.min(offset.saturating_add(len as u64));
+    if offset >= end {
+        return Vec::new();
+    }
+    let mut out = vec![0u8; (end - offset) as usize];
+    if let Some(have) = stored.get(offset as usize..) {
+        let n = have.len().min(out.len());
+        out[..n].copy_from_slice(&have[..n]);
+    }
+    out
+}
+
+/// Writes `data` at `offset` into inline contents; returns the new size.
+pub fn write_inline(stored: &mut Vec<u8>, size: u64, offset: u64, data: &[u8]) -> u64 {
+    let end = offset as usize + data.len();
+    if stored.len() < end {
+        stored.resize(end, 0);
+    }
+    stored[offset as usize..end].copy_from_slice(data);
+    size.max(end as u64)
+}
+
+/// After a truncate: drops stored inline bytes past the new size.
+pub fn fit_inline_to_size(inode: &mut Inode) {
+    let size = inode.attr.size;
+    if let Some(stored) = inode.data.as_mut().and_then(|d| d.inline.as_mut()) {
+        if stored.len() as u64 > size {
+            stored.truncate(size as usize);
+        }
+    }
+}
+
+/// What `Spilled` compares: the inline bytes as the client copied them.
+pub fn inline_digest(stored: &[u8]) -> u64 {
+    fnv1a64(stored)
+}
+
+/// Where a data request's inode is stored, to write it back.
+enum Slot {
+    Entry { parent: u64, name: String },
+    Shared { ino: u64 },
+}
+
+impl MetaServer {
+    /// The inode `at` names, or `Redirect` to the home server of a shared inode.
+    fn data_target(&self, creds: &Creds, at: &FileRef) -> Result<Result<(Slot, Inode), Reply>, Errno> {
+        let (slot, inode) = match at {
+            FileRef::Ino(ino) => (Slot::Shared { ino: *ino }, self.load_inode(*ino)?),
+            FileRef::Path(raw) => match self.locate(creds, &NsPath::parse(raw)?)? {
+                Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
+                Located::Absent { .. } => return Err(Errno::ENOENT),
+                Located::File { parent, name, record: Record::Inode(i) } => (Slot::Entry { parent, name }, i),
+                Located::File { record: Record::Linked { ino, home }, .. } if home == self.cfg.index => {
+                    (Slot::Shared { ino }, self.load_inode(ino)?)
+                }
+                Located::File { record: Record::Linked { ino, home }, .. } => return Ok(Err(Reply::Redirect { ino, home })),
+            },
+        };
+        if inode.attr.kind != FileKind::File || inode.data.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        Ok(Ok((slot, inode)))
+    }
+
+    fn store_inode(&self, slot: Slot, inode: &Inode) -> Result<(), Errno> {
+        let mut b = Batch::new();
+        match slot {
+            Slot::Entry { parent, name } => {
+                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode.clone())))
+            }
+            Slot::Shared { ino } => b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(inode)),
+        }
+        self.write(b)
+    }
+
+    pub(crate) fn read_data(&self, creds: &Creds, at: &FileRef, offset: u64, len: u32) -> Result<Reply, Errno> {
+        let (_, inode) = match self.data_target(creds, at)? {
+            Ok(found) => found,
+            Err(redirect) => return Ok(redirect),
+        };
+        let data = inode.data.expect("checked by data_target");
+        Ok(match &data.inline {
+            Some(stored) => Reply::Data(read_inline(stored, inode.attr.size, offset, len)),
+            None => Reply::Backend { fid: data.fid, size: inode.attr.size },
+        })
+    }
+
+    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (slot, mut inode) = match self.data_target(creds, at)? {
+            Ok(found) => found,
+            Err(redirect) => return Ok(redirect),
+        };
+        let size = inode.attr.size;
+        let data = inode.data.as_mut().expect("checked by data_target");
+        let fid = data.fid;
+        let Some(stored) = data.inline.as_mut() else {
+            return Ok(Reply::Backend { fid, size });
+        };
+        let end = offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > inline_max as u64 {
+            return Ok(Reply::Spill { fid, data: stored.clone(), size });
+        }
+        inode.attr.size = write_inline(stored, size, offset, bytes);
+        let now = now_ns();
+        inode.attr.mtime = now;
+        inode.attr.ctime = now;
+        self.store_inode(slot, &inode)?;
+        Ok(Reply::Attr(inode.attr))
+    }
+
+    pub(crate) fn spilled(&self, creds: &Creds, at: &FileRef, len: u64, digest: u64) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (slot, mut inode) = match self.data_target(creds, at)? {
+            Ok(found) => found,
+            Err(redirect) => return Ok(redirect),
+        };
+        let data = inode.data.as_mut().expect("checked by data_target");
+        match &data.inline {
+            None => return Ok(Reply::Attr(inode.attr)),
+            Some(stored) if stored.len() as u64 != len || inline_digest(stored) != digest => return Err(Errno::EAGAIN),
+            Some(_) => data.inline = None,
+        }
+        self.store_inode(slot, &inode)?;
+        Ok(Reply::Attr(inode.attr))
+    }
+
+    pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let (slot, mut inode) = match self.data_target(creds, at)? {
+            Ok(found) => found,
+            Err(redirect) => return Ok(redirect),
+        };
+        inode.attr.size = inode.attr.size.max(end);
+        let now = now_ns();
+        inode.attr.mtime = now;
+        inode.attr.ctime = now;
+        self.store_inode(slot, &inode)?;
+        Ok(Reply::Attr(inode.attr))
+    }
+
+    /// A name was added to or removed from the directory at `path`: its mtime and
+    /// ctime become now. Only the directory's primary keeps its times.
+    pub(crate) fn touch_dir(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+        let _g = self.lock_mutations();
+        let id = match self.locate(creds, path)? {
+            Located::Root => crate::dirtable::ROOT_ID,
+            Located::Dir { id, .. } => id,
+            Located::File { .. } => return Err(Errno::ENOTDIR),
+            Located::Absent { .. } => return Err(Errno::ENOENT),
+        };
+        let now = now_ns();
+        let atime = self.load_dir_times(id)?.map_or(now, |t| t.atime);
+        let mut b = Batch::new();
+        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime, mtime: now, ctime: now }));
+        self.write(b)?;
+        Ok(Reply::Unit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_stop_at_size_and_fill_unstored_bytes_with_zeros() {
+        assert_eq!(read_inline(b"hello", 5, 1, 3), b"ell");
+        assert_eq!(read_inline(b"hello", 5, 3, 100), b"lo");
+        assert_eq!(read_inline(b"hello", 5, 5, 10), b"");
+        assert_eq!(read_inline(b"hi", 6, 0, 10), b"hi\0\0\0\0");
+        assert_eq!(read_inline(b"", 4, 2, 1), b"\0");
+    }
+
+    #[test]
+    fn writes_extend_with_zeros_and_never_shrink() {
+        let mut stored = b"abc".to_vec();
+        assert_eq!(write_inline(&mut stored, 3, 5, b"xy"), 7);
+        assert_eq!(stored, b"abc\0\0xy");
+        assert_eq!(write_inline(&mut stored, 7, 0, b"Z"), 7);
+        assert_eq!(stored, b"Zbc\0\0xy");
+        // A file extended by truncate (size > stored) keeps its size.
+        let mut short = b"a".to_vec();
+        assert_eq!(write_inline(&mut short, 100, 0, b"b"), 100);
+    }
+}
