@@ -35,7 +35,7 @@ pub trait Namespace: Send + Sync + 'static {
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>>;
     fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>>;
     /// Confirms a spill: the inline contents (`len` bytes with digest `digest`)
-    /// were copied to the back-end file. `EAGAIN`: they changed meanwhile.
+    /// were copied to the back-end file. `ESTALE`: they changed meanwhile.
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>>;
     /// Back-end contents were written up to `end`: grows the size, sets mtime.
     fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>>;

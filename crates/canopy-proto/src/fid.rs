@@ -14,7 +14,7 @@
 //!   different directories (the paper splits the hex name into parts for the same
 //!   reason) and no directory holds more than 65,536 names per level.
 
-use crate::placement::mix64;
+use crate::placement::{fnv1a64, mix64};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -44,6 +44,11 @@ impl Fid {
         let c = self.counter();
         format!("{:04x}/{:04x}/{:032x}", c & 0xffff, (c >> 16) & 0xffff, self.0)
     }
+}
+
+/// The digest a spill is confirmed with: of the inline bytes the client copied.
+pub fn contents_digest(bytes: &[u8]) -> u64 {
+    mix64(fnv1a64(bytes))
 }
 
 impl std::fmt::Display for Fid {

@@ -245,10 +245,11 @@ requests! {
     ReadData { at: FileRef, offset: u64, len: u32 },
     /// Write to an inline file, if the result stays within `inline_max` bytes:
     /// `Attr`. `Backend` when the contents are already in back-end storage, and
-    /// `Spill` when this write would make the file too big to stay inline.
+    /// `Spill` when this write would make the file too big to stay inline (and
+    /// always when `inline_max` is 0: a spill on demand).
     WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32 },
     /// The client copied the inline contents (`len` bytes with `digest`) to the
-    /// back-end file: from now on the contents live there. `EAGAIN` if the inline
+    /// back-end file: from now on the contents live there. `ESTALE` if the inline
     /// contents changed in the meantime (the client copies again).
     Spilled { at: FileRef, len: u64, digest: u64 },
     /// The client wrote back-end bytes up to `end`: size = max(size, end), and

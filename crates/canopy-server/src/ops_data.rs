@@ -6,7 +6,7 @@
 //! back-end file named by the file's FID and confirms with `Spilled`, carrying a
 //! digest of what it copied; the server flips the file to back-end only if the
 //! inline bytes are still those, so a write that slipped in between is never lost
-//! (the client gets `EAGAIN` and copies again). From then on the client reads and
+//! (the client gets `ESTALE` and copies again). From then on the client reads and
 //! writes the back-end file directly and reports growth with `Extend`.
 //!
 //! Data requests check no read or write permission: they serve open files, whose
@@ -18,7 +18,6 @@ use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
 use crate::server::{now_ns, Located, MetaServer};
 use canopy_proto::msg::{DirTimes, FileRef, Inode, Record};
 use canopy_proto::path::NsPath;
-use canopy_proto::placement::fnv1a64;
 use canopy_proto::{Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
 
@@ -59,7 +58,7 @@ pub fn fit_inline_to_size(inode: &mut Inode) {
 
 /// What `Spilled` compares: the inline bytes as the client copied them.
 pub fn inline_digest(stored: &[u8]) -> u64 {
-    fnv1a64(stored)
+    canopy_proto::fid::contents_digest(stored)
 }
 
 /// Where a data request's inode is stored, to write it back.
@@ -125,7 +124,12 @@ impl MetaServer {
             return Ok(Reply::Backend { fid, size });
         };
         let end = offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > inline_max as u64 {
+        if bytes.is_empty() && inline_max != 0 {
+            return Ok(Reply::Attr(inode.attr)); // POSIX: a zero-length write changes nothing
+        }
+        // inline_max 0 asks for a spill whatever the size (a file about to lose
+        // its last name while open: its contents must outlive the entry).
+        if end > inline_max as u64 || inline_max == 0 {
             return Ok(Reply::Spill { fid, data: stored.clone(), size });
         }
         inode.attr.size = write_inline(stored, size, offset, bytes);
@@ -145,7 +149,7 @@ impl MetaServer {
         let data = inode.data.as_mut().expect("checked by data_target");
         match &data.inline {
             None => return Ok(Reply::Attr(inode.attr)),
-            Some(stored) if stored.len() as u64 != len || inline_digest(stored) != digest => return Err(Errno::EAGAIN),
+            Some(stored) if stored.len() as u64 != len || inline_digest(stored) != digest => return Err(Errno::ESTALE),
             Some(_) => data.inline = None,
         }
         self.store_inode(slot, &inode)?;

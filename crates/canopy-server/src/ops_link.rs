@@ -81,7 +81,8 @@ impl MetaServer {
         let me = self.cfg.index;
         match record {
             Record::Inode(mut inode) => {
-                if inode.attr.kind != FileKind::File {
+                // Symlinks cannot be hard-linked here: their target lives inline.
+                if inode.attr.kind == FileKind::Symlink {
                     return Err(Errno::EPERM);
                 }
                 let ino = inode.attr.ino;

@@ -46,6 +46,11 @@ pub fn load(explicit: Option<&Path>) -> Result<ClusterFile, String> {
 
 /// A client for `c`; call inside a Tokio runtime.
 pub fn client(c: &ClusterFile, creds: Creds) -> Result<Client, String> {
+    Ok(Client::new(Arc::new(namespace(c)?), creds))
+}
+
+/// The namespace strategy of `c`, for callers that configure it further.
+pub fn namespace(c: &ClusterFile) -> Result<ShardFs, String> {
     if c.mode != "shardfs" {
         return Err(format!("namespace mode {:?} is not supported yet (only shardfs)", c.mode));
     }
@@ -55,7 +60,7 @@ pub fn client(c: &ClusterFile, creds: Creds) -> Result<Client, String> {
         // How long a crashed client's locks block others before recovery.
         ns = ns.with_lease(ms);
     }
-    Ok(Client::new(Arc::new(ns), creds))
+    Ok(ns)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -6,6 +6,7 @@ mod connect;
 mod daemon;
 mod format;
 mod local;
+mod mount;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -47,6 +48,10 @@ enum Cmd {
     Lockd(daemon::LockdArgs),
     /// Run the benchmark (on a temporary local cluster unless one is given).
     Bench(local::BenchArgs),
+    /// Mount the namespace with FUSE (file contents on back-end directories).
+    Mount(mount::MountArgs),
+    /// Unmount a Canopy mount.
+    Umount(mount::UmountArgs),
     #[command(flatten)]
     Ns(commands::NsCmd),
 }
@@ -62,6 +67,8 @@ fn main() -> ExitCode {
         Cmd::Server(args) => daemon::run_server(&args),
         Cmd::Lockd(args) => daemon::run_lockd(&args),
         Cmd::Bench(args) => local::bench(&args, cli.cluster.as_deref()),
+        Cmd::Mount(args) => mount::mount(&args, cli.cluster.as_deref()),
+        Cmd::Umount(args) => mount::umount(&args),
         Cmd::Ns(cmd) => commands::run(cmd, cli.cluster.as_deref(), &who),
     };
     match result {

@@ -1,0 +1,137 @@
+//! Translations between Canopy's types and the kernel's: attributes, errnos,
+//! times, and who is asking.
+
+use canopy_proto::{Attr, Creds, Errno, FileKind, TimeSet};
+use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn errno(e: Errno) -> fuser::Errno {
+    match e {
+        // Internal to Canopy's routing; never meaningful to a program.
+        Errno::EREMOTE => fuser::Errno::from_i32(libc::EIO),
+        e => fuser::Errno::from_i32(e.code()),
+    }
+}
+
+pub fn io_errno(e: &std::io::Error) -> fuser::Errno {
+    fuser::Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+pub fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+pub fn nanos(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+pub fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(nanos(t)),
+    }
+}
+
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Dir => FileType::Directory,
+        FileKind::File => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// The kind mknod(2) asks for, from the file-type bits of its mode.
+pub fn mknod_kind(mode: u32) -> Option<FileKind> {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => Some(FileKind::File),
+        libc::S_IFIFO => Some(FileKind::Fifo),
+        libc::S_IFSOCK => Some(FileKind::Socket),
+        libc::S_IFCHR => Some(FileKind::CharDev),
+        libc::S_IFBLK => Some(FileKind::BlockDev),
+        _ => None,
+    }
+}
+
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: file_type(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// The caller of a request: uid and gid from the kernel, supplementary groups from
+/// /proc (FUSE does not pass them).
+pub fn creds(uid: u32, gid: u32, pid: u32) -> Creds {
+    Creds { uid, gid, groups: groups_of(pid) }
+}
+
+fn groups_of(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
+        .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
+        .unwrap_or_default();
+    parse_groups(&status)
+}
+
+/// The `Groups:` line of a /proc status file.
+pub fn parse_groups(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_both_sides_of_the_epoch() {
+        for ns in [0i64, 1, 1_700_000_000_123_456_789, -1_500_000_000] {
+            assert_eq!(nanos(time(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn groups_come_from_the_status_line() {
+        let status = "Name:\tx\nUid:\t0\t0\t0\t0\nGroups:\t4 24 1001 \nNgid:\t0\n";
+        assert_eq!(parse_groups(status), vec![4, 24, 1001]);
+        assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
+        assert_eq!(creds(5, 6, 0).groups, Vec::<u32>::new());
+    }
+
+    #[test]
+    fn mknod_kinds_and_the_internal_errno() {
+        assert_eq!(mknod_kind(libc::S_IFIFO | 0o644), Some(FileKind::Fifo));
+        assert_eq!(mknod_kind(libc::S_IFDIR | 0o755), None);
+        assert_eq!(errno(Errno::EREMOTE).code(), libc::EIO);
+        assert_eq!(errno(Errno::ENOENT).code(), libc::ENOENT);
+    }
+}

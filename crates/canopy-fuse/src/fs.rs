@@ -1,0 +1,492 @@
+//! The FUSE file system: each kernel request becomes Canopy client calls on the
+//! path behind the request's node.
+//!
+//! Namespace operations run as the caller (uid, gid and groups), so Canopy's own
+//! permission checks apply. Reads and writes of open files run as root: their
+//! permission was checked when the file was opened, as POSIX wants.
+
+use crate::convert::{self, errno, file_attr, io_errno};
+use crate::handles::Handles;
+use crate::nodes::{child_path, Nodes, ROOT};
+use crate::options::MountOptions;
+use canopy_client::Client;
+use canopy_proto::{Attr, DirEntry, Errno, SetAttr};
+use fuser::{
+    AccessFlags, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub(crate) type R<T> = Result<T, fuser::Errno>;
+
+pub struct CanopyFs {
+    pub(crate) rt: tokio::runtime::Handle,
+    /// Acts as root: data requests, and lookups of what a caller already holds.
+    pub(crate) client: Client,
+    pub(crate) nodes: Mutex<Nodes>,
+    pub(crate) handles: Arc<Handles>,
+    dirs: Mutex<DirHandles>,
+    pub(crate) opts: MountOptions,
+}
+
+#[derive(Default)]
+struct DirHandles {
+    next: u64,
+    open: HashMap<u64, Arc<Vec<DirEntry>>>,
+}
+
+fn name_str(name: &OsStr) -> R<&str> {
+    name.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))
+}
+
+fn enoent() -> fuser::Errno {
+    fuser::Errno::from_i32(libc::ENOENT)
+}
+
+impl CanopyFs {
+    /// `client` must act as root; `handles` must be the client's reclaim hook.
+    pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> CanopyFs {
+        CanopyFs { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), opts }
+    }
+
+    pub(crate) fn run<T>(&self, f: impl std::future::Future<Output = Result<T, Errno>>) -> R<T> {
+        self.rt.block_on(f).map_err(errno)
+    }
+
+    fn caller(&self, req: &Request) -> Client {
+        self.client.as_user(convert::creds(req.uid(), req.gid(), req.pid()))
+    }
+
+    pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
+        self.nodes.lock().path(ino.0).map(str::to_string).ok_or_else(enoent)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> R<String> {
+        Ok(child_path(&self.path(parent)?, name_str(name)?))
+    }
+
+    fn entry(&self, reply: ReplyEntry, path: &str, attr: &Attr) {
+        self.nodes.lock().remember(attr.ino, path);
+        reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(attr), Generation(0));
+    }
+
+    fn attr(&self, reply: ReplyAttr, attr: &Attr) {
+        reply.attr(&self.opts.attr_ttl, &file_attr(attr));
+    }
+
+    fn getattr_of(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
+        let path = self.nodes.lock().path(ino.0).map(str::to_string);
+        match path {
+            // fstat needs no search permission: the descriptor was already opened.
+            Some(p) if fh.is_some() => self.run(self.client.stat(&p)),
+            Some(p) => self.run(self.caller(req).stat(&p)),
+            None => self.handles.orphan_attr(ino.0).ok_or_else(enoent),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr_of(&self, req: &Request, ino: INodeNo, set: SetAttr, fh: Option<FileHandle>) -> R<Attr> {
+        let Some(path) = self.nodes.lock().path(ino.0).map(str::to_string) else {
+            return self.truncate_orphan(ino.0, fh, set.size);
+        };
+        // ftruncate on a descriptor open for writing needs no write permission now.
+        let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
+        let who = if fh.is_some() && only_size { self.client.clone() } else { self.caller(req) };
+        let attr = self.run(who.setattr(&path, &set))?;
+        if let Some(size) = set.size {
+            self.truncate_backend(&path, size)?;
+        }
+        Ok(attr)
+    }
+
+    /// Before a name goes away: if this mount has the file open, its contents move
+    /// to back-end storage, so the open handles outlive the entry that held them.
+    fn keep_open_contents(&self, path: &str) -> R<Option<(u64, Attr)>> {
+        let Some(node) = self.nodes.lock().find(path) else { return Ok(None) };
+        if !self.handles.is_open(node) {
+            return Ok(None);
+        }
+        let attr = self.run(self.client.stat(path))?;
+        if attr.kind == canopy_proto::FileKind::File {
+            self.spill_now(node, path)?;
+        }
+        Ok(Some((node, attr)))
+    }
+
+    /// After a name went away: an open node with no name left keeps its attributes.
+    fn name_removed(&self, path: &str, open: Option<(u64, Attr)>) {
+        let mut nodes = self.nodes.lock();
+        nodes.unlinked(path);
+        if let Some((node, mut attr)) = open {
+            if nodes.is_orphan(node) {
+                attr.nlink = attr.nlink.saturating_sub(1);
+                self.handles.orphaned(node, attr);
+            }
+        }
+    }
+
+    fn rename_of(&self, req: &Request, from: &str, to: &str, flags: RenameFlags) -> R<()> {
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.intersects(!(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)) {
+            return Err(fuser::Errno::from_i32(libc::EINVAL));
+        }
+        let who = self.caller(req);
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            // Checked, then renamed: not atomic against another client creating
+            // the destination in between.
+            match self.run(who.stat(to)) {
+                Ok(_) => return Err(fuser::Errno::from_i32(libc::EEXIST)),
+                Err(e) if e.code() == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let open = self.keep_open_contents(to)?;
+        self.run(who.rename(from, to))?;
+        let replaced = self.nodes.lock().renamed(from, to);
+        if let (Some(node), Some((open_node, mut attr))) = (replaced, open) {
+            if node == open_node && self.nodes.lock().is_orphan(node) {
+                attr.nlink = attr.nlink.saturating_sub(1);
+                self.handles.orphaned(node, attr);
+            }
+        }
+        Ok(())
+    }
+
+    fn open_file(&self, req: &Request, ino: INodeNo, flags: OpenFlags) -> R<u64> {
+        let path = self.path(ino)?;
+        let mut mask = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => 4,
+            libc::O_WRONLY => 2,
+            _ => 6,
+        };
+        if flags.0 & libc::O_TRUNC != 0 {
+            mask |= 2;
+        }
+        self.run(self.caller(req).access(&path, mask))?;
+        let contents = self.contents_of(ino.0, &path)?;
+        Ok(self.handles.open(ino.0, contents))
+    }
+
+    fn create_file(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
+        let path = self.child(parent, name)?;
+        let who = self.caller(req);
+        let attr = if flags & libc::O_EXCL != 0 {
+            self.run(who.create(&path, mode & 0o7777))?
+        } else {
+            self.run(who.open_create(&path, mode & 0o7777))?
+        };
+        let contents = self.contents_of(attr.ino, &path)?;
+        let fh = self.handles.open(attr.ino, contents);
+        Ok((path, attr, fh))
+    }
+
+    fn opendir_of(&self, req: &Request, ino: INodeNo) -> R<u64> {
+        let path = self.path(ino)?;
+        let entries = self.run(self.caller(req).readdir(&path))?;
+        let mut dirs = self.dirs.lock();
+        dirs.next += 1;
+        let fh = dirs.next;
+        dirs.open.insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    fn listing(&self, fh: FileHandle) -> R<Arc<Vec<DirEntry>>> {
+        self.dirs.lock().open.get(&fh.0).cloned().ok_or(fuser::Errno::from_i32(libc::EBADF))
+    }
+
+    fn statfs_of(&self) -> R<libc::statvfs> {
+        self.handles.backends().statvfs().map_err(|e| io_errno(&e))
+    }
+}
+
+/// Runs `f` and answers the kernel with its result.
+macro_rules! answer {
+    ($reply:ident, $f:expr, |$v:ident| $ok:expr) => {
+        match $f {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for CanopyFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Concurrent lookups and creates in one directory, and `ls -l` in one round.
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let found = self.child(parent, name).and_then(|p| Ok((self.run(self.caller(req).stat(&p))?, p)));
+        answer!(reply, found, |v| self.entry(reply, &v.1, &v.0))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.lock().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        answer!(reply, self.getattr_of(req, ino, fh), |a| self.attr(reply, &a))
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(convert::time_set),
+            mtime: mtime.map(convert::time_set),
+        };
+        answer!(reply, self.setattr_of(req, ino, set, fh), |a| self.attr(reply, &a))
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let target = self.path(ino).and_then(|p| self.run(self.caller(req).readlink(&p)));
+        answer!(reply, target, |t| reply.data(t.as_bytes()))
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+        let made = (|| {
+            let path = self.child(parent, name)?;
+            let kind = convert::mknod_kind(mode).ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
+            let who = self.caller(req);
+            let attr = match kind {
+                canopy_proto::FileKind::File => self.run(who.create(&path, mode & 0o7777))?,
+                special => self.run(who.mknod(&path, mode & 0o7777, special, rdev as u64))?,
+            };
+            Ok((path, attr))
+        })();
+        answer!(reply, made, |v| self.entry(reply, &v.0, &v.1))
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let made = (|| {
+            let path = self.child(parent, name)?;
+            let who = self.caller(req);
+            self.run(who.mkdir(&path, mode & 0o7777))?;
+            // mkdir answers the replicated state only; the times live on the primary.
+            Ok((self.run(self.client.stat(&path))?, path))
+        })();
+        answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let open = self.keep_open_contents(&path)?;
+            self.run(self.caller(req).unlink(&path))?;
+            self.name_removed(&path, open);
+            Ok(())
+        })();
+        answer!(reply, done, |_v| reply.ok())
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            self.run(self.caller(req).rmdir(&path))?;
+            self.nodes.lock().unlinked(&path);
+            Ok(())
+        })();
+        answer!(reply, done, |_v| reply.ok())
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let made = (|| {
+            let path = self.child(parent, link_name)?;
+            let target = target.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
+            Ok((self.run(self.caller(req).symlink(target, &path))?, path))
+        })();
+        answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let done = (|| {
+            let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            self.rename_of(req, &from, &to, flags)
+        })();
+        answer!(reply, done, |_v| reply.ok())
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let made = (|| {
+            let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
+            Ok((self.run(self.caller(req).link(&src, &dst))?, dst))
+        })();
+        answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.open_file(req, ino, flags), |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        answer!(reply, self.read_at(ino.0, fh.0, offset, size), |data| reply.data(&data))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        answer!(reply, self.write_at(ino.0, fh.0, offset, data), |n| reply.written(n))
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Every write already reached the metadata service and the back-end file.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        answer!(reply, self.sync_handle(fh.0), |_v| reply.ok())
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.opendir_of(req, ino), |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.listing(fh) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let dots = [(ino.0, FileType::Directory, "."), (ROOT, FileType::Directory, "..")];
+        let named = entries.iter().map(|e| (e.ino, convert::file_type(e.kind), e.name.as_str()));
+        for (i, (id, kind, name)) in dots.into_iter().chain(named).enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(id), i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        let ttl = self.opts.attr_ttl;
+        // "." and ".." come first; the kernel does not count them as lookups.
+        if offset < 2 {
+            let Ok(here) = self.run(self.client.stat(&dir)) else { return reply.error(enoent()) };
+            for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(here.ino), i as u64 + 1, name, &ttl, &file_attr(&here), Generation(0)) {
+                    return reply.ok();
+                }
+            }
+        }
+        for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
+            let path = child_path(&dir, &e.name);
+            // A name removed since opendir is skipped, as a fresh listing would.
+            let Ok(attr) = self.run(self.client.stat(&path)) else { continue };
+            if reply.add(INodeNo(attr.ino), i as u64 + 3, &e.name, &ttl, &file_attr(&attr), Generation(0)) {
+                break;
+            }
+            self.nodes.lock().remember(attr.ino, &path);
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.lock().open.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Metadata is durable when the servers answer (per their durability setting).
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        answer!(reply, self.statfs_of(), |s| reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            u64::MAX >> 1,
+            u64::MAX >> 1,
+            s.f_bsize as u32,
+            canopy_proto::path::NAME_MAX as u32,
+            s.f_frsize as u32
+        ))
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ok = self.path(ino).and_then(|p| self.run(self.caller(req).access(&p, mask.bits() as u32 & 7)));
+        answer!(reply, ok, |_v| reply.ok())
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        match self.create_file(req, parent, name, mode, flags) {
+            Ok((path, attr, fh)) => {
+                self.nodes.lock().remember(attr.ino, &path);
+                reply.created(&self.opts.entry_ttl, &file_attr(&attr), Generation(0), FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Canopy as a mounted file system (seed 003 §IV.C: a FUSE layer over a metadata
+//! service, with file contents on back-end storage).
+//!
+//! - [`nodes`]: the kernel's node ids and the Canopy paths behind them (pure).
+//! - [`handles`]: open files, and back-end contents waiting for their last close.
+//! - [`backend`]: back-end directories and where a FID's contents live in them.
+//! - [`convert`]: attributes, errnos, times and callers between Canopy and FUSE.
+//! - `fs` and `file_io`: the request handlers.
+//! - [`options`]: the mount's settings and their defaults.
+//! - [`mount`]: mounting, serving and unmounting.
+//!
+//! Hard rule: no namespace logic here. Every decision about names, permissions
+//! and attributes is the metadata service's; this crate translates and caches
+//! nothing beyond what the kernel is told it may cache (the entry and attribute
+//! timeouts).
+
+pub mod backend;
+pub mod convert;
+mod file_io;
+mod fs;
+pub mod handles;
+pub mod mount;
+pub mod nodes;
+pub mod options;
+
+pub use backend::Backends;
+pub use fs::CanopyFs;
+pub use handles::Handles;
+pub use options::MountOptions;

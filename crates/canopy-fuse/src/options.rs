@@ -1,0 +1,37 @@
+//! What a mount can be told, with the defaults `canopy mount` documents.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// How long the kernel may trust a name it looked up (entry cache).
+    pub entry_ttl: Duration,
+    /// How long the kernel may trust attributes it fetched (attribute cache).
+    pub attr_ttl: Duration,
+    /// Files up to this many bytes keep their contents in the metadata.
+    pub inline_max: u32,
+    /// Threads serving kernel requests, each on its own cloned /dev/fuse fd.
+    pub threads: usize,
+    /// Let users other than the one who mounted use the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from cached attributes
+    /// (`default_permissions`) before Canopy checks them again. Off: Canopy's own
+    /// checks, with the caller's uid, gid and groups, decide alone.
+    pub default_permissions: bool,
+    /// Keep directories' mtime and ctime up to date (one more RPC per change).
+    pub dir_times: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            entry_ttl: Duration::from_secs(1),
+            attr_ttl: Duration::from_secs(1),
+            inline_max: 64 * 1024,
+            threads: 2,
+            allow_other: false,
+            default_permissions: false,
+            dir_times: true,
+        }
+    }
+}

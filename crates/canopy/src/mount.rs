@@ -1,0 +1,180 @@
+//! `canopy mount` and `canopy umount`.
+//!
+//! `mount` starts itself again in the background with `--foreground` (detached,
+//! its output in a log file beside the cluster file) and returns once the mount
+//! is up, or fails with the background process's error.
+
+use crate::connect;
+use canopy_client::{cluster, Client};
+use canopy_fuse::{Backends, CanopyFs, Handles, MountOptions};
+use canopy_proto::Creds;
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Where to mount (an existing directory).
+    pub mountpoint: PathBuf,
+    /// Back-end directory for file contents; repeat to spread contents over
+    /// several (default: `data` beside the cluster file).
+    #[arg(long = "data", value_name = "DIR")]
+    pub data: Vec<PathBuf>,
+    /// Serve in this process instead of in the background.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Seconds the kernel may cache a name lookup.
+    #[arg(long, default_value_t = 1.0)]
+    pub entry_timeout: f64,
+    /// Seconds the kernel may cache attributes.
+    #[arg(long, default_value_t = 1.0)]
+    pub attr_timeout: f64,
+    /// Files up to this many bytes keep their contents in the metadata.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub inline_max: u32,
+    /// Threads serving kernel requests.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Let other users use the mount (`allow_other`).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Let the kernel check permissions too (`default_permissions`), from
+    /// attributes it may have cached; without it Canopy's checks alone decide.
+    #[arg(long)]
+    pub default_permissions: bool,
+    /// Do not update directories' mtime and ctime when names change in them
+    /// (saves one RPC per create, unlink, mkdir, rmdir, link and rename).
+    #[arg(long)]
+    pub no_dir_times: bool,
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    pub mountpoint: PathBuf,
+    /// Detach now even if busy; the mount goes when its last user leaves.
+    #[arg(long)]
+    pub lazy: bool,
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s).map_err(|_| format!("--{what} must be a non-negative number of seconds"))
+}
+
+fn options(args: &MountArgs) -> Result<MountOptions, String> {
+    Ok(MountOptions {
+        entry_ttl: seconds(args.entry_timeout, "entry-timeout")?,
+        attr_ttl: seconds(args.attr_timeout, "attr-timeout")?,
+        inline_max: args.inline_max,
+        threads: args.threads.max(1),
+        allow_other: args.allow_other,
+        default_permissions: args.default_permissions,
+        dir_times: !args.no_dir_times,
+    })
+}
+
+/// The back-end directories: as given, else `data` beside the cluster file.
+fn data_dirs(args: &MountArgs, cluster_file: &Path) -> Result<Vec<PathBuf>, String> {
+    if !args.data.is_empty() {
+        return Ok(args.data.clone());
+    }
+    let dir = cluster_file.parent().unwrap_or(Path::new(".")).join("data");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(vec![dir])
+}
+
+pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, String> {
+    let opts = options(args)?;
+    let cluster_file = cluster::find(cluster_arg);
+    let c = connect::load(cluster_arg)?;
+    let backends = Backends::new(data_dirs(args, &cluster_file)?).map_err(|e| format!("data directory: {e}"))?;
+    if !args.mountpoint.is_dir() {
+        return Err(format!("mount point {} is not a directory", args.mountpoint.display()));
+    }
+    if canopy_fuse::mount::is_mounted(&args.mountpoint) {
+        return Err(format!("{} is already a Canopy mount", args.mountpoint.display()));
+    }
+    if !args.foreground {
+        return start_background(&args.mountpoint, &cluster_file);
+    }
+    let rt = connect::runtime()?;
+    let handles = Arc::new(Handles::new(backends));
+    let client = {
+        let _in_runtime = rt.enter();
+        let ns = connect::namespace(&c)?.with_reclaim(handles.clone()).with_dir_times(opts.dir_times);
+        Client::new(Arc::new(ns), Creds::root())
+    };
+    rt.block_on(client.stat("/")).map_err(|e| format!("cluster {} does not answer: {e}", cluster_file.display()))?;
+    unmount_on_signal(&rt, &args.mountpoint);
+    let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts);
+    canopy_fuse::mount::serve(fs, &args.mountpoint).map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM to a foreground mount unmounts it (lazily), which ends it.
+fn unmount_on_signal(rt: &tokio::runtime::Runtime, mountpoint: &Path) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mp = mountpoint.to_path_buf();
+    rt.spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = canopy_fuse::mount::unmount(&mp, true);
+    });
+}
+
+fn log_path(cluster_file: &Path, mountpoint: &Path) -> PathBuf {
+    let abs = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
+    let name: String = abs.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    cluster_file.parent().unwrap_or(Path::new(".")).join(format!("mount{name}.log"))
+}
+
+fn start_background(mountpoint: &Path, cluster_file: &Path) -> Result<ExitCode, String> {
+    use std::os::unix::process::CommandExt;
+    let log = log_path(cluster_file, mountpoint);
+    let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1)).arg("--foreground").stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: setsid only detaches the child from our session and terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the mount: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if canopy_fuse::mount::is_mounted(mountpoint) {
+            println!("canopy: mounted on {} (log {})", mountpoint.display(), log.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!("the mount exited ({status}): {}", text.trim()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("{} did not appear as a mount within 30 s; see {}", mountpoint.display(), log.display()))
+}
+
+pub fn umount(args: &UmountArgs) -> Result<ExitCode, String> {
+    if !canopy_fuse::mount::is_mounted(&args.mountpoint) {
+        return Err(format!("{}: not a Canopy mount", args.mountpoint.display()));
+    }
+    canopy_fuse::mount::unmount(&args.mountpoint, args.lazy).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => format!("{}: target is busy (close what uses it, or use --lazy)", args.mountpoint.display()),
+        _ => format!("{}: {e}", args.mountpoint.display()),
+    })?;
+    // The serving process ends when the kernel closes its device.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while canopy_fuse::mount::is_mounted(&args.mountpoint) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(ExitCode::SUCCESS)
+}
