@@ -1,0 +1,201 @@
+//! The FUSE mount as users meet it: `canopy up` plus `canopy mount`, then shell
+//! commands compared with the same commands on a local directory (the reference),
+//! across an unmount and mount; two mounts of one cluster; open files outliving
+//! their names; rename flags. Needs root and /dev/fuse, as CI has.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+struct Mounted {
+    home: tempfile::TempDir,
+    mounts: Vec<PathBuf>,
+}
+
+impl Mounted {
+    fn canopy(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_canopy"))
+            .args(args)
+            .env("CANOPY_HOME", self.home.path().join("cluster"))
+            .env_remove("CANOPY_CLUSTER")
+            .output()
+            .expect("run canopy")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.canopy(args);
+        assert!(out.status.success(), "canopy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Mounts at a new directory `name` with extra options.
+    fn mount(&mut self, name: &str, extra: &[&str]) -> PathBuf {
+        let mnt = self.home.path().join(name);
+        fs::create_dir_all(&mnt).unwrap();
+        let mut args = vec!["mount", mnt.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        self.ok(&args);
+        self.mounts.push(mnt.clone());
+        mnt
+    }
+
+    fn umount(&mut self, mnt: &Path) {
+        self.ok(&["umount", mnt.to_str().unwrap()]);
+        self.mounts.retain(|m| m != mnt);
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.home.path().join("cluster").join("data")
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        for m in self.mounts.clone() {
+            let _ = self.canopy(&["umount", "--lazy", m.to_str().unwrap()]);
+        }
+        let _ = self.canopy(&["down"]);
+    }
+}
+
+fn up() -> Mounted {
+    assert!(Path::new("/dev/fuse").exists(), "these tests need /dev/fuse");
+    // SAFETY: geteuid only reads the process's credentials.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests mount without fusermount, as root");
+    let m = Mounted { home: tempfile::tempdir().unwrap(), mounts: Vec::new() };
+    m.ok(&["up", "--servers", "4"]);
+    m
+}
+
+fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("bash").arg("-c").arg(format!("set -euo pipefail\n{script}")).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "in {}: {script}\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `diff -r` of two trees, symlinks compared as links; returns its output.
+fn diff(a: &Path, b: &Path) -> String {
+    let out = Command::new("diff").args(["-r", "--no-dereference"]).arg(a).arg(b).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The shell session of the acceptance list, run on the mount and on a local
+/// reference directory; every step's output must agree.
+const SESSION: &str = r#"
+mkdir -p proj/a/b/c
+cp -r "$SRC" proj/doc
+mv proj/doc/"$(ls proj/doc | head -1)" proj/moved
+mv proj/a/b proj/b2
+echo hello > proj/b2/c/greeting
+cat proj/b2/c/greeting
+chmod 700 proj/b2
+chmod 640 proj/b2/c/greeting
+ln proj/b2/c/greeting proj/hard
+ln -s b2/c/greeting proj/soft
+cat proj/soft
+stat -c '%h %a %s' proj/hard proj/b2/c/greeting
+cat "$SRC/../random" > proj/big-random
+cp proj/big-random proj/big-copy
+cmp proj/big-random proj/big-copy
+truncate -s 70000 proj/big-copy
+stat -c '%s' proj/big-copy
+rm -rf proj/doc/"$(ls proj/doc | tail -1)"
+find proj | sort
+find proj -type f -printf '%s %p\n' | sort
+# Directory sizes are each file system's own (4096 on ext4, 0 here): du only
+# has to walk the tree, and agree on files.
+du -s proj > /dev/null
+du -b --apparent-size proj/big-random proj/big-copy proj/b2/c/greeting
+"#;
+
+#[test]
+fn shell_session_matches_a_local_directory_across_remounts() {
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    // A real tree to copy: part of /usr/share/doc (deterministic size and depth).
+    let src = m.home.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    sh(&src, "for d in $(ls /usr/share/doc | head -40); do cp -r /usr/share/doc/$d . ; done");
+    sh(m.home.path(), "head -c 300000 /dev/urandom > random");
+    let reference = m.home.path().join("reference");
+    fs::create_dir_all(&reference).unwrap();
+    let script = format!("SRC={}\n{SESSION}", src.display());
+    let expected = sh(&reference, &script).replace(reference.to_str().unwrap(), "@");
+    let got = sh(&mnt, &script).replace(mnt.to_str().unwrap(), "@");
+    assert_eq!(got, expected, "the session's output differs on the mount");
+    assert_eq!(diff(&reference.join("proj"), &mnt.join("proj")), "", "the trees differ");
+    assert!(fs::read_dir(m.data_dir()).unwrap().next().is_some(), "big files live in the data directory");
+
+    m.umount(&mnt);
+    assert!(!mnt.join("proj").exists(), "unmounted");
+    let mnt = m.mount("mnt", &[]);
+    assert_eq!(diff(&reference.join("proj"), &mnt.join("proj")), "", "the trees differ after mounting again");
+    sh(&mnt, "rm -rf proj");
+    assert_eq!(fs::read_dir(&mnt).unwrap().count(), 0);
+}
+
+#[test]
+fn two_mounts_see_each_others_changes_once_the_timeouts_pass() {
+    let mut m = up();
+    let timeout = ["--attr-timeout", "0.3", "--entry-timeout", "0.3"];
+    let a = m.mount("a", &timeout);
+    let b = m.mount("b", &timeout);
+    fs::create_dir(a.join("shared")).unwrap();
+    fs::write(a.join("shared/f"), b"one").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(fs::read(b.join("shared/f")).unwrap(), b"one");
+    fs::write(b.join("shared/f"), b"two, longer").unwrap();
+    fs::set_permissions(b.join("shared/f"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    fs::rename(b.join("shared/f"), b.join("shared/g")).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(!a.join("shared/f").exists());
+    let meta = fs::metadata(a.join("shared/g")).unwrap();
+    assert_eq!((meta.len(), meta.mode() & 0o777), (11, 0o600));
+    assert_eq!(fs::read(a.join("shared/g")).unwrap(), b"two, longer");
+}
+
+#[test]
+fn an_unlinked_file_stays_readable_until_its_last_close() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    for (name, contents) in [("small", b"tiny contents".to_vec()), ("big", big)] {
+        let path = mnt.join(name);
+        fs::write(&path, &contents).unwrap();
+        let mut f = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        fs::remove_file(&path).unwrap();
+        assert!(!path.exists());
+        let mut back = Vec::new();
+        f.read_to_end(&mut back).unwrap();
+        assert_eq!(back, contents, "{name}: readable after unlink");
+        f.seek(SeekFrom::End(0)).unwrap();
+        f.write_all(b"+more").unwrap();
+        assert_eq!(f.metadata().unwrap().len(), contents.len() as u64 + 5, "{name}: fstat after unlink");
+        drop(f);
+    }
+    let left = sh(&m.data_dir(), "find . -type f | wc -l");
+    assert_eq!(left.trim(), "0", "contents are deleted at the last close");
+}
+
+#[test]
+fn rename_flags_noreplace_and_exchange() {
+    use std::ffi::CString;
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    fs::write(mnt.join("x"), b"x").unwrap();
+    fs::write(mnt.join("y"), b"y").unwrap();
+    let c = |p: &str| CString::new(mnt.join(p).to_str().unwrap()).unwrap();
+    let rename2 = |a: &str, b: &str, flags: libc::c_uint| {
+        // SAFETY: two valid paths; renameat2 only reads them.
+        let r = unsafe { libc::renameat2(libc::AT_FDCWD, c(a).as_ptr(), libc::AT_FDCWD, c(b).as_ptr(), flags) };
+        if r == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() }
+    };
+    assert_eq!(rename2("x", "y", libc::RENAME_NOREPLACE), libc::EEXIST);
+    assert_eq!(rename2("x", "y", libc::RENAME_EXCHANGE), libc::EINVAL);
+    assert_eq!(rename2("x", "z", libc::RENAME_NOREPLACE), 0);
+    assert_eq!(fs::read(mnt.join("z")).unwrap(), b"x");
+    assert_eq!(fs::read(mnt.join("y")).unwrap(), b"y");
+}
