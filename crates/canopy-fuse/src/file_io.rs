@@ -11,7 +11,6 @@ use canopy_proto::{Attr, Errno, Fid};
 use fuser::FileHandle;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 
 /// A spill races only with another writer of the same file; give up after this
 /// many rounds rather than spin.
@@ -35,14 +34,6 @@ fn read_file_at(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>>
 }
 
 impl CanopyFs {
-    /// Where the contents of the file at `path` live now.
-    pub(crate) fn contents_of(&self, node: u64, path: &str) -> R<Contents> {
-        match self.run(self.client.read_data(path, 0, 0))? {
-            DataRead::Inline(_) => Ok(Contents::Inline),
-            DataRead::Backend { fid, .. } => Ok(Contents::Backend { fid, file: self.handles.to_backend_file(node, fid)? }),
-        }
-    }
-
     /// The path of an open file's node, None once it has no name left.
     fn open_path(&self, node: u64) -> Option<String> {
         self.nodes.lock().path(node).map(str::to_string)
@@ -163,13 +154,5 @@ impl CanopyFs {
             Some((_, Contents::Inline)) => Ok(()),
             None => Err(ebadf()),
         }
-    }
-}
-
-impl crate::handles::Handles {
-    /// The back-end file of `fid`, for a handle about to be opened on `node`
-    /// (shares an already open one).
-    pub(crate) fn to_backend_file(&self, node: u64, fid: Fid) -> R<Arc<File>> {
-        self.to_backend(node, fid).map_err(|e| io_errno(&e))
     }
 }

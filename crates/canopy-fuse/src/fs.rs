@@ -6,7 +6,7 @@
 //! permission was checked when the file was opened, as POSIX wants.
 
 use crate::convert::{self, errno, file_attr, io_errno};
-use crate::handles::Handles;
+use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
@@ -168,8 +168,9 @@ impl CanopyFs {
             mask |= 2;
         }
         self.run(self.caller(req).access(&path, mask))?;
-        let contents = self.contents_of(ino.0, &path)?;
-        Ok(self.handles.open(ino.0, contents))
+        // Where the contents are is learnt at the first read or write (an inline
+        // request answers `Backend` for a spilled file), saving an RPC per open.
+        Ok(self.handles.open(ino.0, Contents::Inline))
     }
 
     fn create_file(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
@@ -180,8 +181,7 @@ impl CanopyFs {
         } else {
             self.run(who.open_create(&path, mode & 0o7777))?
         };
-        let contents = self.contents_of(attr.ino, &path)?;
-        let fh = self.handles.open(attr.ino, contents);
+        let fh = self.handles.open(attr.ino, Contents::Inline);
         Ok((path, attr, fh))
     }
 

@@ -1,9 +1,9 @@
 //! Open files of this mount, and back-end contents waiting for their last close.
 //!
-//! A handle starts out knowing whether its file's contents are inline (read and
-//! written through the metadata service) or in back-end storage (read and written
-//! directly, by FID). It only ever moves from inline to back-end, when the file
-//! spills. When the last name of a file with back-end contents goes away (the
+//! A handle starts out `Inline`: it reads and writes through the metadata
+//! service, whose answer says `Backend` if the contents already spilled. From
+//! then on (or from its own spill) it reads and writes the back-end file
+//! directly, by FID. It only ever moves from inline to back-end. When the last name of a file with back-end contents goes away (the
 //! [`Reclaim`] hook), the contents are deleted at once, or at the last release if
 //! this mount still has the file open: POSIX lets an open file outlive its names.
 
