@@ -4,11 +4,20 @@
 
 use serde::Serialize;
 
+/// Microseconds, fractional: a system call on tmpfs takes about one.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
     pub p50: f64,
     pub p70: f64,
     pub p99: f64,
+}
+
+impl Latency {
+    /// The percentiles of sorted latencies in nanoseconds.
+    pub fn of_sorted_ns(sorted: &[u64]) -> Latency {
+        let us = |q| quantile(sorted, q) / 1000.0;
+        Latency { p50: us(0.5), p70: us(0.7), p99: us(0.99) }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -58,7 +67,7 @@ impl BenchReport {
 }
 
 /// The value at quantile `q` of sorted samples (nearest rank).
-pub fn quantile(sorted: &[u32], q: f64) -> f64 {
+pub fn quantile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -86,11 +95,18 @@ mod tests {
 
     #[test]
     fn quantiles_nearest_rank() {
-        let v: Vec<u32> = (1..=100).collect();
+        let v: Vec<u64> = (1..=100).collect();
         assert_eq!(quantile(&v, 0.5), 50.0);
         assert_eq!(quantile(&v, 0.99), 99.0);
         assert_eq!(quantile(&[7], 0.99), 7.0);
         assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn latency_in_microseconds_from_nanoseconds() {
+        let v: Vec<u64> = (1..=100).map(|i| i * 100).collect();
+        let l = Latency::of_sorted_ns(&v);
+        assert_eq!((l.p50, l.p70, l.p99), (5.0, 7.0, 9.9));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! and records the latency. A phase is measured by counter snapshots before and
 //! after: the clients' RPCs sent and the servers' RPCs received.
 
-use crate::report::{cov, quantile, BenchReport, Latency, PhaseReport};
+use crate::report::{cov, BenchReport, Latency, PhaseReport};
 use crate::workload::{renamed, Tree};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
@@ -69,12 +69,13 @@ async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
 }
 
 struct Measured {
-    latencies: Vec<u32>,
+    /// Nanoseconds, sorted.
+    latencies: Vec<u64>,
     errors: u64,
     seconds: f64,
 }
 
-/// Runs `op` over `paths` with every worker; returns latencies (µs) and errors.
+/// Runs `op` over `paths` with every worker; returns latencies (ns) and errors.
 async fn drive(clients: &[Client], inflight: usize, op: Op, paths: Arc<Vec<String>>, bar: &ProgressBar) -> Measured {
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -92,7 +93,7 @@ async fn drive(clients: &[Client], inflight: usize, op: Op, paths: Arc<Vec<Strin
                 if apply(&client, op, path).await.is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
                 }
-                lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
                 if i % 1024 == 0 {
                     bar.set_position(i as u64);
                 }
@@ -222,7 +223,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
             load_cov: cov(&received),
             retries: sent.retries,
             lock_waits: sent.lock_waits,
-            latency_us: Latency { p50: quantile(&latencies, 0.5), p70: quantile(&latencies, 0.7), p99: quantile(&latencies, 0.99) },
+            latency_us: Latency::of_sorted_ns(&latencies),
         });
     }
     Ok(BenchReport {
