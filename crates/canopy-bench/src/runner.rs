@@ -4,12 +4,12 @@
 //! after: the clients' RPCs sent and the servers' RPCs received.
 
 use crate::report::{cov, BenchReport, Latency, PhaseReport};
-use crate::workload::{renamed, Tree};
+use crate::plan::{plan, Batch};
+use crate::workload::{renamed, Op, Tree, CHMOD_MODE, DIR_MODE, FILE_MODE};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
 use canopy_proto::Errno;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,21 +49,12 @@ impl Default for BenchConfig {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Op {
-    Mkdir,
-    Create,
-    Stat,
-    Chmod,
-    Rename,
-}
-
 async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
     match op {
-        Op::Mkdir => client.mkdir(path, 0o755).await.map(|_| ()),
-        Op::Create => client.create(path, 0o644).await.map(|_| ()),
+        Op::Mkdir => client.mkdir(path, DIR_MODE).await.map(|_| ()),
+        Op::Create => client.create(path, FILE_MODE).await.map(|_| ()),
         Op::Stat => client.stat(path).await.map(|_| ()),
-        Op::Chmod => client.chmod(path, 0o775).await.map(|_| ()),
+        Op::Chmod => client.chmod(path, CHMOD_MODE).await.map(|_| ()),
         Op::Rename => client.rename(path, &renamed(path)).await,
     }
 }
@@ -133,16 +124,9 @@ async fn received_per_server(client: &Client) -> Result<Vec<u64>, Errno> {
     Ok(stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect())
 }
 
-type Work = Vec<(Op, Arc<Vec<String>>)>;
-
-/// The tree's directories, parents before children: one batch per depth.
-fn mkdir_work(tree: &Tree) -> Work {
-    tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect()
-}
-
 /// Runs setup work unmeasured; any failure stops the bench.
-async fn prepare(clients: &[Client], cfg: &BenchConfig, work: Work) -> Result<(), String> {
-    for (op, paths) in work {
+async fn prepare(clients: &[Client], cfg: &BenchConfig, batches: Vec<Batch>) -> Result<(), String> {
+    for (op, paths) in batches {
         let m = drive(clients, cfg.inflight, op, paths, &ProgressBar::hidden()).await;
         if m.errors > 0 {
             return Err(format!("{} operations of the bench's setup failed", m.errors));
@@ -155,42 +139,15 @@ async fn prepare(clients: &[Client], cfg: &BenchConfig, work: Work) -> Result<()
 pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
     let first = clients.first().ok_or("no clients")?.clone();
     let tree = Tree::new(&cfg.root, cfg.dirs, cfg.files);
-    first.mkdir(&cfg.root, 0o755).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
+    let steps = plan(&tree, &cfg.phases, cfg.stats, cfg.seed)?;
+    first.mkdir(&cfg.root, DIR_MODE).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
-    let (mut have_dirs, mut have_files) = (false, false);
-    for name in &cfg.phases {
-        // A phase that needs the tree or the files gets them built, unmeasured,
-        // when no earlier phase made them.
-        if !have_dirs && name != "mkdir" {
-            prepare(&clients, cfg, mkdir_work(&tree)).await?;
-            have_dirs = true;
-        }
-        if name == "stat" && !have_files {
-            prepare(&clients, cfg, vec![(Op::Create, Arc::new(tree.files.clone()))]).await?;
-            have_files = true;
-        }
-        let work: Work = match name.as_str() {
-            "mkdir" => {
-                have_dirs = true;
-                mkdir_work(&tree)
-            }
-            "create" => {
-                have_files = true;
-                vec![(Op::Create, Arc::new(tree.files.clone()))]
-            }
-            "stat" => {
-                if tree.files.is_empty() {
-                    return Err("the stat phase needs files".into());
-                }
-                let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-                let picks = (0..cfg.stats).map(|_| tree.files[rng.gen_range(0..tree.files.len())].clone()).collect();
-                vec![(Op::Stat, Arc::new(picks))]
-            }
-            "chmod" => vec![(Op::Chmod, Arc::new(tree.dirs.clone()))],
-            "rename" => vec![(Op::Rename, Arc::new(tree.leaves()))],
-            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat, chmod, rename)")),
+    for step in steps {
+        let total_ops = step.ops();
+        let Some(name) = step.phase else {
+            prepare(&clients, cfg, step.batches).await?;
+            continue;
         };
-        let total_ops: usize = work.iter().map(|(_, p)| p.len()).sum();
         let bar = if cfg.progress { ProgressBar::new(total_ops as u64) } else { ProgressBar::hidden() };
         bar.set_style(ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {per_sec}").expect("valid template").progress_chars("=> "));
         bar.set_message(name.clone());
@@ -200,7 +157,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         let sent_before = sum_snapshots(&clients);
         let mut latencies = Vec::new();
         let (mut errors, mut seconds) = (0, 0.0);
-        for (op, paths) in work {
+        for (op, paths) in step.batches {
             let m = drive(&clients, cfg.inflight, op, paths, &bar).await;
             latencies.extend(m.latencies);
             errors += m.errors;
