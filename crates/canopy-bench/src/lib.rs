@@ -2,17 +2,23 @@
 //!
 //! - [`workload`]: the tree shape and the operations of each phase.
 //! - [`plan`]: the phases as steps of operations, with the setup each needs.
-//! - [`runner`]: drives a phase with many workers over several clients and
-//!   measures it (throughput, latency percentiles, RPCs sent, RPCs received per
-//!   server).
+//! - [`target`]: what the phases run against: the five operations, implemented by
+//!   the Canopy [`canopy_client::Client`].
+//! - [`drive`]: many workers over a step, measured (throughput, latency
+//!   percentiles), as tokio tasks or as the OS threads of a [`pool`].
+//! - [`runner`]: the phases against Canopy, also counting RPCs sent and RPCs
+//!   received per server.
 //! - [`report`]: the result table and the JSON document.
 //!
 //! The bench only uses the public [`canopy_client::Client`] API, so it measures any
 //! namespace strategy the same way.
 
+pub mod drive;
 pub mod plan;
+pub mod pool;
 pub mod report;
 pub mod runner;
+pub mod target;
 pub mod workload;
 
 pub use report::{BenchReport, PhaseReport};
