@@ -5,7 +5,7 @@
 
 use crate::drive::Workers;
 use crate::plan::plan;
-use crate::report::{cov, BenchReport, Latency, PhaseReport};
+use crate::report::{cov, BenchReport, PhaseReport, RpcFigures};
 use crate::workload::{Tree, DIR_MODE};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
@@ -92,19 +92,15 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         let recv_after = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
         let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
         let ops = step.ops() as u64;
-        phases.push(PhaseReport {
-            name,
-            ops,
-            errors: m.errors,
-            seconds: m.seconds,
-            ops_per_sec: ops as f64 / m.seconds.max(1e-9),
+        let mut phase = PhaseReport::new(name, ops, &m);
+        phase.rpc = Some(RpcFigures {
             rpcs: sent.total_rpcs(),
             rpc_amplification: sent.total_rpcs() as f64 / ops.max(1) as f64,
             load_cov: cov(&received),
             retries: sent.retries,
             lock_waits: sent.lock_waits,
-            latency_us: Latency::of_sorted_ns(&m.latencies),
         });
+        phases.push(phase);
     }
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),
