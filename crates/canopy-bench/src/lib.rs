@@ -10,10 +10,12 @@
 //!   received per server.
 //! - [`posix`]: the phases as system calls in a directory made for the run.
 //! - [`report`]: the result table and the JSON document.
+//! - [`compare`]: several targets' results side by side.
 //!
 //! Against Canopy, the bench only uses the public [`canopy_client::Client`] API, so
 //! it measures any namespace strategy the same way.
 
+pub mod compare;
 pub mod drive;
 pub mod plan;
 pub mod pool;
@@ -23,6 +25,7 @@ pub mod runner;
 pub mod target;
 pub mod workload;
 
+pub use compare::{Comparison, TargetReport};
 pub use posix::BenchDir;
 pub use report::{BenchReport, PhaseReport};
 pub use runner::{run, BenchConfig};
