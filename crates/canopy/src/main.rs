@@ -45,7 +45,8 @@ enum Cmd {
     Server(daemon::ServerArgs),
     /// Run the lock service from a cluster file.
     Lockd(daemon::LockdArgs),
-    /// Run the benchmark (on a temporary local cluster unless one is given).
+    /// Run the benchmark (on a temporary local cluster unless one is given, or with
+    /// --posix DIR on directories through system calls).
     Bench(local::BenchArgs),
     #[command(flatten)]
     Ns(commands::NsCmd),
