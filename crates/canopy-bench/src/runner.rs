@@ -13,7 +13,8 @@ use canopy_proto::Errno;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
-    /// Client instances, each with its own connections.
+    /// Client instances, each with its own connections. Against a directory,
+    /// `clients * inflight` threads.
     pub clients: usize,
     /// Operations in flight per client.
     pub inflight: usize,
@@ -24,7 +25,8 @@ pub struct BenchConfig {
     /// directory, adding group write: a monotonic change) and `rename` (every leaf
     /// directory to a new name in its parent, moving its files; run it last).
     pub phases: Vec<String>,
-    /// Where the bench tree goes; must not exist.
+    /// Where the bench tree goes in the Canopy namespace; must not exist. (Against
+    /// a directory, the tree goes in its [`crate::BenchDir`].)
     pub root: String,
     pub seed: u64,
     pub progress: bool,

@@ -41,7 +41,8 @@ pub struct BenchArgs {
     /// Servers of the temporary cluster (when no cluster is given).
     #[arg(long, default_value_t = 4)]
     pub servers: u32,
-    /// Client instances, each with its own connections.
+    /// Client instances, each with its own connections (with --posix, the bench
+    /// runs clients x inflight threads).
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
     /// Requests in flight per client.
