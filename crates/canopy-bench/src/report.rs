@@ -1,14 +1,25 @@
 //! Bench results: one record per phase, printed as a table and written as JSON:
-//! `{"mode", "servers", "phases": [{"name", "ops", "seconds", "ops_per_sec", "rpcs",
-//! "rpc_amplification", "load_cov", "retries", "latency_us": {"p50","p70","p99"}}]}`.
+//! `{"mode", "servers", "phases": [{"name", "ops", "errors", "seconds",
+//! "ops_per_sec", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits",
+//! "latency_us": {"p50","p70","p99"}}]}`.
 
+use crate::drive::Measured;
 use serde::Serialize;
 
+/// Microseconds, fractional: a system call on tmpfs takes about one.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
     pub p50: f64,
     pub p70: f64,
     pub p99: f64,
+}
+
+impl Latency {
+    /// The percentiles of sorted latencies in nanoseconds.
+    pub fn of_sorted_ns(sorted: &[u64]) -> Latency {
+        let us = |q| quantile(sorted, q) / 1000.0;
+        Latency { p50: us(0.5), p70: us(0.7), p99: us(0.99) }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -18,6 +29,16 @@ pub struct PhaseReport {
     pub errors: u64,
     pub seconds: f64,
     pub ops_per_sec: f64,
+    /// Canopy's own figures; a target without RPCs (a posix directory) has none,
+    /// and the JSON then has none of their fields.
+    #[serde(flatten)]
+    pub rpc: Option<RpcFigures>,
+    pub latency_us: Latency,
+}
+
+/// What a phase cost in RPCs, and how evenly they fell on the servers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RpcFigures {
     /// RPCs the clients sent (to servers and the lock service).
     pub rpcs: u64,
     /// RPCs sent per application operation.
@@ -26,7 +47,22 @@ pub struct PhaseReport {
     pub load_cov: f64,
     pub retries: u64,
     pub lock_waits: u64,
-    pub latency_us: Latency,
+}
+
+impl PhaseReport {
+    /// The report of phase `name` of `ops` operations, measured as `m`, without
+    /// RPC figures.
+    pub fn new(name: String, ops: u64, m: &Measured) -> PhaseReport {
+        PhaseReport {
+            name,
+            ops,
+            errors: m.errors,
+            seconds: m.seconds,
+            ops_per_sec: ops as f64 / m.seconds.max(1e-9),
+            rpc: None,
+            latency_us: Latency::of_sorted_ns(&m.latencies),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,9 +81,13 @@ impl BenchReport {
             self.mode, self.servers, self.clients, self.inflight, "phase", "ops", "seconds", "ops/s", "rpc/op", "load_cov", "retries", "p50 us", "p70 us", "p99 us"
         );
         for p in &self.phases {
+            let (amplification, load_cov, retries) = match &p.rpc {
+                Some(r) => (format!("{:.2}", r.rpc_amplification), format!("{:.3}", r.load_cov), r.retries.to_string()),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
             s += &format!(
-                "{:<8} {:>9} {:>8.2} {:>11.0} {:>8.2} {:>8.3} {:>7} {:>9.0} {:>9.0} {:>9.0}\n",
-                p.name, p.ops, p.seconds, p.ops_per_sec, p.rpc_amplification, p.load_cov, p.retries, p.latency_us.p50, p.latency_us.p70, p.latency_us.p99
+                "{:<8} {:>9} {:>8.2} {:>11.0} {:>8} {:>8} {:>7} {:>9.0} {:>9.0} {:>9.0}\n",
+                p.name, p.ops, p.seconds, p.ops_per_sec, amplification, load_cov, retries, p.latency_us.p50, p.latency_us.p70, p.latency_us.p99
             );
             if p.errors > 0 {
                 s += &format!("         ({} operations failed)\n", p.errors);
@@ -58,7 +98,7 @@ impl BenchReport {
 }
 
 /// The value at quantile `q` of sorted samples (nearest rank).
-pub fn quantile(sorted: &[u32], q: f64) -> f64 {
+pub fn quantile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -86,11 +126,34 @@ mod tests {
 
     #[test]
     fn quantiles_nearest_rank() {
-        let v: Vec<u32> = (1..=100).collect();
+        let v: Vec<u64> = (1..=100).collect();
         assert_eq!(quantile(&v, 0.5), 50.0);
         assert_eq!(quantile(&v, 0.99), 99.0);
         assert_eq!(quantile(&[7], 0.99), 7.0);
         assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn latency_in_microseconds_from_nanoseconds() {
+        let v: Vec<u64> = (1..=100).map(|i| i * 100).collect();
+        let l = Latency::of_sorted_ns(&v);
+        assert_eq!((l.p50, l.p70, l.p99), (5.0, 7.0, 9.9));
+    }
+
+    #[test]
+    fn rpc_figures_are_fields_of_the_phase_or_absent() {
+        let m = Measured { latencies: vec![1000, 3000], errors: 0, seconds: 0.5 };
+        let mut p = PhaseReport::new("stat".into(), 2, &m);
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["ops_per_sec"], 4.0);
+        assert_eq!(json["latency_us"]["p99"], 3.0);
+        for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
+            assert!(json.get(absent).is_none(), "{absent} in {json}");
+        }
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()] }.table().contains("      -        -       -"));
+        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0 });
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
     }
 
     #[test]

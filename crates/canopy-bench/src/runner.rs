@@ -1,22 +1,20 @@
-//! Runs the phases. Work is a shared index into the phase's operation list; each of
-//! `clients * inflight` workers takes the next index, runs it through its client
-//! and records the latency. A phase is measured by counter snapshots before and
-//! after: the clients' RPCs sent and the servers' RPCs received.
+//! Runs the phases against Canopy: `clients * inflight` workers as tokio tasks
+//! (see [`crate::drive`]), each using one of the clients. Besides time and
+//! latency, a phase is measured by counter snapshots before and after: the
+//! clients' RPCs sent and the servers' RPCs received.
 
-use crate::report::{cov, quantile, BenchReport, Latency, PhaseReport};
-use crate::workload::{renamed, Tree};
+use crate::drive::Workers;
+use crate::plan::plan;
+use crate::report::{cov, BenchReport, PhaseReport, RpcFigures};
+use crate::workload::{Tree, DIR_MODE};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
 use canopy_proto::Errno;
-use indicatif::{ProgressBar, ProgressStyle};
-use rand::{Rng, SeedableRng};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
-    /// Client instances, each with its own connections.
+    /// Client instances, each with its own connections. Against a directory,
+    /// `clients * inflight` threads.
     pub clients: usize,
     /// Operations in flight per client.
     pub inflight: usize,
@@ -27,7 +25,8 @@ pub struct BenchConfig {
     /// directory, adding group write: a monotonic change) and `rename` (every leaf
     /// directory to a new name in its parent, moving its files; run it last).
     pub phases: Vec<String>,
-    /// Where the bench tree goes; must not exist.
+    /// Where the bench tree goes in the Canopy namespace; must not exist. (Against
+    /// a directory, the tree goes in its [`crate::BenchDir`].)
     pub root: String,
     pub seed: u64,
     pub progress: bool,
@@ -47,66 +46,6 @@ impl Default for BenchConfig {
             progress: false,
         }
     }
-}
-
-#[derive(Clone, Copy)]
-enum Op {
-    Mkdir,
-    Create,
-    Stat,
-    Chmod,
-    Rename,
-}
-
-async fn apply(client: &Client, op: Op, path: &str) -> Result<(), Errno> {
-    match op {
-        Op::Mkdir => client.mkdir(path, 0o755).await.map(|_| ()),
-        Op::Create => client.create(path, 0o644).await.map(|_| ()),
-        Op::Stat => client.stat(path).await.map(|_| ()),
-        Op::Chmod => client.chmod(path, 0o775).await.map(|_| ()),
-        Op::Rename => client.rename(path, &renamed(path)).await,
-    }
-}
-
-struct Measured {
-    latencies: Vec<u32>,
-    errors: u64,
-    seconds: f64,
-}
-
-/// Runs `op` over `paths` with every worker; returns latencies (µs) and errors.
-async fn drive(clients: &[Client], inflight: usize, op: Op, paths: Arc<Vec<String>>, bar: &ProgressBar) -> Measured {
-    let next = Arc::new(AtomicUsize::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..clients.len() * inflight {
-        let client = clients[w % clients.len()].clone();
-        let (next, errors, paths, bar) = (next.clone(), errors.clone(), paths.clone(), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(path) = paths.get(i) else { break };
-                let t = Instant::now();
-                if apply(&client, op, path).await.is_err() {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
-                lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                if i % 1024 == 0 {
-                    bar.set_position(i as u64);
-                }
-            }
-            lat
-        }));
-    }
-    let mut latencies = Vec::with_capacity(paths.len());
-    for t in tasks {
-        latencies.extend(t.await.expect("bench worker panicked"));
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    Measured { latencies, errors: errors.load(Ordering::Relaxed), seconds }
 }
 
 fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
@@ -132,98 +71,38 @@ async fn received_per_server(client: &Client) -> Result<Vec<u64>, Errno> {
     Ok(stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect())
 }
 
-type Work = Vec<(Op, Arc<Vec<String>>)>;
-
-/// The tree's directories, parents before children: one batch per depth.
-fn mkdir_work(tree: &Tree) -> Work {
-    tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect()
-}
-
-/// Runs setup work unmeasured; any failure stops the bench.
-async fn prepare(clients: &[Client], cfg: &BenchConfig, work: Work) -> Result<(), String> {
-    for (op, paths) in work {
-        let m = drive(clients, cfg.inflight, op, paths, &ProgressBar::hidden()).await;
-        if m.errors > 0 {
-            return Err(format!("{} operations of the bench's setup failed", m.errors));
-        }
-    }
-    Ok(())
-}
-
 /// Runs the configured phases with `clients` and reports each.
 pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
     let first = clients.first().ok_or("no clients")?.clone();
     let tree = Tree::new(&cfg.root, cfg.dirs, cfg.files);
-    first.mkdir(&cfg.root, 0o755).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
+    let steps = plan(&tree, &cfg.phases, cfg.stats, cfg.seed)?;
+    first.mkdir(&cfg.root, DIR_MODE).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
-    let (mut have_dirs, mut have_files) = (false, false);
-    for name in &cfg.phases {
-        // A phase that needs the tree or the files gets them built, unmeasured,
-        // when no earlier phase made them.
-        if !have_dirs && name != "mkdir" {
-            prepare(&clients, cfg, mkdir_work(&tree)).await?;
-            have_dirs = true;
-        }
-        if name == "stat" && !have_files {
-            prepare(&clients, cfg, vec![(Op::Create, Arc::new(tree.files.clone()))]).await?;
-            have_files = true;
-        }
-        let work: Work = match name.as_str() {
-            "mkdir" => {
-                have_dirs = true;
-                mkdir_work(&tree)
-            }
-            "create" => {
-                have_files = true;
-                vec![(Op::Create, Arc::new(tree.files.clone()))]
-            }
-            "stat" => {
-                if tree.files.is_empty() {
-                    return Err("the stat phase needs files".into());
-                }
-                let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-                let picks = (0..cfg.stats).map(|_| tree.files[rng.gen_range(0..tree.files.len())].clone()).collect();
-                vec![(Op::Stat, Arc::new(picks))]
-            }
-            "chmod" => vec![(Op::Chmod, Arc::new(tree.dirs.clone()))],
-            "rename" => vec![(Op::Rename, Arc::new(tree.leaves()))],
-            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat, chmod, rename)")),
+    // Worker w uses client w mod clients, so each client has `inflight` in flight.
+    let workers = Workers::tasks((0..clients.len() * cfg.inflight).map(|w| clients[w % clients.len()].clone()).collect());
+    for step in steps {
+        let Some(name) = step.phase.clone() else {
+            workers.setup(&step).await?;
+            continue;
         };
-        let total_ops: usize = work.iter().map(|(_, p)| p.len()).sum();
-        let bar = if cfg.progress { ProgressBar::new(total_ops as u64) } else { ProgressBar::hidden() };
-        bar.set_style(ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {per_sec}").expect("valid template").progress_chars("=> "));
-        bar.set_message(name.clone());
         // Read the servers' counters outside the window of the clients' counters,
         // so the bench's own Stats RPCs are not counted as the phase's.
         let recv_before = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
         let sent_before = sum_snapshots(&clients);
-        let mut latencies = Vec::new();
-        let (mut errors, mut seconds) = (0, 0.0);
-        for (op, paths) in work {
-            let m = drive(&clients, cfg.inflight, op, paths, &bar).await;
-            latencies.extend(m.latencies);
-            errors += m.errors;
-            seconds += m.seconds;
-        }
-        bar.finish_and_clear();
+        let m = workers.measure(&step, cfg.progress).await;
         let sent = sum_snapshots(&clients).since(&sent_before);
         let recv_after = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
         let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
-        latencies.sort_unstable();
-        let ops = total_ops as u64;
-        phases.push(PhaseReport {
-            name: name.clone(),
-            ops,
-            errors,
-            seconds,
-            ops_per_sec: ops as f64 / seconds.max(1e-9),
+        let ops = step.ops() as u64;
+        let mut phase = PhaseReport::new(name, ops, &m);
+        phase.rpc = Some(RpcFigures {
             rpcs: sent.total_rpcs(),
             rpc_amplification: sent.total_rpcs() as f64 / ops.max(1) as f64,
             load_cov: cov(&received),
             retries: sent.retries,
             lock_waits: sent.lock_waits,
-            latency_us: Latency { p50: quantile(&latencies, 0.5), p70: quantile(&latencies, 0.7), p99: quantile(&latencies, 0.99) },
         });
+        phases.push(phase);
     }
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),

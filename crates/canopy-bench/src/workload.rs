@@ -4,6 +4,27 @@
 
 pub const FANOUT: usize = 10;
 
+/// What a phase does to each of its paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// With mode [`DIR_MODE`].
+    Mkdir,
+    /// An exclusive create with mode [`FILE_MODE`].
+    Create,
+    /// lstat.
+    Stat,
+    /// To [`CHMOD_MODE`].
+    Chmod,
+    /// To [`renamed`] of the path.
+    Rename,
+}
+
+pub const DIR_MODE: u32 = 0o755;
+pub const FILE_MODE: u32 = 0o644;
+/// What the chmod phase sets on every directory: group write added to
+/// [`DIR_MODE`], a monotonic change.
+pub const CHMOD_MODE: u32 = 0o775;
+
 /// Paths of the bench tree, computed up front so workers only index into them.
 #[derive(Debug, Clone)]
 pub struct Tree {

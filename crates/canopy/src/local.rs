@@ -2,10 +2,10 @@
 //! as background processes on loopback (free ports, one data directory each, a
 //! cluster file in the cluster directory), `canopy down` stops them, `canopy
 //! status` reports on them. `canopy bench` uses the same pieces for a temporary
-//! cluster when none is given.
+//! cluster when none is given, and none at all with `--posix`.
 
 use crate::connect;
-use canopy_bench::BenchConfig;
+use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
@@ -41,7 +41,8 @@ pub struct BenchArgs {
     /// Servers of the temporary cluster (when no cluster is given).
     #[arg(long, default_value_t = 4)]
     pub servers: u32,
-    /// Client instances, each with its own connections.
+    /// Client instances, each with its own connections (with --posix, the bench
+    /// runs clients x inflight threads).
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
     /// Requests in flight per client.
@@ -62,6 +63,13 @@ pub struct BenchArgs {
     /// Server durability for the temporary cluster.
     #[arg(long, default_value = "wal")]
     pub durability: String,
+    /// Bench this directory with system calls instead of Canopy; no cluster is
+    /// started or used. Repeat to compare directories side by side.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["servers", "durability"])]
+    pub posix: Vec<PathBuf>,
+    /// With --posix: leave the tree in DIR/canopy-bench-<pid> instead of removing it.
+    #[arg(long, requires = "posix")]
+    pub keep: bool,
 }
 
 /// True if process `pid` is running. A daemon this process started (the bench's
@@ -282,8 +290,8 @@ pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
     Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_bench::BenchReport, String> {
-    let cfg = BenchConfig {
+fn config(args: &BenchArgs, root: String) -> BenchConfig {
+    BenchConfig {
         clients: args.clients.max(1),
         inflight: args.inflight.max(1),
         dirs: args.dirs,
@@ -293,7 +301,11 @@ fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_b
         root,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         ..BenchConfig::default()
-    };
+    }
+}
+
+fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_bench::BenchReport, String> {
+    let cfg = config(args, root);
     let rt = connect::runtime()?;
     rt.block_on(async {
         let clients = (0..cfg.clients).map(|_| connect::client(c, Creds::root())).collect::<Result<Vec<_>, _>>()?;
@@ -301,7 +313,44 @@ fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_b
     })
 }
 
+/// Benches each `--posix` directory in turn with the same configuration.
+fn run_posix(args: &BenchArgs) -> Result<Comparison, String> {
+    let cfg = config(args, String::new());
+    // Every directory is checked, and its run's directory made, before anything
+    // is measured: a bad one fails at once. On an error, those not yet run drop
+    // and are removed.
+    let dirs = args.posix.iter().map(|d| BenchDir::create(d, args.keep)).collect::<Result<Vec<_>, _>>()?;
+    let mut targets = Vec::new();
+    for dir in dirs {
+        let phases = canopy_bench::posix::run(&dir, &cfg)?;
+        targets.push(TargetReport { dir: dir.dir().display().to_string(), root: dir.root().to_string(), phases });
+        if args.keep {
+            eprintln!("canopy: kept {}", dir.root());
+        }
+        // Removed before the next directory is measured, and not timed.
+        dir.finish()?;
+    }
+    Ok(Comparison { mode: "posix".into(), clients: cfg.clients, inflight: cfg.inflight, targets })
+}
+
+/// Prints the table and, if asked, writes the JSON.
+fn emit(table: String, report: &impl serde::Serialize, json: Option<&Path>) -> Result<ExitCode, String> {
+    print!("{table}");
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report).expect("reports serialise");
+        std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, String> {
+    if !args.posix.is_empty() {
+        if cluster.is_some() {
+            return Err("bench --posix uses no cluster; drop --cluster".into());
+        }
+        let report = run_posix(args)?;
+        return emit(report.table(), &report, args.json.as_deref());
+    }
     let given = cluster.map(Path::to_path_buf).or_else(|| std::env::var_os("CANOPY_CLUSTER").map(PathBuf::from));
     let report = match given {
         Some(file) => {
@@ -320,10 +369,5 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
             result?
         }
     };
-    print!("{}", report.table());
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report).expect("reports serialise");
-        std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
+    emit(report.table(), &report, args.json.as_deref())
 }

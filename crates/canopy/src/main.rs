@@ -46,7 +46,8 @@ enum Cmd {
     Server(daemon::ServerArgs),
     /// Run the lock service from a cluster file.
     Lockd(daemon::LockdArgs),
-    /// Run the benchmark (on a temporary local cluster unless one is given).
+    /// Run the benchmark (on a temporary local cluster unless one is given, or with
+    /// --posix DIR on directories through system calls).
     Bench(local::BenchArgs),
     /// Mount the namespace with FUSE (file contents on back-end directories).
     Mount(mount::MountArgs),

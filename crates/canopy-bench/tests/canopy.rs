@@ -1,0 +1,35 @@
+//! The bench against Canopy itself: a tiny run of every phase on an in-process
+//! cluster, so the runner's Canopy figures (RPCs, load, retries) stay measured.
+
+use canopy_bench::{run, BenchConfig};
+use canopy_client::testing::InProcCluster;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_phase_on_an_in_process_cluster() {
+    let cluster = InProcCluster::memory(3);
+    let clients = vec![cluster.fresh_client(), cluster.fresh_client()];
+    let phases = ["mkdir", "create", "stat", "chmod", "rename"];
+    let cfg = BenchConfig { clients: 2, inflight: 4, dirs: 10, files: 200, stats: 400, phases: phases.map(String::from).to_vec(), ..BenchConfig::default() };
+    let report = run(clients, &cfg).await.unwrap();
+    assert_eq!((report.mode.as_str(), report.servers), ("shardfs", 3));
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, phases);
+    // 10 directories, 200 files, 400 stats, chmod of every directory, rename of the
+    // 9 leaves (d0 is the only directory with children).
+    let ops: Vec<u64> = report.phases.iter().map(|p| p.ops).collect();
+    assert_eq!(ops, [10, 200, 400, 10, 9]);
+    for p in &report.phases {
+        assert_eq!(p.errors, 0, "{}", p.name);
+        assert!(p.seconds > 0.0 && p.latency_us.p50 > 0.0, "{p:?}");
+        // A stat or create is one RPC to its primary; a mkdir is lock, 3 servers, unlock.
+        let expected = match p.name.as_str() {
+            "create" | "stat" => Some(1.0),
+            "mkdir" => Some(5.0),
+            _ => None,
+        };
+        let rpc = p.rpc.as_ref().expect("a Canopy phase has RPC figures");
+        if let Some(e) = expected {
+            assert_eq!(rpc.rpc_amplification, e, "{}", p.name);
+        }
+    }
+}
