@@ -3,7 +3,7 @@
 //! other (see `canopy_server::ops_data` for the server's half).
 
 use crate::convert::io_errno;
-use crate::fs::{CanopyFs, R};
+use crate::fs::{Core, R};
 use crate::handles::Contents;
 use canopy_client::data::{DataRead, DataWrite};
 use canopy_proto::fid::contents_digest;
@@ -33,7 +33,7 @@ fn read_file_at(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>>
     Ok(buf)
 }
 
-impl CanopyFs {
+impl Core {
     /// The path of an open file's node, None once it has no name left.
     fn open_path(&self, node: u64) -> Option<String> {
         self.nodes.lock().path(node).map(str::to_string)

@@ -1,5 +1,5 @@
-//! The FUSE file system: each kernel request becomes Canopy client calls on the
-//! path behind the request's node.
+//! The request handlers: each kernel request becomes Canopy client calls on the
+//! path behind the request's node (`dispatch.rs` runs them).
 //!
 //! Namespace operations run as the caller (uid, gid and groups), so Canopy's own
 //! permission checks apply. Reads and writes of open files run as root: their
@@ -12,7 +12,7 @@ use crate::options::MountOptions;
 use canopy_client::Client;
 use canopy_proto::{Attr, DirEntry, Errno, SetAttr};
 use fuser::{
-    AccessFlags, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
@@ -25,7 +25,21 @@ use std::time::SystemTime;
 
 pub(crate) type R<T> = Result<T, fuser::Errno>;
 
-pub struct CanopyFs {
+/// Who sent a request, taken from it before the handler runs elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    pub(crate) fn of(req: &Request) -> Caller {
+        Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    }
+}
+
+pub(crate) struct Core {
     pub(crate) rt: tokio::runtime::Handle,
     /// Acts as root: data requests, and lookups of what a caller already holds.
     pub(crate) client: Client,
@@ -49,18 +63,18 @@ fn enoent() -> fuser::Errno {
     fuser::Errno::from_i32(libc::ENOENT)
 }
 
-impl CanopyFs {
+impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
-    pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> CanopyFs {
-        CanopyFs { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), opts }
+    pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), opts }
     }
 
     pub(crate) fn run<T>(&self, f: impl std::future::Future<Output = Result<T, Errno>>) -> R<T> {
         self.rt.block_on(f).map_err(errno)
     }
 
-    fn caller(&self, req: &Request) -> Client {
-        self.client.as_user(convert::creds(req.uid(), req.gid(), req.pid()))
+    fn caller(&self, req: &Caller) -> Client {
+        self.client.as_user(convert::creds(req.uid, req.gid, req.pid))
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
@@ -80,7 +94,7 @@ impl CanopyFs {
         reply.attr(&self.opts.attr_ttl, &file_attr(attr));
     }
 
-    fn getattr_of(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
+    fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
             // fstat needs no search permission: the descriptor was already opened.
@@ -91,7 +105,7 @@ impl CanopyFs {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn setattr_of(&self, req: &Request, ino: INodeNo, set: SetAttr, fh: Option<FileHandle>) -> R<Attr> {
+    fn setattr_of(&self, req: &Caller, ino: INodeNo, set: SetAttr, fh: Option<FileHandle>) -> R<Attr> {
         let Some(path) = self.nodes.lock().path(ino.0).map(str::to_string) else {
             return self.truncate_orphan(ino.0, fh, set.size);
         };
@@ -131,7 +145,7 @@ impl CanopyFs {
         }
     }
 
-    fn rename_of(&self, req: &Request, from: &str, to: &str, flags: RenameFlags) -> R<()> {
+    fn rename_of(&self, req: &Caller, from: &str, to: &str, flags: RenameFlags) -> R<()> {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.intersects(!(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)) {
             return Err(fuser::Errno::from_i32(libc::EINVAL));
         }
@@ -157,7 +171,7 @@ impl CanopyFs {
         Ok(())
     }
 
-    fn open_file(&self, req: &Request, ino: INodeNo, flags: OpenFlags) -> R<u64> {
+    fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
         let path = self.path(ino)?;
         let mut mask = match flags.0 & libc::O_ACCMODE {
             libc::O_RDONLY => 4,
@@ -173,7 +187,7 @@ impl CanopyFs {
         Ok(self.handles.open(ino.0, Contents::Inline))
     }
 
-    fn create_file(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
+    fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
         let who = self.caller(req);
         let attr = if flags & libc::O_EXCL != 0 {
@@ -185,7 +199,7 @@ impl CanopyFs {
         Ok((path, attr, fh))
     }
 
-    fn opendir_of(&self, req: &Request, ino: INodeNo) -> R<u64> {
+    fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
         let path = self.path(ino)?;
         let entries = self.run(self.caller(req).readdir(&path))?;
         let mut dirs = self.dirs.lock();
@@ -214,31 +228,20 @@ macro_rules! answer {
     };
 }
 
-impl Filesystem for CanopyFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Concurrent lookups and creates in one directory, and `ls -l` in one round.
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
-        let _ = config.add_capabilities(wanted & config.capabilities());
-        let _ = config.set_max_write(1 << 20);
-        Ok(())
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+/// The handlers, each run on a thread of the blocking pool (see [`CanopyFs`]).
+impl Core {
+    pub(crate) fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = self.child(parent, name).and_then(|p| Ok((self.run(self.caller(req).stat(&p))?, p)));
         answer!(reply, found, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.nodes.lock().forget(ino.0, nlookup);
-    }
-
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    pub(crate) fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         answer!(reply, self.getattr_of(req, ino, fh), |a| self.attr(reply, &a))
     }
 
-    fn setattr(
+    pub(crate) fn setattr(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -265,12 +268,12 @@ impl Filesystem for CanopyFs {
         answer!(reply, self.setattr_of(req, ino, set, fh), |a| self.attr(reply, &a))
     }
 
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+    pub(crate) fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
         let target = self.path(ino).and_then(|p| self.run(self.caller(req).readlink(&p)));
         answer!(reply, target, |t| reply.data(t.as_bytes()))
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+    pub(crate) fn mknod(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, name)?;
             let kind = convert::mknod_kind(mode).ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
@@ -284,7 +287,7 @@ impl Filesystem for CanopyFs {
         answer!(reply, made, |v| self.entry(reply, &v.0, &v.1))
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    pub(crate) fn mkdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, name)?;
             let who = self.caller(req);
@@ -295,7 +298,7 @@ impl Filesystem for CanopyFs {
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let done = (|| {
             let path = self.child(parent, name)?;
             let open = self.keep_open_contents(&path)?;
@@ -306,7 +309,7 @@ impl Filesystem for CanopyFs {
         answer!(reply, done, |_v| reply.ok())
     }
 
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let done = (|| {
             let path = self.child(parent, name)?;
             self.run(self.caller(req).rmdir(&path))?;
@@ -316,7 +319,7 @@ impl Filesystem for CanopyFs {
         answer!(reply, done, |_v| reply.ok())
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    pub(crate) fn symlink(&self, req: &Caller, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, link_name)?;
             let target = target.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
@@ -325,9 +328,9 @@ impl Filesystem for CanopyFs {
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    fn rename(
+    pub(crate) fn rename(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -342,7 +345,7 @@ impl Filesystem for CanopyFs {
         answer!(reply, done, |_v| reply.ok())
     }
 
-    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    pub(crate) fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let made = (|| {
             let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
             Ok((self.run(self.caller(req).link(&src, &dst))?, dst))
@@ -350,13 +353,13 @@ impl Filesystem for CanopyFs {
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    pub(crate) fn open(&self, req: &Caller, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         answer!(reply, self.open_file(req, ino, flags), |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
     }
 
-    fn read(
+    pub(crate) fn read(
         &self,
-        _req: &Request,
+        _req: &Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -368,9 +371,9 @@ impl Filesystem for CanopyFs {
         answer!(reply, self.read_at(ino.0, fh.0, offset, size), |data| reply.data(&data))
     }
 
-    fn write(
+    pub(crate) fn write(
         &self,
-        _req: &Request,
+        _req: &Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -383,14 +386,14 @@ impl Filesystem for CanopyFs {
         answer!(reply, self.write_at(ino.0, fh.0, offset, data), |n| reply.written(n))
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    pub(crate) fn flush(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Every write already reached the metadata service and the back-end file.
         reply.ok();
     }
 
-    fn release(
+    pub(crate) fn release(
         &self,
-        _req: &Request,
+        _req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -402,15 +405,15 @@ impl Filesystem for CanopyFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    pub(crate) fn fsync(&self, _req: &Caller, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         answer!(reply, self.sync_handle(fh.0), |_v| reply.ok())
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    pub(crate) fn opendir(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         answer!(reply, self.opendir_of(req, ino), |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    pub(crate) fn readdir(&self, _req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let entries = match self.listing(fh) {
             Ok(e) => e,
             Err(e) => return reply.error(e),
@@ -425,7 +428,7 @@ impl Filesystem for CanopyFs {
         reply.ok();
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    pub(crate) fn readdirplus(&self, _req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -452,17 +455,17 @@ impl Filesystem for CanopyFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    pub(crate) fn releasedir(&self, _req: &Caller, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.dirs.lock().open.remove(&fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    pub(crate) fn fsyncdir(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // Metadata is durable when the servers answer (per their durability setting).
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    pub(crate) fn statfs(&self, _req: &Caller, _ino: INodeNo, reply: ReplyStatfs) {
         answer!(reply, self.statfs_of(), |s| reply.statfs(
             s.f_blocks,
             s.f_bfree,
@@ -475,12 +478,12 @@ impl Filesystem for CanopyFs {
         ))
     }
 
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+    pub(crate) fn access(&self, req: &Caller, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let ok = self.path(ino).and_then(|p| self.run(self.caller(req).access(&p, mask.bits() as u32 & 7)));
         answer!(reply, ok, |_v| reply.ok())
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+    pub(crate) fn create(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
         match self.create_file(req, parent, name, mode, flags) {
             Ok((path, attr, fh)) => {
                 self.nodes.lock().remember(attr.ino, &path);

@@ -5,6 +5,7 @@
 //! - [`handles`]: open files, and back-end contents waiting for their last close.
 //! - [`backend`]: back-end directories and where a FID's contents live in them.
 //! - [`convert`]: attributes, errnos, times and callers between Canopy and FUSE.
+//! - `dispatch`: takes requests off `/dev/fuse` and runs their handlers on a pool.
 //! - `fs` and `file_io`: the request handlers.
 //! - [`options`]: the mount's settings and their defaults.
 //! - [`mount`]: mounting, serving and unmounting.
@@ -16,6 +17,7 @@
 
 pub mod backend;
 pub mod convert;
+mod dispatch;
 mod file_io;
 mod fs;
 pub mod handles;
@@ -24,6 +26,6 @@ pub mod nodes;
 pub mod options;
 
 pub use backend::Backends;
-pub use fs::CanopyFs;
+pub use dispatch::CanopyFs;
 pub use handles::Handles;
 pub use options::MountOptions;

@@ -1,13 +1,13 @@
 //! Mounting and unmounting: the kernel side of a Canopy mount.
 
-use crate::fs::CanopyFs;
+use crate::dispatch::CanopyFs;
 use fuser::{Config, MountOption, SessionACL};
 use std::io;
 use std::path::Path;
 
 /// Mounts `fs` at `mountpoint` and serves it until it is unmounted.
 pub fn serve(fs: CanopyFs, mountpoint: &Path) -> io::Result<()> {
-    let opts = fs.opts.clone();
+    let opts = fs.options().clone();
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName("canopy".into()), MountOption::Subtype("canopy".into())];
     if opts.default_permissions {

@@ -10,7 +10,8 @@ pub struct MountOptions {
     pub attr_ttl: Duration,
     /// Files up to this many bytes keep their contents in the metadata.
     pub inline_max: u32,
-    /// Threads serving kernel requests, each on its own cloned /dev/fuse fd.
+    /// Threads reading kernel requests, each on its own cloned /dev/fuse fd; the
+    /// handlers run on the runtime's blocking pool.
     pub threads: usize,
     /// Let users other than the one who mounted use the mount (`allow_other`).
     pub allow_other: bool,
@@ -28,7 +29,7 @@ impl Default for MountOptions {
             entry_ttl: Duration::from_secs(1),
             attr_ttl: Duration::from_secs(1),
             inline_max: 64 * 1024,
-            threads: 2,
+            threads: 8,
             allow_other: false,
             default_permissions: false,
             dir_times: true,

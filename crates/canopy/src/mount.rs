@@ -34,8 +34,9 @@ pub struct MountArgs {
     /// Files up to this many bytes keep their contents in the metadata.
     #[arg(long, default_value_t = 64 * 1024)]
     pub inline_max: u32,
-    /// Threads serving kernel requests.
-    #[arg(long, default_value_t = 2)]
+    /// Threads reading kernel requests (each on its own cloned /dev/fuse fd);
+    /// their handlers run on a pool, so these only need to keep up with the queue.
+    #[arg(long, default_value_t = 8)]
     pub threads: usize,
     /// Let other users use the mount (`allow_other`).
     #[arg(long)]
