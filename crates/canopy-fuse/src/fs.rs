@@ -228,7 +228,9 @@ macro_rules! answer {
     };
 }
 
-/// The handlers, each run on a thread of the blocking pool (see [`CanopyFs`]).
+/// The handlers, each run on a thread of the blocking pool (`dispatch.rs`). Their
+/// parameters mirror `fuser::Filesystem`'s, hence the long lists.
+#[allow(clippy::too_many_arguments)]
 impl Core {
     pub(crate) fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = self.child(parent, name).and_then(|p| Ok((self.run(self.caller(req).stat(&p))?, p)));
