@@ -20,7 +20,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
 use canopy_rpc::{InProcTransport, Service};
-use canopy_server::ops_data::inline_digest;
+use canopy_proto::fid::contents_digest as inline_digest;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

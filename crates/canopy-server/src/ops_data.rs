@@ -18,7 +18,8 @@ use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
 use crate::server::{now_ns, Located, MetaServer};
 use canopy_proto::msg::{DirTimes, FileRef, Inode, Record};
 use canopy_proto::path::NsPath;
-use canopy_proto::{Creds, Errno, FileKind, Reply};
+use canopy_proto::fid::contents_digest;
+use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
 
 /// Up to `len` bytes of inline contents at `offset` of a file `size` bytes long;
@@ -56,9 +57,11 @@ pub fn fit_inline_to_size(inode: &mut Inode) {
     }
 }
 
-/// What `Spilled` compares: the inline bytes as the client copied them.
-pub fn inline_digest(stored: &[u8]) -> u64 {
-    canopy_proto::fid::contents_digest(stored)
+/// A write changed the contents: mtime and ctime are now.
+fn contents_changed(attr: &mut Attr) {
+    let now = now_ns();
+    attr.mtime = now;
+    attr.ctime = now;
 }
 
 /// Where a data request's inode is stored, to write it back.
@@ -111,63 +114,68 @@ impl MetaServer {
         })
     }
 
-    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32) -> Result<Reply, Errno> {
+    /// Under the mutation lock: finds the file `at` names and lets `change` edit its
+    /// inode. `change` answers `Some(reply)` to stop with that reply and store
+    /// nothing, or `None` to store the inode and answer its attributes.
+    fn change_data(
+        &self,
+        creds: &Creds,
+        at: &FileRef,
+        change: impl FnOnce(&mut Inode) -> Result<Option<Reply>, Errno>,
+    ) -> Result<Reply, Errno> {
         let _g = self.lock_mutations();
         let (slot, mut inode) = match self.data_target(creds, at)? {
             Ok(found) => found,
             Err(redirect) => return Ok(redirect),
         };
-        let size = inode.attr.size;
-        let data = inode.data.as_mut().expect("checked by data_target");
-        let fid = data.fid;
-        let Some(stored) = data.inline.as_mut() else {
-            return Ok(Reply::Backend { fid, size });
-        };
-        let end = offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
-        if bytes.is_empty() && inline_max != 0 {
-            return Ok(Reply::Attr(inode.attr)); // POSIX: a zero-length write changes nothing
+        if let Some(answer) = change(&mut inode)? {
+            return Ok(answer);
         }
-        // inline_max 0 asks for a spill whatever the size (a file about to lose
-        // its last name while open: its contents must outlive the entry).
-        if end > inline_max as u64 || inline_max == 0 {
-            return Ok(Reply::Spill { fid, data: stored.clone(), size });
-        }
-        inode.attr.size = write_inline(stored, size, offset, bytes);
-        let now = now_ns();
-        inode.attr.mtime = now;
-        inode.attr.ctime = now;
         self.store_inode(slot, &inode)?;
         Ok(Reply::Attr(inode.attr))
+    }
+
+    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32) -> Result<Reply, Errno> {
+        self.change_data(creds, at, |inode| {
+            let size = inode.attr.size;
+            let data = inode.data.as_mut().expect("checked by data_target");
+            let fid = data.fid;
+            let Some(stored) = data.inline.as_mut() else {
+                return Ok(Some(Reply::Backend { fid, size }));
+            };
+            let end = offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
+            if bytes.is_empty() && inline_max != 0 {
+                return Ok(Some(Reply::Attr(inode.attr.clone()))); // POSIX: a zero-length write changes nothing
+            }
+            // inline_max 0 asks for a spill whatever the size (a file about to lose
+            // its last name while open: its contents must outlive the entry).
+            if end > inline_max as u64 || inline_max == 0 {
+                return Ok(Some(Reply::Spill { fid, data: stored.clone(), size }));
+            }
+            inode.attr.size = write_inline(stored, size, offset, bytes);
+            contents_changed(&mut inode.attr);
+            Ok(None)
+        })
     }
 
     pub(crate) fn spilled(&self, creds: &Creds, at: &FileRef, len: u64, digest: u64) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
-        let (slot, mut inode) = match self.data_target(creds, at)? {
-            Ok(found) => found,
-            Err(redirect) => return Ok(redirect),
-        };
-        let data = inode.data.as_mut().expect("checked by data_target");
-        match &data.inline {
-            None => return Ok(Reply::Attr(inode.attr)),
-            Some(stored) if stored.len() as u64 != len || inline_digest(stored) != digest => return Err(Errno::ESTALE),
-            Some(_) => data.inline = None,
-        }
-        self.store_inode(slot, &inode)?;
-        Ok(Reply::Attr(inode.attr))
+        self.change_data(creds, at, |inode| {
+            let data = inode.data.as_mut().expect("checked by data_target");
+            match &data.inline {
+                None => return Ok(Some(Reply::Attr(inode.attr.clone()))),
+                Some(stored) if stored.len() as u64 != len || contents_digest(stored) != digest => return Err(Errno::ESTALE),
+                Some(_) => data.inline = None,
+            }
+            Ok(None)
+        })
     }
 
     pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
-        let (slot, mut inode) = match self.data_target(creds, at)? {
-            Ok(found) => found,
-            Err(redirect) => return Ok(redirect),
-        };
-        inode.attr.size = inode.attr.size.max(end);
-        let now = now_ns();
-        inode.attr.mtime = now;
-        inode.attr.ctime = now;
-        self.store_inode(slot, &inode)?;
-        Ok(Reply::Attr(inode.attr))
+        self.change_data(creds, at, |inode| {
+            inode.attr.size = inode.attr.size.max(end);
+            contents_changed(&mut inode.attr);
+            Ok(None)
+        })
     }
 
     /// A name was added to or removed from the directory at `path`: its mtime and
