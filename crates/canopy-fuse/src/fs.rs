@@ -133,10 +133,11 @@ impl Core {
         Ok(Some((node, attr)))
     }
 
-    /// After a name went away: an open node with no name left keeps its attributes.
-    fn name_removed(&self, path: &str, open: Option<(u64, Attr)>) {
+    /// After a name went away (`update` applies that to the node table): an open
+    /// node with no name left keeps its attributes, for fstat.
+    fn name_removed(&self, open: Option<(u64, Attr)>, update: impl FnOnce(&mut Nodes)) {
         let mut nodes = self.nodes.lock();
-        nodes.unlinked(path);
+        update(&mut nodes);
         if let Some((node, mut attr)) = open {
             if nodes.is_orphan(node) {
                 attr.nlink = attr.nlink.saturating_sub(1);
@@ -161,13 +162,9 @@ impl Core {
         }
         let open = self.keep_open_contents(to)?;
         self.run(who.rename(from, to))?;
-        let replaced = self.nodes.lock().renamed(from, to);
-        if let (Some(node), Some((open_node, mut attr))) = (replaced, open) {
-            if node == open_node && self.nodes.lock().is_orphan(node) {
-                attr.nlink = attr.nlink.saturating_sub(1);
-                self.handles.orphaned(node, attr);
-            }
-        }
+        self.name_removed(open, |nodes| {
+            nodes.renamed(from, to);
+        });
         Ok(())
     }
 
@@ -305,7 +302,9 @@ impl Core {
             let path = self.child(parent, name)?;
             let open = self.keep_open_contents(&path)?;
             self.run(self.caller(req).unlink(&path))?;
-            self.name_removed(&path, open);
+            self.name_removed(open, |nodes| {
+                nodes.unlinked(&path);
+            });
             Ok(())
         })();
         answer!(reply, done, |_v| reply.ok())

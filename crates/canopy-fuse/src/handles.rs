@@ -38,6 +38,13 @@ struct Inner {
     orphans: HashMap<u64, Attr>,
 }
 
+impl Inner {
+    /// True if a handle here reads and writes back-end file `fid`.
+    fn backend_open(&self, fid: Fid) -> bool {
+        self.files.values().any(|f| matches!(&f.contents, Contents::Backend { fid: x, .. } if *x == fid))
+    }
+}
+
 pub struct Handles {
     inner: Mutex<Inner>,
     backends: Backends,
@@ -90,8 +97,7 @@ impl Handles {
             g.orphans.remove(&f.node);
         }
         if let Contents::Backend { fid, .. } = f.contents {
-            let still_open = g.files.values().any(|o| matches!(&o.contents, Contents::Backend { fid: x, .. } if *x == fid));
-            if !still_open && g.doomed.remove(&fid) {
+            if !g.backend_open(fid) && g.doomed.remove(&fid) {
                 drop(g);
                 if let Err(e) = self.backends.remove(fid) {
                     eprintln!("canopy-fuse: could not delete contents {fid}: {e}");
@@ -120,8 +126,7 @@ impl Handles {
 impl Reclaim for Handles {
     fn freed(&self, fid: Fid) {
         let mut g = self.inner.lock();
-        let open = g.files.values().any(|f| matches!(&f.contents, Contents::Backend { fid: x, .. } if *x == fid));
-        if open {
+        if g.backend_open(fid) {
             g.doomed.insert(fid);
             return;
         }
