@@ -2,12 +2,14 @@
 //! directories, no cluster, a table and JSON with both, and the directories left
 //! as they were; a directory that cannot be used is an error before anything runs.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn canopy(args: &[&str]) -> Output {
     // No cluster may be started or used: point every way of finding one nowhere.
-    Command::new(env!("CARGO_BIN_EXE_canopy")).args(args).env("CANOPY_HOME", "/nonexistent").env_remove("CANOPY_CLUSTER").output().expect("run canopy")
+    common::canopy(Path::new("/nonexistent"), args)
 }
 
 fn empty(dir: &Path) -> bool {

@@ -3,10 +3,12 @@
 //! fsck, the namespace intact after `down` and `up`, and an acknowledged create
 //! surviving SIGKILL of its server.
 
+mod common;
+
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 struct Cluster {
     home: tempfile::TempDir,
@@ -14,19 +16,12 @@ struct Cluster {
 
 impl Cluster {
     fn canopy(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_canopy"))
-            .args(args)
-            .env("CANOPY_HOME", self.home.path())
-            .env_remove("CANOPY_CLUSTER")
-            .output()
-            .expect("run canopy")
+        common::canopy(self.home.path(), args)
     }
 
     /// Runs and expects success; returns stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.canopy(args);
-        assert!(out.status.success(), "canopy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        common::canopy_ok(self.home.path(), args)
     }
 
     /// Runs and expects failure with exactly this stderr line.

@@ -3,6 +3,8 @@
 //! across an unmount and mount; two mounts of one cluster; open files outliving
 //! their names; rename flags. Needs root and /dev/fuse, as CI has.
 
+mod common;
+
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -16,18 +18,11 @@ struct Mounted {
 
 impl Mounted {
     fn canopy(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_canopy"))
-            .args(args)
-            .env("CANOPY_HOME", self.home.path().join("cluster"))
-            .env_remove("CANOPY_CLUSTER")
-            .output()
-            .expect("run canopy")
+        common::canopy(&self.home.path().join("cluster"), args)
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.canopy(args);
-        assert!(out.status.success(), "canopy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        common::canopy_ok(&self.home.path().join("cluster"), args)
     }
 
     /// Mounts at a new directory `name` with extra options.

@@ -1,0 +1,23 @@
+//! Running the `canopy` binary as a user does, against one cluster home.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `canopy args` with `$CANOPY_HOME` set to `home` and no `$CANOPY_CLUSTER`,
+/// so the command finds exactly that cluster (or none).
+pub fn canopy(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_canopy"))
+        .args(args)
+        .env("CANOPY_HOME", home)
+        .env_remove("CANOPY_CLUSTER")
+        .output()
+        .expect("run canopy")
+}
+
+/// Runs and expects success; returns stdout.
+#[allow(dead_code)] // not every test file needs it
+pub fn canopy_ok(home: &Path, args: &[&str]) -> String {
+    let out = canopy(home, args);
+    assert!(out.status.success(), "canopy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
