@@ -8,6 +8,7 @@
 use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::attr::access::{F, R, W, X};
+use canopy_proto::path::NS_PATH_MAX;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
@@ -61,6 +62,7 @@ semantics!(
     access_masks,
     invalid_paths,
     dot_and_dotdot,
+    deep_paths,
 );
 
 const ALICE: u32 = 1000;
@@ -559,12 +561,12 @@ async fn rename_dir_larger_than_a_migration_batch(c: Client) {
     assert_clean(&c).await;
 }
 
-/// A directory rename that would make paths below it longer than PATH_MAX either
-/// works or is refused with ENAMETOOLONG, never half-done.
+/// A directory rename that would make paths below it longer than NS_PATH_MAX
+/// either works or is refused with ENAMETOOLONG, never half-done.
 async fn rename_dir_beyond_path_max(c: Client) {
     c.mkdir("/a", 0o755).await.unwrap();
     let mut deep = "/a".to_string();
-    while deep.len() + 201 <= 4080 {
+    while deep.len() + 201 <= NS_PATH_MAX - 16 {
         deep = format!("{deep}/{}", "d".repeat(200));
         c.mkdir(&deep, 0o755).await.unwrap();
     }
@@ -580,7 +582,7 @@ async fn rename_dir_beyond_path_max(c: Client) {
             }
         }
         Ok(()) => assert_errno!(c.stat("/a").await, Errno::ENOENT),
-        Err(e) => panic!("rename beyond PATH_MAX: {e}"),
+        Err(e) => panic!("rename beyond NS_PATH_MAX: {e}"),
     }
     assert_clean(&c).await;
     // Renames that keep every path within the limit work.
@@ -958,8 +960,8 @@ async fn access_masks(c: Client) {
 async fn invalid_paths(c: Client) {
     let long_name = format!("/{}", "n".repeat(256));
     let max_name = format!("/{}", "n".repeat(255));
-    let long_path = "/abcdefg".repeat(513);
-    assert!(long_path.len() > 4096);
+    let long_path = "/abcdefg".repeat(NS_PATH_MAX / 8 + 1);
+    assert!(long_path.len() > NS_PATH_MAX);
     for bad in ["a", "", "a/b", "/a//b", "/a/", "//", "/a\0b"] {
         assert_errno!(c.stat(bad).await, Errno::EINVAL);
         assert_errno!(c.mkdir(bad, 0o755).await, Errno::EINVAL);
@@ -1013,5 +1015,33 @@ async fn dot_and_dotdot(c: Client) {
     assert_eq!(names(&c.readdir("/a/.").await.unwrap()), vec!["c", "z"]);
     // A file's name followed by `..` is its directory, lexically.
     assert_eq!(c.stat("/a/z/..").await.unwrap().kind, FileKind::Dir);
+    assert_clean(&c).await;
+}
+
+/// A 4094-byte path of 2047 components is made, used and removed, and a directory
+/// renamed below it can still be removed: nothing about a path grows with the
+/// square of its depth.
+async fn deep_paths(c: Client) {
+    let mut deep = String::new();
+    while deep.len() + 2 <= 4094 {
+        deep.push_str("/d");
+        c.mkdir(&deep, 0o755).await.unwrap();
+    }
+    let f = format!("{deep}/f");
+    c.create(&f, 0o644).await.unwrap();
+    c.chmod(&deep, 0o700).await.unwrap();
+    c.rename(&f, &format!("{deep}/g")).await.unwrap();
+    c.unlink(&format!("{deep}/g")).await.unwrap();
+    c.mkdir("/shallow", 0o755).await.unwrap();
+    c.mkdir("/shallow/x", 0o755).await.unwrap();
+    let moved = format!("{deep}/moved");
+    c.rename("/shallow", &moved).await.unwrap();
+    c.rmdir(&format!("{moved}/x")).await.unwrap();
+    c.rmdir(&moved).await.unwrap();
+    while !deep.is_empty() {
+        c.rmdir(&deep).await.unwrap();
+        deep.truncate(deep.len() - 2);
+    }
+    assert!(c.readdir("/").await.unwrap().is_empty());
     assert_clean(&c).await;
 }

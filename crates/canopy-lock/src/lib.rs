@@ -5,8 +5,9 @@
 //! - [`service`]: the daemon: waits for grants, keeps records in the store, and
 //!   re-grants the locks of recorded transactions after a restart.
 //!
-//! Locking a path means a write lock on its last component and read locks on its
-//! ancestors (seed 000 §3.3); [`path_locks`] builds that set.
+//! Locking a path means a write lock on it and read locks on its ancestors (seed
+//! 000 §3.3); the table implies the ancestors' read locks, so a lock set names only
+//! the paths themselves ([`path_locks`], [`path_read_locks`]).
 
 pub mod locktable;
 pub mod service;
@@ -16,35 +17,21 @@ pub use service::LockService;
 use canopy_proto::msg::LockMode;
 use canopy_proto::path::NsPath;
 
-/// Read locks on every ancestor of each path and a write lock on each path.
+/// A write lock on each path (read locks on their ancestors are implied).
 pub fn path_locks(paths: &[&NsPath]) -> Vec<(String, LockMode)> {
     let mut out: Vec<(String, LockMode)> = Vec::new();
-    let mut add = |p: String, m: LockMode| match out.iter_mut().find(|(q, _)| *q == p) {
-        Some((_, held)) if m == LockMode::Write => *held = LockMode::Write,
-        Some(_) => {}
-        None => out.push((p, m)),
-    };
     for path in paths {
-        let mut cur = path.split().map(|(parent, _)| parent);
-        while let Some(parent) = cur {
-            add(parent.as_str().to_string(), LockMode::Read);
-            cur = parent.split().map(|(p, _)| p);
+        if !out.iter().any(|(p, _)| p == path.as_str()) {
+            out.push((path.as_str().to_string(), LockMode::Write));
         }
-        add(path.as_str().to_string(), LockMode::Write);
     }
     out
 }
 
-/// Read locks on each path and every ancestor: what a single-RPC operation's
+/// A read lock on `path` (and so on every ancestor): what a single-RPC operation's
 /// pessimistic retry holds, so that no directory mutation on its path is in flight.
 pub fn path_read_locks(path: &NsPath) -> Vec<(String, LockMode)> {
-    let mut out = vec![(path.as_str().to_string(), LockMode::Read)];
-    let mut cur = path.split().map(|(parent, _)| parent);
-    while let Some(parent) = cur {
-        out.push((parent.as_str().to_string(), LockMode::Read));
-        cur = parent.split().map(|(p, _)| p);
-    }
-    out
+    vec![(path.as_str().to_string(), LockMode::Read)]
 }
 
 #[cfg(test)]
@@ -52,19 +39,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ancestors_read_target_write() {
-        let a = NsPath::parse("/a/b").unwrap();
-        let c = NsPath::parse("/a").unwrap();
-        let locks = path_locks(&[&a, &c]);
-        assert!(locks.contains(&("/".into(), LockMode::Read)));
-        assert!(locks.contains(&("/a".into(), LockMode::Write)), "write dominates read");
-        assert!(locks.contains(&("/a/b".into(), LockMode::Write)));
-        assert_eq!(locks.len(), 3);
+    fn one_lock_per_path_whatever_its_depth() {
+        let deep = NsPath::parse(&"/d".repeat(2000)).unwrap();
+        let other = NsPath::parse("/a").unwrap();
+        let locks = path_locks(&[&deep, &other, &deep]);
+        assert_eq!(locks, vec![(deep.as_str().into(), LockMode::Write), ("/a".into(), LockMode::Write)]);
+        assert_eq!(path_read_locks(&other), vec![("/a".into(), LockMode::Read)]);
     }
 
+    /// A lock request for the deepest valid path fits in one frame (listing every
+    /// ancestor made it 4 MB for a 4094-byte path of 2047 components).
     #[test]
-    fn read_locks_cover_the_whole_path() {
-        let locks = path_read_locks(&NsPath::parse("/a/b").unwrap());
-        assert_eq!(locks, vec![("/a/b".into(), LockMode::Read), ("/a".into(), LockMode::Read), ("/".into(), LockMode::Read)]);
+    fn a_deep_paths_lock_request_fits_in_a_frame() {
+        use canopy_proto::msg::Intent;
+        use canopy_proto::{frame, Creds, Request};
+        let deep = NsPath::parse(&"/d".repeat(canopy_proto::path::NS_PATH_MAX / 2)).unwrap();
+        let req = Request::Lock { locks: path_locks(&[&deep, &deep]), intent: Intent::Rmdir { path: deep.to_string() }, lease_ms: 1, wait_ms: 1 };
+        let mut buf = bytes::BytesMut::new();
+        frame::encode_request(&mut buf, 1, &Creds::root(), &req).unwrap();
+        assert!(buf.len() < 3 * canopy_proto::path::NS_PATH_MAX, "{} bytes", buf.len());
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Rules (documented in docs/architecture.md, tested below):
 //! - absolute: starts with `/`;
-//! - at most [`PATH_MAX`] bytes and each name at most [`NAME_MAX`] bytes, else
+//! - at most [`NS_PATH_MAX`] bytes and each name at most [`NAME_MAX`] bytes, else
 //!   `ENAMETOOLONG`;
 //! - no NUL byte and no empty component (`//`, or a trailing `/`), else `EINVAL`;
 //! - `.` components are dropped and `..` removes the component before it (`..` at the
@@ -15,7 +15,15 @@
 
 use crate::Errno;
 
+/// What one system call may name (a symlink target, a path relative to a working
+/// directory): Linux's PATH_MAX.
 pub const PATH_MAX: usize = 4096;
+/// The longest absolute path in a Canopy namespace. Longer than [`PATH_MAX`]: as on
+/// a local file system, an application reaches a deep object through a working
+/// directory, so the depth of the tree is not limited by what one call may name
+/// (a mount serves `cd deep; touch <4095 bytes>`). Still bounded, since requests
+/// carry full paths and ShardFS places objects by them.
+pub const NS_PATH_MAX: usize = 8 * PATH_MAX;
 pub const NAME_MAX: usize = 255;
 
 /// A validated, canonical absolute path (`/` or `/a/b`, never a trailing slash).
@@ -29,7 +37,7 @@ impl NsPath {
 
     /// Validates and canonicalises `raw`.
     pub fn parse(raw: &str) -> Result<NsPath, Errno> {
-        if raw.len() > PATH_MAX {
+        if raw.len() > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         if raw.as_bytes().contains(&0) {
@@ -97,7 +105,7 @@ impl NsPath {
             return Err(Errno::EINVAL);
         }
         let joined = if self.is_root() { format!("/{name}") } else { format!("{}/{name}", self.0) };
-        if joined.len() > PATH_MAX {
+        if joined.len() > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         Ok(NsPath(joined))
@@ -172,8 +180,11 @@ mod tests {
         assert_eq!(p("/a\0b"), Err(Errno::EINVAL));
         assert_eq!(p(&format!("/{}", "x".repeat(256))), Err(Errno::ENAMETOOLONG));
         assert!(p(&format!("/{}", "x".repeat(255))).is_ok());
-        let long = "/abcdefg".repeat(513); // 4104 bytes
+        let deep = "/abcdefg".repeat(513); // 4104 bytes: beyond one call's PATH_MAX, within a namespace's
+        assert_eq!(p(&deep).unwrap().len(), 4104);
+        let long = "/abcdefg".repeat(NS_PATH_MAX / 8 + 1);
         assert_eq!(p(&long), Err(Errno::ENAMETOOLONG));
+        assert_eq!(NsPath::parse(&"/abcdefg".repeat(NS_PATH_MAX / 8)).unwrap().join("x"), Err(Errno::ENAMETOOLONG));
     }
 
     #[test]

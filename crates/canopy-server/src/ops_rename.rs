@@ -11,7 +11,7 @@ use crate::perm;
 use crate::server::{io, now_ns, Located, MetaServer};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
-use canopy_proto::path::{NsPath, PATH_MAX};
+use canopy_proto::path::{NsPath, NS_PATH_MAX};
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
@@ -166,9 +166,9 @@ impl MetaServer {
             }
         }
         // Objects are named and placed by their full path: one made longer than
-        // PATH_MAX could be neither reached nor migrated.
+        // NS_PATH_MAX could be neither reached nor migrated.
         let grows = dst.as_str().len().saturating_sub(src.as_str().len());
-        if grows > 0 && self.longest_below(sid)? + grows > PATH_MAX {
+        if grows > 0 && self.longest_below(sid)? + grows > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         if check_only {
