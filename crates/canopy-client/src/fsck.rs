@@ -1,6 +1,8 @@
 //! The cluster-wide consistency check behind `canopy fsck`: every server's
 //! replicated directory state identical, each server's local problems, every hard
-//! link's nlink equal to the names referring to it, no transaction left in flight.
+//! link's nlink equal to the names referring to it, no transaction waiting for
+//! recovery. A transaction whose lease is live is in flight, not a problem: it is
+//! reported as a note, with when recovery takes it over if its client is gone.
 
 use canopy_proto::msg::{FsckReport, TxnInfo};
 use std::collections::HashMap;
@@ -11,6 +13,8 @@ pub struct FsckSummary {
     pub dirs: u64,
     pub files: u64,
     pub problems: Vec<String>,
+    /// Transactions in flight under a live lease, worded for a person.
+    pub in_flight: Vec<String>,
 }
 
 impl FsckSummary {
@@ -53,7 +57,13 @@ pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo]) -> FsckSummary {
         s.problems.push(format!("{n} names refer to inode {ino:#x} missing from server {home}"));
     }
     for t in txns {
-        s.problems.push(format!("transaction {} still in flight at the lock service: {}", t.txn, t.intent));
+        if t.expires_in_ms >= 0 {
+            let secs = t.expires_in_ms as f64 / 1000.0;
+            s.in_flight.push(format!("transaction {} in flight: {}; recovered after {secs:.1} s if its client is gone", t.txn, t.intent));
+        } else {
+            let secs = -t.expires_in_ms as f64 / 1000.0;
+            s.problems.push(format!("transaction {} waiting for recovery (lease ended {secs:.1} s ago): {}", t.txn, t.intent));
+        }
     }
     s
 }
@@ -83,5 +93,13 @@ mod tests {
         let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
         let s = summarise(&[report(0, 7), b], &[txn]);
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
+    }
+
+    #[test]
+    fn a_live_transaction_is_in_flight_not_a_problem() {
+        let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
+        let s = summarise(&[report(0, 7)], &[txn]);
+        assert!(s.is_clean(), "{:?}", s.problems);
+        assert_eq!(s.in_flight, vec!["transaction 4 in flight: rmdir /x; recovered after 2.5 s if its client is gone"]);
     }
 }

@@ -11,7 +11,9 @@
 //! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
 //!   and load figures.
 //! - [`data`]: FIDs, and what reads and writes of file contents answer.
-//! - [`testing`]: an in-process cluster for tests and simulations.
+//! - [`sweep`]: the lock service's loop that recovers expired transactions.
+//! - [`testing`]: an in-process cluster (with injectable server failures) for tests
+//!   and simulations.
 //! - [`blocking`]: a synchronous wrapper.
 
 pub mod blocking;
@@ -23,6 +25,7 @@ mod namespace;
 mod monotonic;
 mod recovery;
 pub mod shardfs;
+pub mod sweep;
 mod shardfs_data;
 pub mod testing;
 

@@ -99,6 +99,29 @@ fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
 }
 
+/// True when a request may or may not have been applied: its reply was lost (the
+/// peer died or did not answer in time), or a transaction step already reported
+/// so (EIO). `ECONNREFUSED` is certain: the request was never sent.
+pub(crate) fn outcome_unknown(e: &Errno) -> bool {
+    matches!(e, Errno::EIO | Errno::ENOTCONN | Errno::ETIMEDOUT)
+}
+
+/// The first answer among `results` whose outcome is unknown.
+fn first_unknown(results: &[(u32, Res<Reply>)]) -> Option<(u32, Errno)> {
+    results.iter().find_map(|(i, r)| r.as_ref().err().filter(|e| outcome_unknown(e)).map(|e| (*i, *e)))
+}
+
+/// The error of a transaction step that failed after its commit point: the
+/// change is decided but not everywhere, so the transaction is left to recovery
+/// (EIO). `ESTALE` says another client already took the transaction over.
+fn after_commit(what: &str, e: Errno) -> Errno {
+    if e == Errno::ESTALE {
+        return e;
+    }
+    eprintln!("canopy-client: {what} committed but did not finish: {e}; left to recovery");
+    Errno::EIO
+}
+
 pub(crate) fn unexpected(r: Reply) -> Errno {
     eprintln!("canopy-client: unexpected reply {r:?}");
     Errno::EPROTO
@@ -287,15 +310,14 @@ impl ShardFs {
         r
     }
 
-    /// Ends transaction `txn`: unlocks it, unless it ended in an uncertain state
-    /// (a server unreachable or failing mid-way). Then its locks and record stay
-    /// until the lease runs out and the next conflicting client recovers it from
-    /// what the servers hold (a no-op if nothing was applied).
+    /// Ends transaction `txn`: unlocks it when its outcome is certain (done, or
+    /// refused, or failed before anything was sent, or fully rolled back). When it
+    /// is not ([`outcome_unknown`]: a server may or may not have applied a step),
+    /// its locks and record stay: the lock service's sweep, or the next
+    /// conflicting client, recovers it from what the servers durably hold.
     async fn finish<T>(&self, txn: u64, r: &Res<T>) {
         match r {
-            Err(e @ (Errno::EIO | Errno::ENOTCONN | Errno::ECONNREFUSED | Errno::ETIMEDOUT)) => {
-                eprintln!("canopy-client: transaction {txn} left for recovery after {e}");
-            }
+            Err(e) if outcome_unknown(e) => eprintln!("canopy-client: transaction {txn} left for recovery after {e}"),
             _ => self.unlock(txn).await,
         }
     }
@@ -443,7 +465,10 @@ impl ShardFs {
             }
             results.push((prim, r));
         }
-        let mut err = pick_error(&results, prim).expect("an error was seen");
+        if let Some((i, e)) = first_unknown(&results) {
+            return Err(self.undecided(p, i, e));
+        }
+        let Some(mut err) = pick_error(&results, prim) else { return Err(Errno::EIO) };
         if err == Errno::ENOENT && !results.iter().any(|(i, _)| *i == prim) {
             err = self.rmdir_absent(c, p).await;
         }
@@ -452,6 +477,15 @@ impl ShardFs {
             _ => None,
         });
         Err(self.roll_back(p, removed, err).await)
+    }
+
+    /// Procedure 2 met a server whose answer was lost: whether the primary (the
+    /// commit point) applied the change is unknown, so nothing is rolled back by
+    /// guess. EIO leaves the transaction to recovery, which reads the primary's
+    /// durable state and rolls forward or back from it.
+    fn undecided(&self, p: &NsPath, server: u32, e: Errno) -> Errno {
+        eprintln!("canopy-client: {p}: server {server} answered {e}; outcome unknown, left to recovery");
+        Errno::EIO
     }
 
     /// Procedure 2's rollback: puts each server that applied the change back to
@@ -539,7 +573,10 @@ impl ShardFs {
                 Err(e) => results.push((prim, Err(e))),
             }
         }
-        let err = pick_error(&results, prim).expect("an error was seen");
+        if let Some((i, e)) = first_unknown(&results) {
+            return Err(self.undecided(p, i, e));
+        }
+        let Some(err) = pick_error(&results, prim) else { return Err(Errno::EIO) };
         let applied = results.iter().filter(|(_, r)| r.is_ok()).map(|(i, _)| (*i, old.clone()));
         Err(self.roll_back(p, applied, err).await)
     }
@@ -564,13 +601,23 @@ impl ShardFs {
             Some(e) => Err(*e),
             None => body.await,
         };
-        self.unfence(txn).await?;
-        r
+        match self.unfence(txn).await {
+            Ok(()) => r,
+            // Already left to recovery, which lifts the fences too.
+            Err(_) if r.as_ref().is_err_and(outcome_unknown) => r,
+            // A fence may still stand: recovery lifts it.
+            Err(e) => Err(after_commit("unfence", e)),
+        }
     }
 
+    /// Lifts transaction `txn`'s fences on every server. A server that refuses the
+    /// connection is not running, and fences live in memory: it holds none.
     pub(crate) async fn unfence(&self, txn: u64) -> Res<()> {
         for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Unfence { txn }).await {
-            r?;
+            match r {
+                Ok(_) | Err(Errno::ECONNREFUSED) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
@@ -594,7 +641,7 @@ impl ShardFs {
             return Err(Errno::EIO);
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
-        self.migrate_all(dst, txn).await
+        self.migrate_all(dst, txn).await.map_err(|e| after_commit("directory rename", e))
     }
 
     /// Moves the objects below `root` whose primary changed, from every server.
@@ -658,7 +705,7 @@ impl ShardFs {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }
         self.step(|| Step::PrimaryDone(intent())).await?;
-        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s, ino }).await?;
+        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s, ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 

@@ -6,18 +6,22 @@ use crate::shardfs::{ShardFs, StepHook};
 use crate::Client;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
-use canopy_proto::Creds;
-use canopy_rpc::{InProcTransport, Service};
+use canopy_proto::{Creds, Errno, Request};
+use canopy_rpc::{InProcTransport, RpcResult, Service, Target, Transport};
 use canopy_server::keys::ALL_CFS;
 use canopy_server::{MetaServer, ServerConfig};
 use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub struct InProcCluster {
     pub servers: Vec<Arc<MetaServer>>,
     pub lock: Arc<LockService>,
-    transport: Arc<InProcTransport>,
+    transport: Arc<FaultyTransport>,
     client: Client,
 }
 
@@ -44,7 +48,8 @@ impl InProcCluster {
             .collect();
         let lock = LockService::open(lock_store).expect("open lock service");
         let services: Vec<Arc<dyn Service>> = servers.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
-        let transport = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
+        let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
+        let transport = Arc::new(FaultyTransport::new(inproc));
         let client = Client::new(Arc::new(ShardFs::new(transport.clone())), Creds::root());
         InProcCluster { servers, lock, transport, client }
     }
@@ -64,5 +69,81 @@ impl InProcCluster {
     /// A client acting as root.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Server failures for every client of this cluster.
+    pub fn faults(&self) -> &FaultyTransport {
+        &self.transport
+    }
+
+    /// Runs the lock service's sweep (as `canopy lockd` does) every `every`, until
+    /// the returned task is aborted.
+    pub fn start_sweeper(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(crate::sweep::sweep_forever(self.fresh_client(), every))
+    }
+}
+
+/// A transport that fails servers as a test says, deterministically:
+/// [`FaultyTransport::down`] refuses every request to a server (`ECONNREFUSED`:
+/// it is not running), and [`FaultyTransport::die_after`] lets the next request
+/// of one kind to a server be applied, then loses its reply (`ENOTCONN`) and takes
+/// the server down: a crash after its commit, before it answered.
+pub struct FaultyTransport {
+    inner: Arc<dyn Transport>,
+    faults: Mutex<Faults>,
+}
+
+#[derive(Default)]
+struct Faults {
+    down: HashSet<u32>,
+    die_after: Option<(u32, &'static str)>,
+}
+
+impl FaultyTransport {
+    pub fn new(inner: Arc<dyn Transport>) -> FaultyTransport {
+        FaultyTransport { inner, faults: Mutex::new(Faults::default()) }
+    }
+
+    pub fn down(&self, server: u32) {
+        self.faults.lock().down.insert(server);
+    }
+
+    pub fn revive(&self, server: u32) {
+        self.faults.lock().down.remove(&server);
+    }
+
+    /// The next request named `op` (as in `Request::name`) to `server` is applied,
+    /// its reply lost, and the server goes down.
+    pub fn die_after(&self, server: u32, op: &'static str) {
+        self.faults.lock().die_after = Some((server, op));
+    }
+}
+
+impl Transport for FaultyTransport {
+    fn servers(&self) -> u32 {
+        self.inner.servers()
+    }
+
+    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+        Box::pin(async move {
+            let Target::Server(i) = target else { return self.inner.call(target, creds, req).await };
+            let dies = {
+                let mut f = self.faults.lock();
+                if f.down.contains(&i) {
+                    return Err(Errno::ECONNREFUSED);
+                }
+                let dies = f.die_after == Some((i, req.name()));
+                if dies {
+                    f.die_after = None;
+                    f.down.insert(i);
+                }
+                dies
+            };
+            let r = self.inner.call(target, creds, req).await;
+            if dies {
+                return Err(Errno::ENOTCONN);
+            }
+            r
+        })
     }
 }

@@ -229,6 +229,11 @@ impl LockService {
     /// The transactions in flight; a negative `expires_in_ms` means the lease ran
     /// out and the transaction waits for recovery.
     fn list(&self) -> RpcResult {
+        Ok(Reply::Txns(self.transactions()))
+    }
+
+    /// The transactions in flight, by id.
+    pub fn transactions(&self) -> Vec<TxnInfo> {
         let st = self.state.lock();
         let now = self.now_ms() as i64;
         let mut out: Vec<TxnInfo> = st
@@ -242,7 +247,7 @@ impl LockService {
             })
             .collect();
         out.sort_by_key(|t| t.txn);
-        Ok(Reply::Txns(out))
+        out
     }
 }
 

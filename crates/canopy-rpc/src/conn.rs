@@ -77,9 +77,13 @@ impl Connection {
     }
 
     /// Sends one request and waits for its response, at most `timeout`.
+    ///
+    /// The errno says what is known of the outcome: `ECONNREFUSED` when the
+    /// request was never sent (certain: nothing happened), `ENOTCONN` and
+    /// `ETIMEDOUT` when it may have been applied and the answer is lost.
     pub async fn call(&self, creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
         if self.is_broken() {
-            return Err(Errno::ENOTCONN);
+            return Err(Errno::ECONNREFUSED);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut buf = BytesMut::new();
@@ -88,7 +92,7 @@ impl Connection {
         self.pending.lock().insert(id, done);
         if self.tx.send(buf).is_err() {
             self.pending.lock().remove(&id);
-            return Err(Errno::ENOTCONN);
+            return Err(Errno::ECONNREFUSED);
         }
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(result)) => result,

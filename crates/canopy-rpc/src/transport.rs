@@ -77,7 +77,9 @@ impl Transport for TcpTransport {
                 Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
                 _ => self.timeout,
             };
-            let conn = ep.connection(self.timeout).await?;
+            // Nothing was sent when the connection cannot be made: the outcome is
+            // certain, which ECONNREFUSED says (see `Connection::call`).
+            let conn = ep.connection(self.timeout).await.map_err(|_| Errno::ECONNREFUSED)?;
             conn.call(creds, &req, timeout).await
         })
     }

@@ -399,7 +399,7 @@ pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
         }
         client.fsck().await.map_err(|e| format!("fsck: {e}"))
     })?;
-    for p in &summary.problems {
+    for p in summary.in_flight.iter().chain(&summary.problems) {
         println!("{p}");
     }
     let verdict = if summary.is_clean() { "clean".to_string() } else { format!("{} problems", summary.problems.len()) };

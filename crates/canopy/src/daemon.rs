@@ -38,6 +38,10 @@ pub struct ServerArgs {
 pub struct LockdArgs {
     #[arg(long)]
     pub data: PathBuf,
+    /// How often to recover transactions whose coordinator's lease ran out
+    /// (milliseconds; 0: only when a conflicting request comes).
+    #[arg(long, default_value_t = 1000)]
+    pub sweep_ms: u64,
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     #[arg(long, hide = true)]
@@ -58,7 +62,10 @@ async fn listener(addr: &str, fd: Option<i32>) -> Result<tokio::net::TcpListener
     }
 }
 
-fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize, what: String) -> Result<ExitCode, String> {
+/// Work a daemon does beside serving requests.
+type Beside = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize, what: String, beside: Option<Beside>) -> Result<ExitCode, String> {
     // One thread: a current-thread runtime, with no cross-thread wake-ups.
     let rt = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
@@ -69,6 +76,9 @@ fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize,
     rt.block_on(async move {
         let listener = listener(addr, fd).await?;
         eprintln!("canopy: {what} listening on {addr}");
+        if let Some(work) = beside {
+            tokio::spawn(work);
+        }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
         tokio::select! {
             _ = canopy_rpc::server::serve(listener, service) => {}
@@ -87,7 +97,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
     let server = Arc::new(MetaServer::open(cfg, store)?);
-    serve(&addr, args.listen_fd, server, args.threads, format!("server {}", args.index))
+    serve(&addr, args.listen_fd, server, args.threads, format!("server {}", args.index), None)
 }
 
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
@@ -95,5 +105,15 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
     let service = LockService::open(store)?;
-    serve(&cluster.lockd, args.listen_fd, Arc::new(LockDaemon(service)), 1, "lock service".into())
+    let sweep = (args.sweep_ms > 0).then(|| {
+        let client = connect::client(&cluster, canopy_proto::Creds::root());
+        let every = std::time::Duration::from_millis(args.sweep_ms);
+        Box::pin(async move {
+            match client {
+                Ok(c) => canopy_client::sweep::sweep_forever(c, every).await,
+                Err(e) => eprintln!("canopy-lockd: no sweep: {e}"),
+            }
+        }) as Beside
+    });
+    serve(&cluster.lockd, args.listen_fd, Arc::new(LockDaemon(service)), 1, "lock service".into(), sweep)
 }
