@@ -50,12 +50,22 @@ impl DirTable {
         self.nodes.get(&parent)?.subdirs.get(name).copied()
     }
 
-    /// Adds a directory. The caller has checked the parent exists and the name is
-    /// free; a violated precondition is reported, not panicked on.
+    /// Whether [`DirTable::insert`] would accept `id` as `parent/name`: the parent
+    /// exists, the name is free, and the id is new (two nodes with one id would
+    /// break the tree's links).
+    pub fn can_insert(&self, parent: u64, name: &str, id: u64) -> bool {
+        id != ROOT_ID && !self.nodes.contains_key(&id) && self.nodes.get(&parent).is_some_and(|p| !p.subdirs.contains_key(name))
+    }
+
+    /// Adds a directory. The caller has checked [`DirTable::can_insert`]; a
+    /// violated precondition is reported, not panicked on.
     pub fn insert(&mut self, parent: u64, name: &str, lookup: DirLookup) -> bool {
         let id = lookup.id;
+        if !self.can_insert(parent, name, id) {
+            return false;
+        }
         match self.nodes.get_mut(&parent) {
-            Some(p) if !p.subdirs.contains_key(name) && id != ROOT_ID => {
+            Some(p) => {
                 p.subdirs.insert(name.to_string(), id);
             }
             _ => return false,

@@ -13,7 +13,7 @@ impl MetaServer {
         let table = self.table.read();
         let me = self.cfg.index;
         let mut r = FsckReport { server: me, dir_digest: table.digest(), dirs: table.len() as u64, ..FsckReport::default() };
-        let mut problems = Vec::new();
+        let mut problems = self.problems();
         self.store
             .for_each(ENTRIES, b"", &mut |k, v| {
                 r.files += 1;

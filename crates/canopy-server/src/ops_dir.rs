@@ -30,6 +30,7 @@ impl MetaServer {
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
         let lookup = match assign {
+            Some(l) if !self.table.read().can_insert(parent, &name, l.id) => return Err(Errno::EEXIST),
             Some(l) => l,
             None => {
                 let id = self.ids.lock().allocate(&*self.store).map_err(crate::server::io)?;
@@ -183,7 +184,7 @@ impl MetaServer {
                 self.table.write().remove(id);
             }
             (None, Some(l)) => {
-                if self.load_entry(parent, &name)?.is_some() {
+                if self.load_entry(parent, &name)?.is_some() || !self.table.read().can_insert(parent, &name, l.id) {
                     return Err(Errno::EEXIST);
                 }
                 b.put(DIRS, key, keys::encode(&l));

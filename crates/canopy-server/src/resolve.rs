@@ -23,6 +23,9 @@ pub enum Miss {
     Denied,
     /// `parent` has no subdirectory `name` (it may have a file of that name).
     NotADir { parent: u64, name: String },
+    /// The table lists directory `id` but holds no node for it: a broken
+    /// invariant, answered EIO and reported by fsck, never a panic.
+    Broken { id: u64 },
 }
 
 /// Walks to the directory `path` names, checking search permission on each
@@ -30,7 +33,7 @@ pub enum Miss {
 pub fn resolve_dir(table: &DirTable, creds: &Creds, path: &NsPath) -> Result<u64, Miss> {
     let mut cur = ROOT_ID;
     for name in path.components() {
-        let node = table.get(cur).expect("table nodes are connected");
+        let node = table.get(cur).ok_or(Miss::Broken { id: cur })?;
         if !perm::allows(creds, owner(node), true, access::X) {
             return Err(Miss::Denied);
         }
@@ -44,7 +47,7 @@ pub fn resolve_dir(table: &DirTable, creds: &Creds, path: &NsPath) -> Result<u64
 pub fn resolve_parent<'p>(table: &DirTable, creds: &Creds, path: &'p NsPath) -> Result<(u64, &'p str), Miss> {
     let (parent_path, name) = path.split().ok_or(Miss::NotADir { parent: 0, name: String::new() })?;
     let parent = resolve_dir(table, creds, &parent_path)?;
-    let node = table.get(parent).expect("resolved ids exist");
+    let node = table.get(parent).ok_or(Miss::Broken { id: parent })?;
     if !perm::allows(creds, owner(node), true, access::X) {
         return Err(Miss::Denied);
     }
@@ -59,6 +62,7 @@ pub fn miss_errno(miss: &Miss) -> Errno {
     match miss {
         Miss::Denied => Errno::EACCES,
         Miss::NotADir { .. } => Errno::EREMOTE,
+        Miss::Broken { .. } => Errno::EIO,
     }
 }
 

@@ -40,6 +40,8 @@ pub struct MetaServer {
     /// ends the transaction.
     fences: RwLock<Vec<(u64, NsPath)>>,
     fence_count: AtomicUsize,
+    /// Broken invariants met while serving (answered EIO), for fsck.
+    problems: Mutex<Vec<String>>,
 }
 
 /// Where a path led on this server.
@@ -83,6 +85,7 @@ impl MetaServer {
             counters: Counters::default(),
             fences: RwLock::new(Vec::new()),
             fence_count: AtomicUsize::new(0),
+            problems: Mutex::new(Vec::new()),
         })
     }
 
@@ -216,6 +219,9 @@ impl MetaServer {
     /// can tell). Callers pass the table they resolved against and still hold: a
     /// second read lock could wait behind a queued writer and deadlock.
     pub(crate) fn miss(&self, table: &DirTable, miss: Miss) -> Errno {
+        if let Miss::Broken { id } = &miss {
+            self.problem(format!("directory {id:#x} is listed but missing from the table"));
+        }
         if let Miss::NotADir { parent, name } = &miss {
             if let Ok(Some(_)) = self.load_entry(*parent, name) {
                 return Errno::ENOTDIR;
@@ -226,6 +232,20 @@ impl MetaServer {
             }
         }
         resolve::miss_errno(&miss)
+    }
+
+    /// Records a broken invariant for fsck (the request that met it is answered
+    /// EIO). Bounded: the first few say what went wrong.
+    pub(crate) fn problem(&self, what: String) {
+        eprintln!("canopy-server {}: {what}", self.cfg.index);
+        let mut p = self.problems.lock();
+        if p.len() < 100 {
+            p.push(format!("server {}: {what}", self.cfg.index));
+        }
+    }
+
+    pub(crate) fn problems(&self) -> Vec<String> {
+        self.problems.lock().clone()
     }
 
     /// Resolves `path` to what this server knows of it.

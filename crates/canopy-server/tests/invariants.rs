@@ -1,0 +1,37 @@
+//! Requests that would break a server's invariants are refused, and nothing a
+//! request carries reaches a panic.
+
+use canopy_proto::msg::DirLookup;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_server::keys::ALL_CFS;
+use canopy_server::{MetaServer, ServerConfig};
+use canopy_store::MemStore;
+use std::sync::Arc;
+
+fn server() -> MetaServer {
+    MetaServer::open(ServerConfig { index: 0, servers: 2 }, Arc::new(MemStore::new(ALL_CFS))).unwrap()
+}
+
+fn dir(id: u64) -> Option<DirLookup> {
+    Some(DirLookup { id, mode: 0o755, uid: 0, gid: 0 })
+}
+
+#[test]
+fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
+    let s = server();
+    let root = Creds::root();
+    assert!(s.handle(&root, Request::DirSync { path: "/a".into(), want: dir(77) }).is_ok());
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/b".into(), want: dir(77) }), Err(Errno::EEXIST));
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/a/a".into(), want: dir(77) }), Err(Errno::EEXIST), "its own child");
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/c".into(), want: dir(1) }), Err(Errno::EEXIST), "the root's id");
+    let mkdir = Request::Mkdir { path: "/d".into(), mode: 0o755, assign: dir(77) };
+    assert_eq!(s.handle(&root, mkdir), Err(Errno::EEXIST));
+    // Resolution through every name still works, and fsck sees one tree.
+    for p in ["/a/x", "/b/x", "/c/x", "/d/x", "/a/a/x"] {
+        let r = s.handle(&root, Request::Stat { path: p.into() });
+        assert!(matches!(r, Err(Errno::ENOENT | Errno::EREMOTE)), "{p}: {r:?}");
+    }
+    let Ok(Reply::Fsck(report)) = s.handle(&root, Request::Fsck) else { panic!("fsck") };
+    assert_eq!(report.dirs, 2);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
