@@ -15,12 +15,16 @@ pub struct ClusterFile {
     pub servers: Vec<String>,
     /// The lock service: `host:port`.
     pub lockd: String,
+    /// Where this file was read from (its key lies beside it); not stored.
+    #[serde(skip)]
+    pub path: PathBuf,
 }
 
 impl ClusterFile {
     pub fn load(path: &Path) -> Result<ClusterFile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
-        let c: ClusterFile = serde_json::from_str(&text).map_err(|e| format!("bad cluster file {}: {e}", path.display()))?;
+        let mut c: ClusterFile = serde_json::from_str(&text).map_err(|e| format!("bad cluster file {}: {e}", path.display()))?;
+        c.path = path.to_path_buf();
         if c.servers.is_empty() {
             return Err(format!("cluster file {} lists no servers", path.display()));
         }

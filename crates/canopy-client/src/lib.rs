@@ -11,6 +11,8 @@
 //! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
 //!   and load figures.
 //! - [`data`]: FIDs, and what reads and writes of file contents answer.
+//! - [`delegate`]: operations a server runs for a client that holds a user key.
+//! - [`keyfile`]: key files (cluster and user keys) and where a command finds one.
 //! - [`sweep`]: the lock service's loop that recovers expired transactions.
 //! - [`testing`]: an in-process cluster (with injectable server failures) for tests
 //!   and simulations.
@@ -20,7 +22,9 @@ pub mod blocking;
 pub mod cluster;
 pub mod counters;
 pub mod data;
+pub mod delegate;
 pub mod fsck;
+pub mod keyfile;
 mod namespace;
 mod monotonic;
 mod recovery;

@@ -22,7 +22,7 @@
 //!   two steps can leave the inode's nlink one too high; fsck reports it).
 
 use crate::namespace::Res;
-use crate::shardfs::ShardFs;
+use crate::shardfs::{ShardFs, Txn};
 use canopy_proto::msg::{DirLookup, Intent};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
@@ -38,7 +38,7 @@ impl ShardFs {
     /// Repairs the effects of a dead coordinator's transaction, which this client
     /// now holds as `txn` (it renews that lease), then lifts the fences it left
     /// under its original id `was`.
-    pub(crate) async fn recover(&self, txn: u64, was: u64, intent: &Intent) -> Res<()> {
+    pub(crate) async fn recover(&self, txn: Txn, was: u64, intent: &Intent) -> Res<()> {
         match intent {
             Intent::Mkdir { path } | Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
             Intent::DirSetAttr { path } => {
@@ -71,7 +71,7 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+    async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let at_src = self.probe_all(src).await?;
         let at_dst = self.probe_all(dst).await?;
         let prim = self.primary(dst) as usize;

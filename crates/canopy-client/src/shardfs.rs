@@ -93,6 +93,14 @@ pub trait StepHook: Send + Sync + 'static {
     fn reached(&self, step: Step) -> BoxFuture<'_, StepAction>;
 }
 
+/// A transaction granted by the lock service: its id (which fences carry) and the
+/// ticket that proves ownership to `Renew` and `Unlock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Txn {
+    pub id: u64,
+    ticket: u64,
+}
+
 /// Errors that may come from a replica caught mid-way through a directory mutation.
 /// EAGAIN: the server fenced the path off for a non-monotonic transaction.
 fn may_be_transient(e: &Errno) -> bool {
@@ -262,13 +270,13 @@ impl ShardFs {
         (0..self.n).filter(move |i| *i != skip)
     }
 
-    async fn lock(&self, paths: &[&NsPath], intent: Intent) -> Res<u64> {
+    async fn lock(&self, paths: &[&NsPath], intent: Intent) -> Res<Txn> {
         self.lock_with(path_locks(paths), intent).await
     }
 
     /// Takes `locks` for a transaction doing `intent`. When the lock service hands
     /// over a conflicting transaction whose coordinator died, recovers it first.
-    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<u64> {
+    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
         loop {
             if self.is_dead() {
                 return Err(Errno::ENOTCONN);
@@ -276,14 +284,15 @@ impl ShardFs {
             self.counters.sent_to_lockd();
             let req = Request::Lock { locks: locks.clone(), intent: intent.clone(), lease_ms: self.lease_ms, wait_ms: LOCK_WAIT_MS };
             match self.t.call(Target::Lockd, &Creds::root(), req).await? {
-                Reply::Locked { txn, waited } => {
+                Reply::Locked { txn, ticket, waited } => {
                     if waited {
                         self.counters.waited_for_lock();
                     }
-                    return Ok(txn);
+                    return Ok(Txn { id: txn, ticket });
                 }
-                Reply::Recover { txn, was, intent: failed } => {
+                Reply::Recover { txn, ticket, was, intent: failed } => {
                     self.counters.recovered();
+                    let txn = Txn { id: txn, ticket };
                     self.recover(txn, was, &failed).await?;
                     self.unlock(txn).await;
                 }
@@ -292,13 +301,13 @@ impl ShardFs {
         }
     }
 
-    pub(crate) async fn unlock(&self, txn: u64) {
+    pub(crate) async fn unlock(&self, txn: Txn) {
         if self.is_dead() {
             return;
         }
         self.counters.sent_to_lockd();
-        if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn }).await {
-            eprintln!("canopy-client: unlock of transaction {txn} failed: {e}; its lease will expire");
+        if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
+            eprintln!("canopy-client: unlock of transaction {} failed: {e}; its lease will expire", txn.id);
         }
     }
 
@@ -315,9 +324,9 @@ impl ShardFs {
     /// is not ([`outcome_unknown`]: a server may or may not have applied a step),
     /// its locks and record stay: the lock service's sweep, or the next
     /// conflicting client, recovers it from what the servers durably hold.
-    async fn finish<T>(&self, txn: u64, r: &Res<T>) {
+    async fn finish<T>(&self, txn: Txn, r: &Res<T>) {
         match r {
-            Err(e) if outcome_unknown(e) => eprintln!("canopy-client: transaction {txn} left for recovery after {e}"),
+            Err(e) if outcome_unknown(e) => eprintln!("canopy-client: transaction {} left for recovery after {e}", txn.id),
             _ => self.unlock(txn).await,
         }
     }
@@ -514,7 +523,7 @@ impl ShardFs {
 
     /// chmod/chown of a directory, holding its lock: picks the procedure by how
     /// the change moves the permitted operations.
-    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr, txn: u64) -> Res<Attr> {
+    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr, txn: Txn) -> Res<Attr> {
         let prim = self.primary(p);
         let old = match self.rpc(prim, &Creds::root(), Request::DirProbe { path: p.to_string() }).await? {
             Reply::Probe(Some(l)) => l,
@@ -530,7 +539,7 @@ impl ShardFs {
         match monotonic::classify(&old, &new) {
             Change::Neutral | Change::Increasing => self.dir_setattr_primary_first(c, p, set).await,
             Change::Decreasing => self.dir_setattr_replicas_first(c, p, set, &old).await,
-            Change::NonMonotonic => self.fenced(txn, &[p], self.dir_setattr_primary_first(c, p, set)).await,
+            Change::NonMonotonic => self.fenced(txn.id, &[p], self.dir_setattr_primary_first(c, p, set)).await,
         }
     }
 
@@ -622,7 +631,7 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let (s, d) = (src.to_string(), dst.to_string());
         let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
         if let Some(e) = pick_error(&checks, self.primary(dst)) {
@@ -646,7 +655,7 @@ impl ShardFs {
 
     /// Moves the objects below `root` whose primary changed, from every server.
     /// Idempotent: recovery runs it again after a coordinator died mid-way.
-    pub(crate) async fn migrate_all(&self, root: &NsPath, txn: u64) -> Res<()> {
+    pub(crate) async fn migrate_all(&self, root: &NsPath, txn: Txn) -> Res<()> {
         for server in 0..self.n {
             self.migrate_from(server, root, txn).await?;
         }
@@ -655,13 +664,14 @@ impl ShardFs {
 
     /// Extends transaction `txn`'s lease before more long work. ESTALE: the lease
     /// ran out and another client may be recovering it, so stop.
-    async fn renew(&self, txn: u64) -> Res<()> {
+    async fn renew(&self, txn: Txn) -> Res<()> {
         self.counters.sent_to_lockd();
-        self.t.call(Target::Lockd, &Creds::root(), Request::Renew { txn, lease_ms: self.lease_ms }).await.map(|_| ())
+        let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
+        self.t.call(Target::Lockd, &Creds::root(), req).await.map(|_| ())
     }
 
     /// Moves the objects below `root` on `server` whose primary changed.
-    async fn migrate_from(&self, server: u32, root: &NsPath, txn: u64) -> Res<()> {
+    async fn migrate_from(&self, server: u32, root: &NsPath, txn: Txn) -> Res<()> {
         let root_s = root.to_string();
         loop {
             self.renew(txn).await?;
@@ -709,7 +719,7 @@ impl ShardFs {
         self.drop_remote(inserted).await
     }
 
-    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
@@ -719,7 +729,7 @@ impl ShardFs {
         let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
             // Non-monotonic: everything below both names changes its path.
-            self.fenced(txn, &[src, dst], self.do_rename_dir(c, src, dst, txn)).await
+            self.fenced(txn.id, &[src, dst], self.do_rename_dir(c, src, dst, txn)).await
         } else {
             let (a, b) = (self.primary(src), self.primary(dst));
             if a == b {
@@ -727,7 +737,7 @@ impl ShardFs {
             }
             // Between its steps the file is under both names: fence both primaries
             // so no single-RPC operation sees that.
-            self.fenced_on([a, b].into_iter(), txn, &[src, dst], self.do_rename_file(c, src, dst)).await
+            self.fenced_on([a, b].into_iter(), txn.id, &[src, dst], self.do_rename_file(c, src, dst)).await
         }
     }
 

@@ -1,11 +1,18 @@
 //! An in-process cluster: N metadata servers and a lock service in this process,
 //! over memory or RocksDB stores, reached through the in-process transport. Used by
 //! the semantics suite, the model tests, and simulations larger than the machine.
+//!
+//! As in `canopy server`, each server runs delegated operations
+//! ([`crate::delegate`]) with a cluster-key client of its own; clients reach the
+//! cluster as the cluster key ([`InProcCluster::client`]) or as one user's key
+//! ([`InProcCluster::user_client`]).
 
+use crate::delegate::{Delegated, Delegating};
 use crate::shardfs::{ShardFs, StepHook};
 use crate::Client;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
+use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
 use canopy_rpc::{InProcTransport, RpcResult, Service, Target, Transport};
 use canopy_server::keys::ALL_CFS;
@@ -22,6 +29,7 @@ pub struct InProcCluster {
     pub servers: Vec<Arc<MetaServer>>,
     pub lock: Arc<LockService>,
     transport: Arc<FaultyTransport>,
+    inproc: Arc<InProcTransport>,
     client: Client,
 }
 
@@ -47,11 +55,15 @@ impl InProcCluster {
             .map(|(i, s)| Arc::new(MetaServer::open(ServerConfig { index: i as u32, servers: n }, s).expect("open server")))
             .collect();
         let lock = LockService::open(lock_store).expect("open lock service");
-        let services: Vec<Arc<dyn Service>> = servers.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
+        let delegating: Vec<Arc<Delegating>> = servers.iter().map(|s| Arc::new(Delegating::new(s.clone()))).collect();
+        let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
-        let transport = Arc::new(FaultyTransport::new(inproc));
+        for d in &delegating {
+            d.set_client(Client::new(Arc::new(ShardFs::new(inproc.clone())), Creds::root()));
+        }
+        let transport = Arc::new(FaultyTransport::new(inproc.clone()));
         let client = Client::new(Arc::new(ShardFs::new(transport.clone())), Creds::root());
-        InProcCluster { servers, lock, transport, client }
+        InProcCluster { servers, lock, transport, inproc, client }
     }
 
     /// A root client with its own counters that stops at each transaction step
@@ -69,6 +81,20 @@ impl InProcCluster {
     /// A client acting as root.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A client holding only `creds`' user key: its requests carry that identity
+    /// whatever they claim, and its operations are delegated to the servers.
+    pub fn user_client(&self, creds: Creds) -> Client {
+        let t = Arc::new(self.inproc.as_peer(Identity::User(creds.clone())));
+        Client::new(Arc::new(Delegated::new(ShardFs::new(t))), creds)
+    }
+
+    /// A root client holding the cluster key whose operations are delegated to
+    /// the servers (what a user-key client does), so the semantics suite covers
+    /// delegation too.
+    pub fn delegating_client(&self) -> Client {
+        Client::new(Arc::new(Delegated::new(ShardFs::new(self.transport.clone()))), Creds::root())
     }
 
     /// Server failures for every client of this cluster.

@@ -16,6 +16,7 @@
 //! changes nothing, so an expired one is simply released.
 
 use crate::locktable::LockTable;
+use canopy_proto::auth::Identity;
 use canopy_proto::msg::{Intent, LockMode, TxnInfo};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Handled, RpcResult, Service};
@@ -45,14 +46,24 @@ struct TxnRecord {
     /// The id it was first granted under (it changes at each handover); fences on
     /// the servers carry this one.
     origin: u64,
+    /// What its holder shows to renew or unlock it (kept, so a live coordinator
+    /// can still finish after a restart of the service).
+    ticket: u64,
+}
+
+/// What the service keeps in memory of a transaction in the table (the store
+/// has it too).
+#[derive(Debug, Clone)]
+struct Meta {
+    intent: Intent,
+    origin: u64,
+    ticket: u64,
 }
 
 struct State {
     table: LockTable,
     next_txn: u64,
-    /// Intent and original id of the transactions in the table (the store has
-    /// them too).
-    intents: std::collections::HashMap<u64, (Intent, u64)>,
+    meta: std::collections::HashMap<u64, Meta>,
 }
 
 pub struct LockService {
@@ -84,7 +95,7 @@ impl LockService {
             state: Mutex::new(State {
                 table: LockTable::default(),
                 next_txn: stored_next.max(max_txn + 1),
-                intents: std::collections::HashMap::new(),
+                meta: std::collections::HashMap::new(),
             }),
             released: Notify::new(),
             epoch: Instant::now(),
@@ -93,7 +104,7 @@ impl LockService {
             let mut st = svc.state.lock();
             for (id, rec) in records {
                 st.table.try_grant(id, &rec.locks, svc.now_ms() + rec.lease_ms as u64);
-                st.intents.insert(id, (rec.intent, rec.origin));
+                st.meta.insert(id, Meta { intent: rec.intent, origin: rec.origin, ticket: rec.ticket });
             }
         }
         Ok(Arc::new(svc))
@@ -119,16 +130,16 @@ impl LockService {
         let conflicting = st.table.conflicts(locks);
         let expired: Vec<u64> = st.table.expired(now).into_iter().filter(|t| conflicting.contains(t)).collect();
         for txn in expired {
-            match st.intents.get(&txn).cloned() {
-                Some((Intent::Retry { .. }, _)) | None => {
+            match st.meta.get(&txn).cloned() {
+                Some(Meta { intent: Intent::Retry { .. }, .. }) | None => {
                     if let Err(e) = self.delete_record(txn) {
                         return Some(Err(e));
                     }
                     st.table.release(txn);
-                    st.intents.remove(&txn);
+                    st.meta.remove(&txn);
                     self.released.notify_waiters();
                 }
-                Some((intent, origin)) => return Some(self.hand_over(st, txn, intent, origin, now + lease_ms as u64)),
+                Some(m) => return Some(self.hand_over(st, txn, m.intent, m.origin, now + lease_ms as u64)),
             }
         }
         None
@@ -140,9 +151,10 @@ impl LockService {
         let held = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.locks.clone()).unwrap_or_default();
         let lease_ms = (expires_at - self.now_ms()) as u32;
         let new_txn = st.next_txn;
+        let ticket = new_ticket()?;
         let mut b = Batch::new();
         b.delete(TXNS, txn.to_be_bytes().to_vec());
-        let rec = TxnRecord { intent: intent.clone(), locks: held.clone(), lease_ms, origin };
+        let rec = TxnRecord { intent: intent.clone(), locks: held.clone(), lease_ms, origin, ticket };
         b.put(TXNS, new_txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(new_txn + 1)).expect("u64 serialises"));
         self.store.write(b).map_err(|e| {
@@ -151,10 +163,10 @@ impl LockService {
         })?;
         st.next_txn = new_txn + 1;
         st.table.release(txn);
-        st.intents.remove(&txn);
+        st.meta.remove(&txn);
         st.table.try_grant(new_txn, &held, expires_at);
-        st.intents.insert(new_txn, (intent.clone(), origin));
-        Ok(Reply::Recover { txn: new_txn, was: origin, intent })
+        st.meta.insert(new_txn, Meta { intent: intent.clone(), origin, ticket });
+        Ok(Reply::Recover { txn: new_txn, ticket, was: origin, intent })
     }
 
     /// One attempt: record and grant, hand over an expired conflicting transaction,
@@ -168,8 +180,12 @@ impl LockService {
             return None;
         }
         let txn = st.next_txn;
+        let ticket = match new_ticket() {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
         let mut b = Batch::new();
-        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms, origin: txn };
+        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms, origin: txn, ticket };
         b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
         if let Err(e) = self.store.write(b) {
@@ -179,8 +195,8 @@ impl LockService {
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
         debug_assert!(granted);
-        st.intents.insert(txn, (intent.clone(), txn));
-        Some(Ok(Reply::Locked { txn, waited }))
+        st.meta.insert(txn, Meta { intent: intent.clone(), origin: txn, ticket });
+        Some(Ok(Reply::Locked { txn, ticket, waited }))
     }
 
     async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32) -> RpcResult {
@@ -205,8 +221,9 @@ impl LockService {
 
     /// Extends a live lease. One that already ran out may have been handed to a
     /// recoverer, so it is not revived: the caller must stop (`ESTALE`).
-    fn renew(&self, txn: u64, lease_ms: u32) -> RpcResult {
+    fn renew(&self, txn: u64, ticket: u64, lease_ms: u32) -> RpcResult {
         let mut st = self.state.lock();
+        check_ticket(&st, txn, ticket)?;
         let now = self.now_ms();
         match st.table.expires_at(txn) {
             Some(at) if at > now => {
@@ -217,11 +234,14 @@ impl LockService {
         }
     }
 
-    fn unlock(&self, txn: u64) -> RpcResult {
-        self.delete_record(txn)?;
+    /// Ends transaction `txn`. Unlocking one that is gone (already unlocked, or
+    /// handed over under a new id) is a no-op, so a retried unlock is harmless.
+    fn unlock(&self, txn: u64, ticket: u64) -> RpcResult {
         let mut st = self.state.lock();
+        check_ticket(&st, txn, ticket)?;
+        self.delete_record(txn)?;
         st.table.release(txn);
-        st.intents.remove(&txn);
+        st.meta.remove(&txn);
         self.released.notify_waiters();
         Ok(Reply::Unit)
     }
@@ -241,7 +261,7 @@ impl LockService {
             .held()
             .map(|(txn, h)| TxnInfo {
                 txn,
-                intent: st.intents.get(&txn).map(|(i, _)| i.clone()).unwrap_or(Intent::Retry { path: "/".into() }),
+                intent: st.meta.get(&txn).map(|m| m.intent.clone()).unwrap_or(Intent::Retry { path: "/".into() }),
                 locks: h.locks.clone(),
                 expires_in_ms: h.expires_at as i64 - now,
             })
@@ -249,6 +269,22 @@ impl LockService {
         out.sort_by_key(|t| t.txn);
         out
     }
+}
+
+/// EPERM unless `ticket` is the one `txn` was granted with (a transaction that is
+/// gone passes: there is nothing left to protect).
+fn check_ticket(st: &State, txn: u64, ticket: u64) -> Result<(), Errno> {
+    match st.meta.get(&txn) {
+        Some(m) if m.ticket != ticket => Err(Errno::EPERM),
+        _ => Ok(()),
+    }
+}
+
+fn new_ticket() -> Result<u64, Errno> {
+    canopy_rpc::random::u64().map_err(|e| {
+        eprintln!("canopy-lockd: no randomness for a ticket: {e}");
+        Errno::EIO
+    })
 }
 
 fn validate_lock(locks: &[(String, LockMode)], lease_ms: u32) -> Result<(), Errno> {
@@ -265,16 +301,22 @@ fn validate_lock(locks: &[(String, LockMode)], lease_ms: u32) -> Result<(), Errn
 pub struct LockDaemon(pub Arc<LockService>);
 
 impl Service for LockDaemon {
-    fn call(&self, _creds: Creds, req: Request) -> Handled {
+    /// Only holders of the cluster key (servers, mounts, the administrator's
+    /// tools, delegating servers) take locks: a user's transactions run on a
+    /// server on the user's behalf.
+    fn call(&self, peer: &Identity, _creds: Creds, req: Request) -> Handled {
+        if !peer.is_cluster() && req != Request::Ping {
+            return Handled::Now(Err(Errno::EPERM));
+        }
         match req {
             Request::Ping => Handled::Now(Ok(Reply::Pong { server: u32::MAX, servers: 0 })),
             Request::Lock { locks, intent, lease_ms, wait_ms } => match validate_lock(&locks, lease_ms) {
                 Err(e) => Handled::Now(Err(e)),
                 Ok(()) => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
             },
-            Request::Renew { txn, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, lease_ms)),
+            Request::Renew { txn, ticket, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, ticket, lease_ms)),
             Request::Renew { .. } => Handled::Now(Err(Errno::EINVAL)),
-            Request::Unlock { txn } => Handled::Now(self.0.unlock(txn)),
+            Request::Unlock { txn, ticket } => Handled::Now(self.0.unlock(txn, ticket)),
             Request::ListTxns => Handled::Now(self.0.list()),
             _ => Handled::Now(Err(Errno::ENOSYS)),
         }
@@ -296,32 +338,46 @@ mod tests {
     }
 
     async fn call(d: &LockDaemon, req: Request) -> RpcResult {
-        match d.call(Creds::root(), req) {
+        match d.call(&Identity::Cluster, Creds::root(), req) {
             Handled::Now(r) => r,
             Handled::Later(f) => f.await,
         }
     }
 
     #[tokio::test]
+    async fn only_the_cluster_key_takes_locks() {
+        let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
+        let user = Identity::User(Creds::user(1000, 1000));
+        for req in [lock_req("/a", 100), Request::Unlock { txn: 1, ticket: 0 }, Request::Renew { txn: 1, ticket: 0, lease_ms: 10 }, Request::ListTxns] {
+            let Handled::Now(r) = d.call(&user, Creds::root(), req.clone()) else { panic!("{req:?} answered later") };
+            assert_eq!(r, Err(Errno::EPERM), "{req:?}");
+        }
+        assert!(d.0.transactions().is_empty());
+    }
+
+    #[tokio::test]
     async fn renewal_keeps_a_live_lease_and_refuses_an_expired_one() {
         let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
-        let Ok(Reply::Locked { txn, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
-        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Ok(Reply::Unit));
+        let Ok(Reply::Locked { txn, ticket, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
+        assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Ok(Reply::Unit));
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
         // The expired transaction is handed to the next conflicting request.
-        let Ok(Reply::Recover { txn: taken, was, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        let Ok(Reply::Recover { txn: taken, ticket: taken_ticket, was, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_eq!(was, txn);
         assert_eq!(intent, Intent::Mkdir { path: "/a".into() });
         assert_ne!(taken, txn, "the recoverer owns it under a new id");
         // The old holder can no longer renew it, nor release the recoverer's locks.
-        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 100 }).await, Err(Errno::ESTALE));
-        call(&d, Request::Unlock { txn }).await.unwrap();
-        assert_eq!(call(&d, Request::Renew { txn: taken, lease_ms: 100 }).await, Ok(Reply::Unit));
+        assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        call(&d, Request::Unlock { txn, ticket }).await.unwrap();
+        // Nor can anyone who only knows the new id.
+        assert_eq!(call(&d, Request::Renew { txn: taken, ticket, lease_ms: 100 }).await, Err(Errno::EPERM));
+        assert_eq!(call(&d, Request::Unlock { txn: taken, ticket }).await, Err(Errno::EPERM));
+        assert_eq!(call(&d, Request::Renew { txn: taken, ticket: taken_ticket, lease_ms: 100 }).await, Ok(Reply::Unit));
         let Ok(Reply::Txns(open)) = call(&d, Request::ListTxns).await else { panic!() };
         assert_eq!(open.iter().map(|t| t.txn).collect::<Vec<_>>(), vec![taken]);
-        assert_eq!(call(&d, Request::Renew { txn: 999, lease_ms: 100 }).await, Err(Errno::ESTALE));
-        assert_eq!(call(&d, Request::Renew { txn, lease_ms: 0 }).await, Err(Errno::EINVAL));
+        assert_eq!(call(&d, Request::Renew { txn: 999, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
+        assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 0 }).await, Err(Errno::EINVAL));
         // The recoverer dies too: the next handover still names the original id.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };

@@ -2,7 +2,8 @@
 //!
 //! A connection opens with a handshake: the client sends `MAGIC` and its protocol
 //! version (u16, big-endian); the server answers `MAGIC`, its version and a status
-//! (0 = accepted). Then both sides exchange frames:
+//! (0 = accepted, 1 = another protocol version). Then the client proves its key
+//! (`crate::auth`), and both sides exchange frames:
 //!
 //! ```text
 //! u32 len | u64 request id | u16 opcode | payload (len - 10 bytes)
@@ -22,7 +23,8 @@ use crate::{Creds, Errno, Reply, Request};
 use bytes::{Buf, BufMut, BytesMut};
 
 pub const MAGIC: &[u8; 4] = b"CNPY";
-pub const VERSION: u16 = 1;
+/// Version 2: the key handshake (`crate::auth`) and lock sets that name paths only.
+pub const VERSION: u16 = 2;
 pub const HANDSHAKE_LEN: usize = 6;
 pub const HANDSHAKE_REPLY_LEN: usize = 8;
 /// Bytes after the length field that every frame has.
@@ -145,6 +147,18 @@ pub fn answer_handshake(hello: &[u8; HANDSHAKE_LEN]) -> ([u8; HANDSHAKE_REPLY_LE
     (r, ok)
 }
 
+/// Says in words why a server's handshake answer is a refusal.
+pub fn describe_handshake_reply(reply: &[u8; HANDSHAKE_REPLY_LEN]) -> String {
+    if &reply[..4] != MAGIC {
+        return "not a Canopy daemon".to_string();
+    }
+    let theirs = u16::from_be_bytes([reply[4], reply[5]]);
+    if theirs != VERSION {
+        return format!("speaks Canopy protocol version {theirs}, this program version {VERSION}: run one release on every node");
+    }
+    "refused the handshake".to_string()
+}
+
 /// Checks a server's handshake answer.
 pub fn check_handshake_reply(reply: &[u8; HANDSHAKE_REPLY_LEN]) -> Result<(), Errno> {
     if &reply[..4] != MAGIC {
@@ -176,7 +190,7 @@ mod tests {
     fn requests_round_trip() {
         roundtrip(Request::Stat { path: "/a".into() });
         roundtrip(Request::SetAttr { path: "/a".into(), set: SetAttr::mode(0o755) });
-        roundtrip(Request::Unlock { txn: 9 });
+        roundtrip(Request::Unlock { txn: 9, ticket: 3 });
         roundtrip(Request::Ping);
     }
 
@@ -224,6 +238,14 @@ mod tests {
         let (reply, ok) = answer_handshake(b"HTTP/1");
         assert!(!ok);
         assert_eq!(check_handshake_reply(&reply), Err(Errno::EPROTO));
+        let mut old = handshake();
+        old[4..].copy_from_slice(&1u16.to_be_bytes());
+        let (reply, ok) = answer_handshake(&old);
+        assert!(!ok, "another version is refused");
+        assert_eq!(check_handshake_reply(&reply), Err(Errno::EPROTO));
+        let mut newer = reply;
+        newer[4..6].copy_from_slice(&3u16.to_be_bytes());
+        assert!(describe_handshake_reply(&newer).contains("version 3, this program version 2"));
     }
 
     proptest::proptest! {

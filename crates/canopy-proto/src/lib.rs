@@ -3,6 +3,7 @@
 //!
 //! - [`errno`]: the POSIX error contract every operation answers with.
 //! - [`creds`], [`attr`]: who is asking, and what an object looks like.
+//! - [`auth`]: keys and the challenge-response that binds a connection to them.
 //! - [`fid`]: file identifiers, and where a file's contents live on back-end storage.
 //! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
 //! - [`msg`]: the request and reply enums; one variant per operation.
@@ -14,6 +15,7 @@
 //! every other crate and fuzzed alone.
 
 pub mod attr;
+pub mod auth;
 pub mod creds;
 pub mod errno;
 pub mod fid;

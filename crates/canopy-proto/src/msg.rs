@@ -127,6 +127,54 @@ pub struct TxnInfo {
     pub expires_in_ms: i64,
 }
 
+/// A namespace operation a server runs on its caller's behalf (`Request::Delegate`):
+/// how a client holding only a user key gets transactions done, since their steps
+/// need the cluster key. One variant per operation of the client API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NsCall {
+    Mkdir { path: String, mode: u32 },
+    Rmdir { path: String },
+    Create { path: String, mode: u32, exclusive: bool },
+    Mknod { path: String, mode: u32, kind: FileKind, rdev: u64 },
+    Unlink { path: String },
+    Stat { path: String },
+    ReadDir { path: String, after: Option<String>, limit: u32 },
+    Rename { src: String, dst: String },
+    SetAttr { path: String, set: SetAttr },
+    Symlink { target: String, path: String },
+    Readlink { path: String },
+    Link { src: String, dst: String },
+    Access { path: String, mask: u32 },
+    ReadData { path: String, offset: u64, len: u32 },
+    WriteData { path: String, offset: u64, data: Vec<u8>, inline_max: u32 },
+    Spilled { path: String, len: u64, digest: u64 },
+    Extend { path: String, end: u64 },
+}
+
+impl NsCall {
+    /// The path the call is routed by (the first it names).
+    pub fn path(&self) -> &str {
+        match self {
+            NsCall::Mkdir { path, .. }
+            | NsCall::Rmdir { path }
+            | NsCall::Create { path, .. }
+            | NsCall::Mknod { path, .. }
+            | NsCall::Unlink { path }
+            | NsCall::Stat { path }
+            | NsCall::ReadDir { path, .. }
+            | NsCall::SetAttr { path, .. }
+            | NsCall::Symlink { path, .. }
+            | NsCall::Readlink { path }
+            | NsCall::Access { path, .. }
+            | NsCall::ReadData { path, .. }
+            | NsCall::WriteData { path, .. }
+            | NsCall::Spilled { path, .. }
+            | NsCall::Extend { path, .. } => path,
+            NsCall::Rename { src, .. } | NsCall::Link { src, .. } => src,
+        }
+    }
+}
+
 /// Per-server counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStats {
@@ -175,6 +223,32 @@ macro_rules! requests {
 
             pub fn name(&self) -> &'static str {
                 OP_NAMES[self.opcode() as usize]
+            }
+
+            /// Whether a connection bound to one user (a user key) may send this.
+            /// Those requests act on one object with the caller's rights, which
+            /// the server checks in full. Everything else (transaction steps,
+            /// recovery, fences, migration, fsck, the lock service) is internal
+            /// and needs the cluster key: it either trusts its sender to have
+            /// checked (a replica's step) or acts as root.
+            pub fn user_may_send(&self) -> bool {
+                matches!(
+                    self,
+                    Request::Ping
+                        | Request::Stat { .. }
+                        | Request::Create { .. }
+                        | Request::Unlink { .. }
+                        | Request::SetAttr { .. }
+                        | Request::Readlink { .. }
+                        | Request::Access { .. }
+                        | Request::ReadDir { .. }
+                        | Request::ReadData { .. }
+                        | Request::WriteData { .. }
+                        | Request::Spilled { .. }
+                        | Request::Extend { .. }
+                        | Request::Stats
+                        | Request::Delegate { .. }
+                )
             }
         }
     };
@@ -263,12 +337,16 @@ requests! {
     /// Lock service: take `locks` for a transaction described by `intent`.
     Lock { locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32 },
     /// Lock service: extend a live transaction's lease (ESTALE if it expired and
-    /// was handed to a recoverer, or is unknown).
-    Renew { txn: u64, lease_ms: u32 },
-    /// Lock service: release a transaction's locks and end its redo record.
-    Unlock { txn: u64 },
+    /// was handed to a recoverer, or is unknown; EPERM with another's ticket).
+    Renew { txn: u64, ticket: u64, lease_ms: u32 },
+    /// Lock service: release a transaction's locks and end its redo record
+    /// (EPERM with another's ticket).
+    Unlock { txn: u64, ticket: u64 },
     /// Lock service: the transactions in flight.
     ListTxns,
+    /// Run a namespace operation here, as the caller (a user key's connection:
+    /// as that user), with this server's own cluster-key client.
+    Delegate { call: NsCall },
 }
 
 /// The successful answer to a request.
@@ -291,13 +369,15 @@ pub enum Reply {
     Moved(Vec<Moved>),
     Stats(ServerStats),
     Fsck(FsckReport),
-    /// Granted; `waited` if the grant had to wait for another transaction.
-    Locked { txn: u64, waited: bool },
+    /// Granted; `waited` if the grant had to wait for another transaction. The
+    /// `ticket` (random) proves ownership to `Renew` and `Unlock`: a transaction
+    /// id alone, which fences and listings show, is not enough.
+    Locked { txn: u64, ticket: u64, waited: bool },
     /// Not granted: a transaction whose coordinator's lease ran out holds
     /// conflicting locks. The caller now owns it under the new id `txn` (it was
     /// `was`, the id its fences carry): it must repair `intent`, unlock `txn`, and
     /// ask again.
-    Recover { txn: u64, was: u64, intent: Intent },
+    Recover { txn: u64, ticket: u64, was: u64, intent: Intent },
     Probe(Option<DirLookup>),
     Txns(Vec<TxnInfo>),
     /// Inline file contents (shorter than asked at the end of the file).

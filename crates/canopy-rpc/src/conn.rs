@@ -3,6 +3,7 @@
 //! oneshot that the reader task fills when the response with their id arrives.
 //! When the connection breaks, every waiting caller gets `ENOTCONN`.
 
+use crate::handshake::{self, ClientAuth};
 use crate::RpcResult;
 use bytes::BytesMut;
 use canopy_proto::frame::{self, FrameError};
@@ -26,19 +27,17 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects and handshakes; a refused or timed-out connect is an errno.
-    pub async fn connect(addr: &str, timeout: Duration) -> Result<Connection, Errno> {
+    /// Connects and proves `me`; a refused or timed-out connect, another protocol
+    /// version or a refused key is an errno.
+    pub async fn connect(addr: &str, me: &ClientAuth, timeout: Duration) -> Result<Connection, Errno> {
         let mut stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(_)) => return Err(Errno::ECONNREFUSED),
             Err(_) => return Err(Errno::ETIMEDOUT),
         };
         let _ = stream.set_nodelay(true);
-        stream.write_all(&frame::handshake()).await.map_err(|_| Errno::ENOTCONN)?;
-        let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN];
-        match tokio::time::timeout(timeout, stream.read_exact(&mut reply)).await {
-            Ok(Ok(_)) => frame::check_handshake_reply(&reply)?,
-            Ok(Err(_)) => return Err(Errno::ENOTCONN),
+        match tokio::time::timeout(timeout, handshake::connect(&mut stream, me, addr)).await {
+            Ok(r) => r?,
             Err(_) => return Err(Errno::ETIMEDOUT),
         }
         let (mut rd, mut wr) = stream.into_split();

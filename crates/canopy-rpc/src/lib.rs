@@ -4,16 +4,21 @@
 //!   a reply out, now or later (the lock service answers a blocked lock later).
 //! - [`server`]: the TCP accept and connection loops. The connection layer is the
 //!   only code that touches a socket: it does the handshake, reads frames, answers
-//!   malformed ones and closes, and batches responses into few writes.
+//!   malformed ones and closes, batches responses into few writes, and bounds
+//!   connections, idle time and replies in flight.
+//! - [`handshake`]: protocol version and key proof, both sides.
 //! - [`conn`]: a pipelined client connection: many requests in flight, responses
 //!   matched by request id, writes coalesced.
 //! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP
 //!   ([`TcpTransport`]) or in-process ([`InProcTransport`]) behind one trait.
 
 pub mod conn;
+pub mod handshake;
+pub mod random;
 pub mod server;
 pub mod transport;
 
+use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use futures::future::BoxFuture;
 
@@ -25,8 +30,11 @@ pub enum Handled {
     Later(BoxFuture<'static, RpcResult>),
 }
 
+/// A daemon as the transport sees it. `peer` is whom the connection proved to be;
+/// for a user key, `creds` are already that user's, whatever the request said.
 pub trait Service: Send + Sync + 'static {
-    fn call(&self, creds: Creds, req: Request) -> Handled;
+    fn call(&self, peer: &Identity, creds: Creds, req: Request) -> Handled;
 }
 
+pub use handshake::ClientAuth;
 pub use transport::{InProcTransport, Target, TcpTransport, Transport};

@@ -1,67 +1,165 @@
-//! The daemon side of TCP: accept, handshake, then a read loop per connection.
+//! The daemon side of TCP: accept, handshake (protocol version and key), then a
+//! read loop per connection.
 //!
 //! Every frame read in one pass is handled and its response appended to one buffer,
-//! which goes to the writer task as a single write: pipelined clients get batched
-//! socket writes for free. A malformed or oversized frame gets an error response
-//! (request id 0) and the connection is closed; a bad payload in a whole frame gets
-//! an error response for its id and the connection goes on.
+//! which goes out as a single write: pipelined clients get batched socket writes
+//! for free. A malformed or oversized frame gets an error response (request id 0)
+//! and the connection is closed; a bad payload in a whole frame gets an error
+//! response for its id and the connection goes on.
+//!
+//! What one peer can make a daemon hold is bounded: connections (at most
+//! [`ConnLimits::max_conns`]; a new one closes the one idle longest, so a flood of
+//! idle connections cannot lock legitimate clients out), time (a handshake must
+//! finish in [`HANDSHAKE_TIMEOUT`]; a connection silent for [`ConnLimits::idle`]
+//! with nothing in flight is closed), replies in flight per connection
+//! ([`MAX_IN_FLIGHT`]), and frame size (`frame::MAX_FRAME`, checked before any
+//! allocation). When the process runs out of descriptors, accept backs off and
+//! sheds the connection it cannot serve instead of spinning.
 
+use crate::handshake;
 use crate::{Handled, Service};
 use bytes::BytesMut;
+use canopy_proto::auth::{Identity, Key};
 use canopy_proto::frame::{self, FrameError};
 use canopy_proto::Errno;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests of one connection whose replies are still being worked out (lock
+/// waits); more are answered `EAGAIN`.
+pub const MAX_IN_FLIGHT: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    pub max_conns: usize,
+    pub idle: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> ConnLimits {
+        ConnLimits { max_conns: 4096, idle: Duration::from_secs(300) }
+    }
+}
+
+/// How a daemon serves: the cluster key it checks peers against, and its limits.
+pub struct ServeOpts {
+    pub key: Key,
+    pub limits: ConnLimits,
+}
+
+/// One live connection, as the registry sees it.
+struct ConnState {
+    /// Milliseconds since the registry's epoch of the last request or reply.
+    last_active: AtomicU64,
+    in_flight: AtomicUsize,
+    close: Notify,
+}
+
+/// The live connections, so that the one idle longest can be closed to make room.
+struct Registry {
+    epoch: Instant,
+    next: AtomicU64,
+    conns: Mutex<HashMap<u64, Arc<ConnState>>>,
+}
+
+impl Registry {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Registers a new connection, first closing the idlest one if at `max`.
+    fn admit(&self, max: usize) -> (u64, Arc<ConnState>) {
+        let mut conns = self.conns.lock();
+        if conns.len() >= max {
+            let idlest = conns.iter().filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0).min_by_key(|(_, c)| c.last_active.load(Ordering::Acquire));
+            if let Some((id, c)) = idlest.map(|(id, c)| (*id, c.clone())) {
+                c.close.notify_one();
+                conns.remove(&id);
+            }
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(ConnState { last_active: AtomicU64::new(self.now()), in_flight: AtomicUsize::new(0), close: Notify::new() });
+        conns.insert(id, state.clone());
+        (id, state)
+    }
+
+    fn leave(&self, id: u64) {
+        self.conns.lock().remove(&id);
+    }
+
+    fn len(&self) -> usize {
+        self.conns.lock().len()
+    }
+}
 
 /// Serves `service` on every connection `listener` accepts, until the task is dropped.
-pub async fn serve(listener: TcpListener, service: Arc<dyn Service>) {
+pub async fn serve(listener: TcpListener, service: Arc<dyn Service>, opts: ServeOpts) {
+    let opts = Arc::new(opts);
+    let registry = Arc::new(Registry { epoch: Instant::now(), next: AtomicU64::new(1), conns: Mutex::new(HashMap::new()) });
+    // A descriptor kept in reserve: when accept fails for lack of descriptors,
+    // freeing it lets us take the waiting connection and close it at once.
+    let mut reserve = std::fs::File::open("/dev/null").ok();
+    let mut last_complaint: Option<Instant> = None;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_conn(stream, service.clone()));
+                let (id, state) = registry.admit(opts.limits.max_conns);
+                let (svc, opts, registry) = (service.clone(), opts.clone(), registry.clone());
+                tokio::spawn(async move {
+                    serve_conn(stream, svc, &opts, &registry, &state).await;
+                    registry.leave(id);
+                });
             }
             Err(e) => {
-                eprintln!("canopy: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                if last_complaint.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    eprintln!("canopy: accept failed: {e} ({} connections open); backing off", registry.len());
+                    last_complaint = Some(Instant::now());
+                }
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && reserve.take().is_some() {
+                    if let Ok((shed, _)) = listener.accept().await {
+                        drop(shed);
+                    }
+                    reserve = std::fs::File::open("/dev/null").ok();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
 }
 
-async fn handshake(stream: &mut TcpStream) -> bool {
-    let mut hello = [0u8; frame::HANDSHAKE_LEN];
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut hello)).await {
-        Ok(Ok(_)) => {}
-        _ => return false,
-    }
-    let (answer, ok) = frame::answer_handshake(&hello);
-    stream.write_all(&answer).await.is_ok() && ok
-}
-
-/// Handles one connection until the peer closes it or breaks the framing.
-/// Replies available at once are written by this loop directly, one write per
-/// read pass; replies that complete later (a lock grant) arrive over a channel.
-pub async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>) {
-    if !handshake(&mut stream).await {
-        return;
-    }
+/// Handles one connection until the peer closes it, breaks the framing, stays
+/// idle too long, or the registry closes it to make room.
+async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
+    let peer = tokio::select! {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut stream, &opts.key)) => match r {
+            Ok(Some(peer)) => peer,
+            _ => return,
+        },
+        _ = state.close.notified() => return,
+    };
     let (mut rd, mut wr) = stream.into_split();
     let (late_tx, mut late_rx) = mpsc::unbounded_channel::<BytesMut>();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut out = BytesMut::with_capacity(64 * 1024);
+    let touch = || state.last_active.store(registry.now(), Ordering::Release);
     loop {
+        let idle = tokio::time::sleep(opts.limits.idle);
         tokio::select! {
             read = rd.read_buf(&mut buf) => {
                 if !matches!(read, Ok(n) if n > 0) {
                     break;
                 }
-                let broken = answer_buffered(&mut buf, &mut out, &*service, &late_tx);
+                touch();
+                let conn = Conn { peer: &peer, service: &*service, late_tx: &late_tx, state };
+                let broken = conn.answer_buffered(&mut buf, &mut out);
                 if !out.is_empty() && wr.write_all(&out).await.is_err() {
                     break;
                 }
@@ -71,44 +169,71 @@ pub async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>) {
                 }
             }
             Some(late) = late_rx.recv() => {
+                touch();
+                state.in_flight.fetch_sub(1, Ordering::AcqRel);
                 if wr.write_all(&late).await.is_err() {
                     break;
                 }
             }
+            _ = idle, if state.in_flight.load(Ordering::Acquire) == 0 => break,
+            _ = state.close.notified() => break,
         }
     }
     let _ = wr.shutdown().await;
 }
 
-/// Answers every whole frame in `buf` into `out`. Returns true if the framing is
-/// broken (an error frame was appended and the connection must close).
-fn answer_buffered(buf: &mut BytesMut, out: &mut BytesMut, service: &dyn Service, late_tx: &mpsc::UnboundedSender<BytesMut>) -> bool {
-    loop {
-        let f = match frame::parse(buf) {
-            Ok(f) => f,
-            Err(FrameError::Incomplete) => return false,
-            Err(broken) => {
-                let errno = match broken {
-                    FrameError::TooLarge(_) => Errno::EMSGSIZE,
-                    _ => Errno::EPROTO,
-                };
-                frame::encode_response(out, 0, 0, &Err(errno));
-                return true;
-            }
-        };
-        match frame::decode_request(&f) {
-            Err(e) => frame::encode_response(out, f.id, f.op, &Err(e)),
-            Ok((creds, req)) => match service.call(creds, req) {
+/// What answering one connection's frames needs.
+struct Conn<'a> {
+    peer: &'a Identity,
+    service: &'a dyn Service,
+    late_tx: &'a mpsc::UnboundedSender<BytesMut>,
+    state: &'a ConnState,
+}
+
+impl Conn<'_> {
+    /// Answers every whole frame in `buf` into `out`. Returns true if the framing
+    /// is broken (an error frame was appended and the connection must close).
+    fn answer_buffered(&self, buf: &mut BytesMut, out: &mut BytesMut) -> bool {
+        loop {
+            let f = match frame::parse(buf) {
+                Ok(f) => f,
+                Err(FrameError::Incomplete) => return false,
+                Err(broken) => {
+                    let errno = match broken {
+                        FrameError::TooLarge(_) => Errno::EMSGSIZE,
+                        _ => Errno::EPROTO,
+                    };
+                    frame::encode_response(out, 0, 0, &Err(errno));
+                    return true;
+                }
+            };
+            let (creds, req) = match frame::decode_request(&f) {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    frame::encode_response(out, f.id, f.op, &Err(e));
+                    continue;
+                }
+            };
+            // A user key speaks for its own identity, whatever the frame claims.
+            let creds = match self.peer {
+                Identity::User(own) => own.clone(),
+                Identity::Cluster => creds,
+            };
+            match self.service.call(self.peer, creds, req) {
                 Handled::Now(result) => frame::encode_response(out, f.id, f.op, &result),
+                Handled::Later(_) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
+                    frame::encode_response(out, f.id, f.op, &Err(Errno::EAGAIN));
+                }
                 Handled::Later(fut) => {
-                    let tx = late_tx.clone();
+                    self.state.in_flight.fetch_add(1, Ordering::AcqRel);
+                    let tx = self.late_tx.clone();
                     tokio::spawn(async move {
                         let mut late = BytesMut::new();
                         frame::encode_response(&mut late, f.id, f.op, &fut.await);
                         let _ = tx.send(late);
                     });
                 }
-            },
+            }
         }
     }
 }

@@ -2,7 +2,9 @@
 //! over TCP or inside this process, behind one trait.
 
 use crate::conn::Connection;
+use crate::handshake::ClientAuth;
 use crate::{Handled, RpcResult, Service};
+use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -33,14 +35,14 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    async fn connection(&self, timeout: Duration) -> Result<Arc<Connection>, Errno> {
+    async fn connection(&self, me: &ClientAuth, timeout: Duration) -> Result<Arc<Connection>, Errno> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
             if !c.is_broken() {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Connection::connect(&self.addr, timeout).await?);
+        let c = Arc::new(Connection::connect(&self.addr, me, timeout).await?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -49,13 +51,14 @@ impl Endpoint {
 pub struct TcpTransport {
     servers: Vec<Endpoint>,
     lockd: Endpoint,
+    me: ClientAuth,
     timeout: Duration,
 }
 
 impl TcpTransport {
-    pub fn new(servers: &[String], lockd: &str, timeout: Duration) -> TcpTransport {
+    pub fn new(servers: &[String], lockd: &str, me: ClientAuth, timeout: Duration) -> TcpTransport {
         let ep = |a: &str| Endpoint { addr: a.to_string(), conn: tokio::sync::Mutex::new(None) };
-        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), timeout }
+        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), me, timeout }
     }
 }
 
@@ -79,21 +82,31 @@ impl Transport for TcpTransport {
             };
             // Nothing was sent when the connection cannot be made: the outcome is
             // certain, which ECONNREFUSED says (see `Connection::call`).
-            let conn = ep.connection(self.timeout).await.map_err(|_| Errno::ECONNREFUSED)?;
+            let conn = ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
+                Errno::EACCES | Errno::EPROTO => e,
+                _ => Errno::ECONNREFUSED,
+            })?;
             conn.call(creds, &req, timeout).await
         })
     }
 }
 
 /// Daemons in this process, called directly: for tests and simulated clusters.
+/// Every call comes from `peer`, as if it had proved that identity's key.
 pub struct InProcTransport {
     servers: Vec<Arc<dyn Service>>,
     lockd: Arc<dyn Service>,
+    peer: Identity,
 }
 
 impl InProcTransport {
     pub fn new(servers: Vec<Arc<dyn Service>>, lockd: Arc<dyn Service>) -> InProcTransport {
-        InProcTransport { servers, lockd }
+        InProcTransport { servers, lockd, peer: Identity::Cluster }
+    }
+
+    /// The same daemons, reached as `peer`.
+    pub fn as_peer(&self, peer: Identity) -> InProcTransport {
+        InProcTransport { servers: self.servers.clone(), lockd: self.lockd.clone(), peer }
     }
 }
 
@@ -108,12 +121,16 @@ impl Transport for InProcTransport {
             Target::Lockd => Some(self.lockd.clone()),
         };
         let Some(service) = service else { return Box::pin(async { unknown_target() }) };
-        let creds = creds.clone();
+        // As over TCP: a user key speaks for its own identity.
+        let creds = match &self.peer {
+            Identity::User(own) => own.clone(),
+            Identity::Cluster => creds.clone(),
+        };
         Box::pin(async move {
             // A message on a network is a point where other tasks run: yield, so
             // concurrent clients interleave here as they would over TCP.
             tokio::task::yield_now().await;
-            match service.call(creds, req) {
+            match service.call(&self.peer, creds, req) {
                 Handled::Now(r) => r,
                 Handled::Later(f) => f.await,
             }

@@ -10,6 +10,7 @@ use crate::ids::IdAlloc;
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, META, META_IDENTITY};
 use crate::perm::Owner;
 use crate::resolve::{self, Miss};
+use canopy_proto::auth::Identity;
 use canopy_proto::msg::{DirLookup, DirTimes, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
@@ -138,7 +139,10 @@ impl MetaServer {
             Request::TouchDir { path } => self.touch_dir(creds, &self.unfenced(&path)?),
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),
-            Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns => Err(Errno::ENOSYS),
+            // The lock service's, and what a delegating wrapper runs (the daemon's).
+            Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns | Request::Delegate { .. } => {
+                Err(Errno::ENOSYS)
+            }
         }
     }
 
@@ -353,7 +357,10 @@ fn init_root(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirL
 }
 
 impl canopy_rpc::Service for MetaServer {
-    fn call(&self, creds: Creds, req: Request) -> canopy_rpc::Handled {
+    fn call(&self, peer: &Identity, creds: Creds, req: Request) -> canopy_rpc::Handled {
+        if !peer.is_cluster() && !req.user_may_send() {
+            return canopy_rpc::Handled::Now(Err(Errno::EPERM));
+        }
         canopy_rpc::Handled::Now(self.handle(&creds, req))
     }
 }

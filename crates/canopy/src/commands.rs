@@ -138,10 +138,11 @@ fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
 
 pub fn run(cmd: NsCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
+    let key = connect::key(&c)?;
+    let creds = connect::creds(who, &key)?;
     let rt = connect::runtime()?;
-    let creds = connect::creds(who);
     rt.block_on(async move {
-        let client = connect::client(&c, creds)?;
+        let client = connect::client(&c, &key, creds)?;
         let ok = dispatch(&client, cmd).await?;
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
     })
@@ -390,9 +391,10 @@ fn tree<'a>(client: &'a Client, path: &'a str, indent: String, counts: &'a mut (
 
 pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
+    let key = connect::cluster_key(&c, "fsck")?;
     let rt = connect::runtime()?;
     let summary = rt.block_on(async {
-        let client = connect::client(&c, canopy_proto::Creds::root())?;
+        let client = connect::client(&c, &key, canopy_proto::Creds::root())?;
         if repair {
             let n = client.repair().await.map_err(|e| format!("fsck: repair: {e}"))?;
             println!("canopy fsck: recovered {n} transactions of dead coordinators");

@@ -1,10 +1,18 @@
-//! Building a client from a cluster file, as the caller's user.
+//! Building a client from a cluster file and a key, as the caller's user.
+//!
+//! With the cluster key, a command talks to the servers directly and may act as
+//! any user (`--uid`/`--gid`). With a user key, it acts as that key's identity
+//! only, and its operations are delegated to the servers
+//! (`canopy_client::delegate`).
 
 use canopy_client::cluster::{self, ClusterFile};
+use canopy_client::delegate::Delegated;
+use canopy_client::keyfile::{self, Loaded};
 use canopy_client::shardfs::ShardFs;
-use canopy_client::Client;
+use canopy_client::{Client, Namespace};
+use canopy_proto::auth::Identity;
 use canopy_proto::Creds;
-use canopy_rpc::TcpTransport;
+use canopy_rpc::{ClientAuth, TcpTransport};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +25,8 @@ pub struct Who {
     pub gid: Option<u32>,
 }
 
-/// The process's own credentials, with overrides.
-pub fn creds(who: &Who) -> Creds {
+/// The process's own credentials.
+fn own_creds() -> Creds {
     // SAFETY: these libc calls only read the process's credentials.
     let (uid, gid, groups) = unsafe {
         let n = libc::getgroups(0, std::ptr::null_mut());
@@ -27,9 +35,20 @@ pub fn creds(who: &Who) -> Creds {
         groups.truncate(got.max(0) as usize);
         (libc::getuid(), libc::getgid(), groups)
     };
-    match (who.uid, who.gid) {
-        (None, None) => Creds { uid, gid, groups },
-        (u, g) => Creds { uid: u.unwrap_or(uid), gid: g.unwrap_or(gid), groups: Vec::new() },
+    Creds { uid, gid, groups }
+}
+
+/// Whom a command acts as: with a user key, that key's identity (overrides are
+/// refused); with the cluster key, the process's credentials or the overrides.
+pub fn creds(who: &Who, key: &Loaded) -> Result<Creds, String> {
+    match (&key.identity, who.uid, who.gid) {
+        (Identity::User(c), None, None) => Ok(c.clone()),
+        (Identity::User(_), _, _) => Err(format!("--uid/--gid need the cluster key ({} is a user key)", key.path.display())),
+        (Identity::Cluster, None, None) => Ok(own_creds()),
+        (Identity::Cluster, u, g) => {
+            let own = own_creds();
+            Ok(Creds { uid: u.unwrap_or(own.uid), gid: g.unwrap_or(own.gid), groups: Vec::new() })
+        }
     }
 }
 
@@ -44,17 +63,37 @@ pub fn load(explicit: Option<&Path>) -> Result<ClusterFile, String> {
     })
 }
 
-/// A client for `c`; call inside a Tokio runtime.
-pub fn client(c: &ClusterFile, creds: Creds) -> Result<Client, String> {
-    Ok(Client::new(Arc::new(namespace(c)?), creds))
+/// The key this process uses for cluster `c` (`--key`, `$CANOPY_KEY`, or the
+/// places `keyfile::find` lists).
+pub fn key(c: &ClusterFile) -> Result<Loaded, String> {
+    keyfile::find(&c.path, None, own_creds().uid)
 }
 
-/// The namespace strategy of `c`, for callers that configure it further.
-pub fn namespace(c: &ClusterFile) -> Result<ShardFs, String> {
+/// The cluster key, for what only it may do (daemons, mounts, fsck, bench).
+pub fn cluster_key(c: &ClusterFile, what: &str) -> Result<Loaded, String> {
+    let k = key(c)?;
+    if !k.is_cluster() {
+        return Err(format!("{what} needs the cluster key ({} is a user key)", k.path.display()));
+    }
+    Ok(k)
+}
+
+/// A client for `c` acting as `creds`, proving `key`; call inside a Tokio runtime.
+pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, String> {
+    let ns: Arc<dyn Namespace> = match key.identity {
+        Identity::Cluster => Arc::new(namespace(c, key)?),
+        Identity::User(_) => Arc::new(Delegated::new(namespace(c, key)?)),
+    };
+    Ok(Client::new(ns, creds))
+}
+
+/// The namespace strategy of `c` over TCP, for callers that configure it further.
+pub fn namespace(c: &ClusterFile, key: &Loaded) -> Result<ShardFs, String> {
     if c.mode != "shardfs" {
         return Err(format!("namespace mode {:?} is not supported yet (only shardfs)", c.mode));
     }
-    let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, RPC_TIMEOUT));
+    let me = ClientAuth { identity: key.identity.clone(), key: key.key.clone() };
+    let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, me, RPC_TIMEOUT));
     let mut ns = ShardFs::new(transport);
     if let Some(ms) = std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()) {
         // How long a crashed client's locks block others before recovery.

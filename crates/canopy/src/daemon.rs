@@ -3,6 +3,10 @@
 use crate::connect;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
+use canopy_client::cluster::ClusterFile;
+use canopy_client::delegate::Delegating;
+use canopy_client::keyfile;
+use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::Service;
 use canopy_server::keys::ALL_CFS;
 use canopy_server::{MetaServer, ServerConfig};
@@ -11,6 +15,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServerArgs {
@@ -32,6 +37,8 @@ pub struct ServerArgs {
     /// Serve this inherited listening socket instead of binding (set by `canopy up`).
     #[arg(long, hide = true)]
     pub listen_fd: Option<i32>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 #[derive(Args)]
@@ -46,6 +53,54 @@ pub struct LockdArgs {
     pub cluster: Option<PathBuf>,
     #[arg(long, hide = true)]
     pub listen_fd: Option<i32>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// What one daemon lets its peers hold, and the key it checks them against.
+#[derive(Args)]
+pub struct LimitArgs {
+    /// Open connections at most; a new one closes the one idle longest.
+    #[arg(long, default_value_t = 4096)]
+    pub max_conns: usize,
+    /// Seconds a connection with nothing in flight may stay silent.
+    #[arg(long, default_value_t = 300)]
+    pub idle_secs: u64,
+    /// The cluster key (default: cluster.key beside the cluster file).
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+}
+
+impl LimitArgs {
+    fn opts(&self, cluster: &ClusterFile) -> Result<ServeOpts, String> {
+        let path = self.key.clone().unwrap_or_else(|| keyfile::cluster_key_path(&cluster.path));
+        let key = keyfile::load(&path)?;
+        if !key.is_cluster() {
+            return Err(format!("{} is a user key; a daemon needs the cluster key", path.display()));
+        }
+        let max_conns = self.max_conns.min(descriptors_for_connections());
+        Ok(ServeOpts { key: key.key, limits: ConnLimits { max_conns, idle: Duration::from_secs(self.idle_secs) } })
+    }
+}
+
+/// Raises the descriptor limit to its hard maximum and says how many connections
+/// it leaves room for, with a reserve for the store's files and the daemon's own.
+fn descriptors_for_connections() -> usize {
+    const RESERVE: u64 = 256;
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024 - RESERVE as usize;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    lim.rlim_cur.saturating_sub(RESERVE).max(16) as usize
 }
 
 /// The daemon's listening socket: inherited from `canopy up`, or bound here.
@@ -62,26 +117,36 @@ async fn listener(addr: &str, fd: Option<i32>) -> Result<tokio::net::TcpListener
     }
 }
 
-/// Work a daemon does beside serving requests.
-type Beside = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// Work a daemon does beside serving requests, started once it listens.
+type Beside = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
-fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize, what: String, beside: Option<Beside>) -> Result<ExitCode, String> {
+/// What `serve` needs besides the service.
+struct Daemon {
+    addr: String,
+    fd: Option<i32>,
+    threads: usize,
+    what: String,
+    opts: ServeOpts,
+}
+
+fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result<ExitCode, String> {
     // One thread: a current-thread runtime, with no cross-thread wake-ups.
-    let rt = if threads <= 1 {
+    let rt = if d.threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread().worker_threads(d.threads).enable_all().build()
     }
     .map_err(|e| e.to_string())?;
+    let Daemon { addr, fd, what, opts, .. } = d;
     rt.block_on(async move {
-        let listener = listener(addr, fd).await?;
-        eprintln!("canopy: {what} listening on {addr}");
+        let listener = listener(&addr, fd).await?;
+        eprintln!("canopy: {what} listening on {addr} (at most {} connections)", opts.limits.max_conns);
         if let Some(work) = beside {
-            tokio::spawn(work);
+            tokio::spawn(work());
         }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
         tokio::select! {
-            _ = canopy_rpc::server::serve(listener, service) => {}
+            _ = canopy_rpc::server::serve(listener, service, opts) => {}
             _ = term.recv() => eprintln!("canopy: {what} stopping"),
             _ = tokio::signal::ctrl_c() => eprintln!("canopy: {what} stopping"),
         }
@@ -90,30 +155,43 @@ fn serve(addr: &str, fd: Option<i32>, service: Arc<dyn Service>, threads: usize,
     Ok(ExitCode::SUCCESS)
 }
 
+/// A client of `cluster` holding the cluster key, acting as root: what a daemon
+/// uses to run delegated operations and recovery.
+fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_client::Client, String> {
+    let loaded = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: key.key.clone(), path: cluster.path.clone() };
+    connect::client(cluster, &loaded, canopy_proto::Creds::root())
+}
+
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
     let addr = cluster.servers.get(args.index as usize).ok_or_else(|| format!("the cluster file has no server {}", args.index))?.clone();
+    let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let server = Arc::new(MetaServer::open(cfg, store)?);
-    serve(&addr, args.listen_fd, server, args.threads, format!("server {}", args.index), None)
+    let server = Arc::new(Delegating::new(Arc::new(MetaServer::open(cfg, store)?)));
+    let client = cluster_client(&cluster, &opts)?;
+    let delegating = server.clone();
+    let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));
+    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what: format!("server {}", args.index), opts };
+    serve(d, server, Some(set_client))
 }
 
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
+    let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
     let service = LockService::open(store)?;
-    let sweep = (args.sweep_ms > 0).then(|| {
-        let client = connect::client(&cluster, canopy_proto::Creds::root());
-        let every = std::time::Duration::from_millis(args.sweep_ms);
-        Box::pin(async move {
-            match client {
-                Ok(c) => canopy_client::sweep::sweep_forever(c, every).await,
-                Err(e) => eprintln!("canopy-lockd: no sweep: {e}"),
-            }
-        }) as Beside
-    });
-    serve(&cluster.lockd, args.listen_fd, Arc::new(LockDaemon(service)), 1, "lock service".into(), sweep)
+    let sweep = match args.sweep_ms {
+        0 => None,
+        ms => {
+            let client = cluster_client(&cluster, &opts)?;
+            let every = Duration::from_millis(ms);
+            let work: Beside = Box::new(move || Box::pin(canopy_client::sweep::sweep_forever(client, every)));
+            Some(work)
+        }
+    };
+    let d = Daemon { addr: cluster.lockd.clone(), fd: args.listen_fd, threads: 1, what: "lock service".into(), opts };
+    serve(d, Arc::new(LockDaemon(service)), sweep)
 }

@@ -9,6 +9,7 @@ use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
+use canopy_rpc::ClientAuth;
 use clap::Args;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -156,23 +157,48 @@ pub fn start(dir: &Path, c: &ClusterFile, durability: &str, mut listeners: Liste
     Ok(started)
 }
 
-async fn ping(addr: &str) -> Result<Reply, canopy_proto::Errno> {
-    let conn = Connection::connect(addr, Duration::from_secs(2)).await?;
+async fn ping(addr: &str, me: &ClientAuth) -> Result<Reply, canopy_proto::Errno> {
+    let conn = Connection::connect(addr, me, Duration::from_secs(2)).await?;
     conn.call(&Creds::root(), &Request::Ping, Duration::from_secs(5)).await
+}
+
+/// How this process proves itself to the cluster `c`.
+fn auth(c: &ClusterFile) -> Result<ClientAuth, String> {
+    let k = connect::key(c)?;
+    Ok(ClientAuth { identity: k.identity, key: k.key })
+}
+
+/// The cluster key beside the cluster file of a cluster this process started
+/// (never one named by `$CANOPY_KEY` for some other cluster).
+fn own_key(c: &ClusterFile) -> Result<canopy_client::keyfile::Loaded, String> {
+    canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&c.path))
 }
 
 /// Waits until every daemon answers a ping.
 pub fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
     let rt = connect::runtime()?;
+    let k = own_key(c)?;
+    let me = ClientAuth { identity: k.identity, key: k.key };
     let deadline = Instant::now() + timeout;
     let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
     for addr in addrs {
-        while rt.block_on(ping(addr)).is_err() {
+        while rt.block_on(ping(addr, &me)).is_err() {
             if Instant::now() > deadline {
                 return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+    Ok(())
+}
+
+/// Makes the cluster key beside the cluster file if there is none (mode 0600:
+/// whoever can read it is the cluster's administrator).
+fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
+    let path = canopy_client::keyfile::cluster_key_path(&c.path);
+    if !path.exists() {
+        let key = canopy_client::keyfile::new_cluster_key()?;
+        canopy_client::keyfile::save(&path, &canopy_proto::auth::Identity::Cluster, &key)?;
     }
     Ok(())
 }
@@ -201,7 +227,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<(ClusterFile, Listener
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
     let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile { mode: "shardfs".into(), servers, lockd };
+    let c = ClusterFile { mode: "shardfs".into(), servers, lockd, path: file.clone() };
     c.save(&file)?;
     Ok((c, listeners))
 }
@@ -211,6 +237,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers)?;
+    ensure_cluster_key(&c)?;
     let started = start(&dir, &c, &args.durability, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
@@ -260,11 +287,12 @@ pub fn down(args: &DirArgs) -> Result<ExitCode, String> {
 
 pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
+    let me = auth(&c)?;
     let rt = connect::runtime()?;
     let mut down = 0;
     rt.block_on(async {
         for (i, addr) in c.servers.iter().enumerate() {
-            let stats = match Connection::connect(addr, Duration::from_secs(2)).await {
+            let stats = match Connection::connect(addr, &me, Duration::from_secs(2)).await {
                 Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
                 Err(e) => Err(e),
             };
@@ -279,7 +307,7 @@ pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
                 }
             }
         }
-        match ping(&c.lockd).await {
+        match ping(&c.lockd, &me).await {
             Ok(_) => println!("lockd      {:<21} up", c.lockd),
             Err(_) => {
                 down += 1;
@@ -304,11 +332,11 @@ fn config(args: &BenchArgs, root: String) -> BenchConfig {
     }
 }
 
-fn run_bench(c: &ClusterFile, args: &BenchArgs, root: String) -> Result<canopy_bench::BenchReport, String> {
+fn run_bench(c: &ClusterFile, key: &canopy_client::keyfile::Loaded, args: &BenchArgs, root: String) -> Result<canopy_bench::BenchReport, String> {
     let cfg = config(args, root);
     let rt = connect::runtime()?;
     rt.block_on(async {
-        let clients = (0..cfg.clients).map(|_| connect::client(c, Creds::root())).collect::<Result<Vec<_>, _>>()?;
+        let clients = (0..cfg.clients).map(|_| connect::client(c, key, Creds::root())).collect::<Result<Vec<_>, _>>()?;
         canopy_bench::run(clients, &cfg).await
     })
 }
@@ -356,15 +384,19 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
         Some(file) => {
             let c = ClusterFile::load(&file)?;
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-            run_bench(&c, args, format!("/bench-{stamp}-{}", std::process::id()))?
+            let key = connect::cluster_key(&c, "bench")?;
+            run_bench(&c, &key, args, format!("/bench-{stamp}-{}", std::process::id()))?
         }
         None => {
             args.durability.parse::<canopy_store::Durability>()?;
             let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
             let (c, listeners) = cluster_in(tmp.path(), Some(args.servers))?;
+            ensure_cluster_key(&c)?;
             eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
             start(tmp.path(), &c, &args.durability, listeners)?;
-            let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| run_bench(&c, args, "/bench".into()));
+            let result = wait_ready(&c, tmp.path(), Duration::from_secs(30))
+                .and_then(|_| own_key(&c))
+                .and_then(|key| run_bench(&c, &key, args, "/bench".into()));
             stop(tmp.path())?;
             result?
         }

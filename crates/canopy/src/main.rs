@@ -5,6 +5,7 @@ mod commands;
 mod connect;
 mod daemon;
 mod format;
+mod keys;
 mod local;
 mod mount;
 
@@ -18,7 +19,11 @@ struct Cli {
     /// Cluster file (default: $CANOPY_CLUSTER, else the default local cluster's).
     #[arg(long, global = true)]
     cluster: Option<PathBuf>,
-    /// Act as this user id (Canopy trusts its clients, as NFS AUTH_SYS does).
+    /// The key to prove (default: $CANOPY_KEY, else cluster.key or keys/UID.key
+    /// beside the cluster file, else ~/.canopy/key).
+    #[arg(long, global = true)]
+    key: Option<PathBuf>,
+    /// Act as this user id (needs the cluster key; a user key acts as its own).
     #[arg(long, global = true)]
     uid: Option<u32>,
     /// Act as this group id.
@@ -53,12 +58,23 @@ enum Cmd {
     Mount(mount::MountArgs),
     /// Unmount a Canopy mount.
     Umount(mount::UmountArgs),
+    /// Keys: issue a user's key.
+    #[command(subcommand)]
+    Key(keys::KeyCmd),
     #[command(flatten)]
     Ns(commands::NsCmd),
 }
 
 fn main() -> ExitCode {
+    // Like coreutils: a closed pipe (`canopy ls | head`) ends the process quietly.
+    // SAFETY: restoring a signal's default disposition at start-up, before threads.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    if let Some(k) = &cli.key {
+        // Every part of this process finds its key the one way (keyfile::find);
+        // set before any thread starts.
+        std::env::set_var("CANOPY_KEY", k);
+    }
     let who = connect::Who { uid: cli.uid, gid: cli.gid };
     let result = match cli.cmd {
         Cmd::Up(args) => local::up(&args),
@@ -70,6 +86,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => local::bench(&args, cli.cluster.as_deref()),
         Cmd::Mount(args) => mount::mount(&args, cli.cluster.as_deref()),
         Cmd::Umount(args) => mount::umount(&args),
+        Cmd::Key(cmd) => keys::run(cmd, cli.cluster.as_deref()),
         Cmd::Ns(cmd) => commands::run(cmd, cli.cluster.as_deref(), &who),
     };
     match result {

@@ -103,7 +103,10 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let handles = Arc::new(Handles::new(backends));
     let client = {
         let _in_runtime = rt.enter();
-        let ns = connect::namespace(&c)?.with_reclaim(handles.clone()).with_dir_times(opts.dir_times);
+        // The mount checks its callers' rights itself and asserts their
+        // credentials per request: that needs the cluster key.
+        let key = connect::cluster_key(&c, "mount")?;
+        let ns = connect::namespace(&c, &key)?.with_reclaim(handles.clone()).with_dir_times(opts.dir_times);
         Client::new(Arc::new(ns), Creds::root())
     };
     rt.block_on(client.stat("/")).map_err(|e| format!("cluster {} does not answer: {e}", cluster_file.display()))?;

@@ -1,11 +1,17 @@
-//! Hostile input over real TCP: broken handshakes, malformed, truncated and
-//! oversized frames, unknown opcodes, undecodable payloads and hostile paths. Each
-//! gets its error (or a closed connection), and the server keeps serving others.
+//! Hostile clients over real TCP: broken handshakes, wrong keys, malformed,
+//! truncated and oversized frames, unknown opcodes, undecodable payloads, hostile
+//! paths, internal requests without the cluster key, forged credentials, and
+//! connection floods. Each gets its error (or a closed connection), the server
+//! keeps serving others, its memory stays bounded and fsck stays clean.
 
 use bytes::BytesMut;
+use canopy_proto::auth::{Identity, Key};
 use canopy_proto::frame::{self, Frame};
-use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_proto::msg::{DirLookup, Intent, LockMode};
+use canopy_proto::{Creds, Errno, Reply, Request, SetAttr};
 use canopy_rpc::conn::Connection;
+use canopy_rpc::server::{ConnLimits, ServeOpts};
+use canopy_rpc::ClientAuth;
 use canopy_server::keys::ALL_CFS;
 use canopy_server::{MetaServer, ServerConfig};
 use canopy_store::MemStore;
@@ -16,21 +22,46 @@ use tokio::net::{TcpListener, TcpStream};
 
 const T: Duration = Duration::from_secs(5);
 
-async fn start_server() -> String {
+fn cluster_key() -> Key {
+    Key::from_bytes([42; 32])
+}
+
+/// The cluster key's holder.
+fn admin() -> ClientAuth {
+    ClientAuth { identity: Identity::Cluster, key: cluster_key() }
+}
+
+/// A user key's holder.
+fn user(uid: u32) -> ClientAuth {
+    let identity = Identity::User(Creds::user(uid, uid));
+    ClientAuth { key: cluster_key().for_identity(&identity), identity }
+}
+
+async fn start_with(limits: ConnLimits) -> String {
     let server = MetaServer::open(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS))).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server)));
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits }));
     addr
 }
 
-async fn raw(addr: &str) -> TcpStream {
+async fn start_server() -> String {
+    start_with(ConnLimits::default()).await
+}
+
+/// A connection past the handshake, proving `me`, on which the test writes raw bytes.
+async fn raw_as(addr: &str, me: &ClientAuth) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&frame::handshake()).await.unwrap();
-    let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN];
-    s.read_exact(&mut reply).await.unwrap();
-    frame::check_handshake_reply(&reply).unwrap();
+    canopy_rpc::handshake::connect(&mut s, me, addr).await.unwrap();
     s
+}
+
+async fn raw(addr: &str) -> TcpStream {
+    raw_as(addr, &admin()).await
+}
+
+async fn connect(addr: &str, me: &ClientAuth) -> Connection {
+    Connection::connect(addr, me, T).await.unwrap()
 }
 
 /// Reads one response frame (None if the server closed the connection).
@@ -53,9 +84,10 @@ async fn closed(s: &mut TcpStream) -> bool {
 }
 
 async fn still_serves(addr: &str) {
-    let conn = Connection::connect(addr, T).await.unwrap();
+    let conn = connect(addr, &admin()).await;
     let r = conn.call(&Creds::root(), &Request::Ping, T).await.unwrap();
     assert_eq!(r, Reply::Pong { server: 0, servers: 1 });
+    assert!(matches!(conn.call(&Creds::root(), &Request::Stat { path: "/".into() }, T).await, Ok(Reply::Attr(_))));
 }
 
 fn raw_frame(id: u64, op: u16, payload: &[u8]) -> Vec<u8> {
@@ -131,7 +163,7 @@ async fn unknown_opcode_and_garbage_payload_get_errors_and_the_connection_goes_o
 #[tokio::test]
 async fn hostile_paths_get_errnos() {
     let addr = start_server().await;
-    let conn = Connection::connect(&addr, T).await.unwrap();
+    let conn = connect(&addr, &admin()).await;
     let stat = |p: String| Request::Stat { path: p };
     let cases = vec![
         (stat(String::new()), Errno::EINVAL),
@@ -139,7 +171,8 @@ async fn hostile_paths_get_errnos() {
         (stat("/a\0b".into()), Errno::EINVAL),
         (stat("/a//b".into()), Errno::EINVAL),
         (stat(format!("/{}", "n".repeat(256))), Errno::ENAMETOOLONG),
-        (stat("/x".repeat(2100)), Errno::ENAMETOOLONG),
+        (stat("/x".repeat(2100)), Errno::ENOENT),
+        (stat("/x".repeat(canopy_proto::path::NS_PATH_MAX / 2 + 1)), Errno::ENAMETOOLONG),
         (stat("/../../etc/passwd".into()), Errno::ENOENT),
         (Request::Mkdir { path: "/".into(), mode: 0o777, assign: None }, Errno::EEXIST),
         (Request::LinkInsert { path: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
@@ -160,9 +193,138 @@ async fn requests_to_unknown_servers_and_dead_peers_are_errors() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let t = TcpTransport::new(&[addr.clone(), dead], &addr, T);
+    let t = TcpTransport::new(&[addr.clone(), dead], &addr, admin(), T);
     let root = Creds::root();
     assert_eq!(t.call(Target::Server(5), &root, Request::Ping).await, Err(Errno::EINVAL));
     assert_eq!(t.call(Target::Server(1), &root, Request::Ping).await, Err(Errno::ECONNREFUSED));
     assert!(t.call(Target::Server(0), &root, Request::Ping).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_wrong_key_or_a_bad_hello_is_refused() {
+    let addr = start_server().await;
+    let forged = ClientAuth { identity: Identity::Cluster, key: Key::from_bytes([1; 32]) };
+    assert_eq!(Connection::connect(&addr, &forged, T).await.err(), Some(Errno::EACCES));
+    // A user key claiming another user's identity.
+    let claims_root = ClientAuth { identity: Identity::User(Creds::root()), key: user(1000).key };
+    assert_eq!(Connection::connect(&addr, &claims_root, T).await.err(), Some(Errno::EACCES));
+    for bad_len in [0u16, u16::MAX] {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let mut hello = frame::handshake().to_vec();
+        hello.extend_from_slice(&bad_len.to_be_bytes());
+        s.write_all(&hello).await.unwrap();
+        let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN + canopy_proto::auth::CHALLENGE_LEN];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(u16::from_be_bytes([reply[8], reply[9]]), canopy_proto::auth::BAD_HELLO);
+        assert!(closed(&mut s).await);
+    }
+    // An older protocol version is refused before anything else.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let mut old = frame::handshake();
+    old[4..].copy_from_slice(&1u16.to_be_bytes());
+    s.write_all(&old).await.unwrap();
+    let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(frame::check_handshake_reply(&reply), Err(Errno::EPROTO));
+    assert!(closed(&mut s).await);
+    still_serves(&addr).await;
+}
+
+/// Every internal request, as a user key sends it: refused, and nothing changes.
+#[tokio::test]
+async fn internal_requests_need_the_cluster_key() {
+    let addr = start_server().await;
+    let alice = connect(&addr, &user(1000)).await;
+    let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
+    let internal = vec![
+        Request::DirSync { path: "/x".into(), want: Some(dir.clone()) },
+        Request::Mkdir { path: "/x".into(), mode: 0o777, assign: Some(dir.clone()) },
+        Request::Mkdir { path: "/x".into(), mode: 0o777, assign: None },
+        Request::Rmdir { path: "/x".into() },
+        Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) },
+        Request::RenameDir { src: "/a".into(), dst: "/b".into(), check_only: false },
+        Request::Fence { txn: 1, paths: vec!["/".into()] },
+        Request::Unfence { txn: 1 },
+        Request::Migrate { root: "/".into(), limit: 10 },
+        Request::Adopt { items: vec![] },
+        Request::Release { items: vec![] },
+        Request::DirProbe { path: "/".into() },
+        Request::RecoveryStat { path: "/".into() },
+        Request::InodeLinkDelta { ino: 5, delta: 1 },
+        Request::InodeSetAttr { ino: 5, set: SetAttr::mode(0o777) },
+        Request::RenameOutCommit { src: "/f".into(), ino: 5 },
+        Request::TouchDir { path: "/".into() },
+        Request::Fsck,
+        Request::Lock { locks: vec![("/".into(), LockMode::Write)], intent: Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 },
+        Request::Unlock { txn: 1, ticket: 1 },
+    ];
+    for req in internal {
+        assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
+    }
+    // The fence on / was refused: the root still answers everyone.
+    still_serves(&addr).await;
+    let root = connect(&addr, &admin()).await;
+    let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };
+    assert_eq!((report.dirs, report.problems.len()), (1, 0));
+}
+
+/// A user key's requests carry its identity, whatever credentials they claim.
+#[tokio::test]
+async fn forged_credentials_are_replaced_by_the_keys() {
+    let addr = start_server().await;
+    let root = connect(&addr, &admin()).await;
+    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, exclusive: true };
+    assert!(root.call(&Creds::root(), &create("/roots"), T).await.is_ok());
+    let alice = connect(&addr, &user(1000)).await;
+    // `/` is root's and 0755: creating there needs root, which alice claims.
+    assert_eq!(alice.call(&Creds::root(), &create("/mine"), T).await, Err(Errno::EACCES));
+    assert_eq!(alice.call(&Creds::root(), &Request::SetAttr { path: "/roots".into(), set: SetAttr::mode(0o777) }, T).await, Err(Errno::EPERM));
+    // A chmod of / by the cluster key acting as alice is alice's too.
+    assert_eq!(root.call(&Creds::user(1000, 1000), &Request::Unlink { path: "/roots".into() }, T).await, Err(Errno::EACCES));
+    let Ok(Reply::Attr(a)) = alice.call(&Creds::root(), &Request::Stat { path: "/roots".into() }, T).await else { panic!("stat") };
+    assert_eq!((a.uid, a.mode & 0o777), (0, 0o644));
+}
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+}
+
+/// Many idle connections, authenticated or not, neither exhaust the server nor
+/// keep a legitimate client out: the idlest are closed to make room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_leaves_room_for_legitimate_clients() {
+    let limits = ConnLimits { max_conns: 64, idle: Duration::from_secs(60) };
+    let addr = start_with(limits).await;
+    let before = rss();
+    let mut flood = Vec::new();
+    for i in 0..300 {
+        let s = if i % 2 == 0 { raw_as(&addr, &user(2000)).await } else { TcpStream::connect(&addr).await.unwrap() };
+        flood.push(s);
+    }
+    let start = std::time::Instant::now();
+    still_serves(&addr).await;
+    assert!(start.elapsed() < Duration::from_secs(2), "a legitimate client waited {:?}", start.elapsed());
+    // Most of the flood was closed to make room.
+    let mut open = 0;
+    for s in &mut flood {
+        let mut b = [0u8; 1];
+        if tokio::time::timeout(Duration::from_millis(20), s.read(&mut b)).await.is_err() {
+            open += 1;
+        }
+    }
+    assert!(open <= 64, "{open} flood connections still open");
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 64 << 20, "memory grew {grown} bytes");
+}
+
+/// A connection that goes quiet with nothing in flight is closed after the idle
+/// limit; one whose handshake never finishes is closed too.
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let addr = start_with(ConnLimits { max_conns: 64, idle: Duration::from_millis(300) }).await;
+    let mut quiet = raw(&addr).await;
+    assert!(closed(&mut quiet).await, "an idle connection stays open");
+    still_serves(&addr).await;
 }

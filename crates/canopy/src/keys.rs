@@ -1,0 +1,55 @@
+//! `canopy key issue`: the administrator makes a user's key.
+
+use crate::connect;
+use canopy_client::keyfile;
+use canopy_proto::auth::Identity;
+use canopy_proto::Creds;
+use clap::Subcommand;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum KeyCmd {
+    /// Issue a user key: a connection made with it acts as this uid, gid and
+    /// groups only (needs the cluster key). Written owned by the user, mode 0600.
+    Issue {
+        #[arg(long)]
+        uid: u32,
+        #[arg(long)]
+        gid: u32,
+        /// Supplementary groups, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+        /// Where to write it (default: keys/UID.key beside the cluster file, where
+        /// that user's commands look).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: KeyCmd, cluster: Option<&Path>) -> Result<ExitCode, String> {
+    let KeyCmd::Issue { uid, gid, groups, out } = cmd;
+    if uid == u32::MAX || gid == u32::MAX {
+        return Err("uid and gid 4294967295 mean \"no change\" to chown(2); they name no one".into());
+    }
+    let c = connect::load(cluster)?;
+    let admin = connect::cluster_key(&c, "issuing keys")?;
+    let creds = Creds { uid, gid, groups };
+    let key = keyfile::issue(&admin, &creds)?;
+    let path = out.unwrap_or_else(|| keyfile::user_key_path(&c.path, uid));
+    keyfile::save(&path, &Identity::User(creds), &key)?;
+    give_to(&path, uid, gid)?;
+    println!("{}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Makes `path` the user's, so they can read it and no one else can.
+fn give_to(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("bad path {}", path.display()))?;
+    // SAFETY: chown on a NUL-terminated path we own.
+    if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
+        return Err(format!("cannot give {} to uid {uid}: {}", path.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
