@@ -101,3 +101,40 @@ fn acknowledged_create_survives_sigkill() {
     assert!(c.ok(&["stat", path]).contains("regular file"));
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
+
+/// An ordinary user with a user key: acts as that key's identity over TCP, with
+/// no way to claim another or to reach what needs the cluster key; without a key
+/// the user is told how to get one.
+#[test]
+fn an_ordinary_user_acts_through_their_key_only() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    const U: u32 = 4242;
+    let c = up(3);
+    // The user must reach the cluster file, but not the cluster key.
+    std::fs::set_permissions(c.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    c.ok(&["mkdir", "/pub", "/priv"]);
+    c.ok(&["chmod", "777", "/pub"]);
+    c.ok(&["chmod", "700", "/priv"]);
+    let as_user = |args: &[&str]| common::command(c.dir()).uid(U).gid(U).env("HOME", "/nonexistent").args(args).output().unwrap();
+    let no_key = as_user(&["ls", "/"]);
+    assert!(!no_key.status.success());
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("canopy key issue --uid 4242"), "{}", String::from_utf8_lossy(&no_key.stderr));
+    let issued = c.ok(&["key", "issue", "--uid", &U.to_string(), "--gid", &U.to_string()]);
+    assert!(issued.trim_end().ends_with("keys/4242.key"), "{issued}");
+    let run = |args: &[&str]| {
+        let out = as_user(args);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).trim_end().to_string())
+    };
+    assert_eq!(run(&["mkdir", "/pub/mine"]).0, true);
+    assert_eq!(run(&["touch", "/pub/mine/f"]).0, true);
+    assert_eq!(run(&["mv", "/pub/mine", "/pub/ours"]).0, true, "a directory rename, delegated");
+    let (_, listing, _) = run(&["ls", "-l", "/pub"]);
+    assert!(listing.contains(" 4242  4242 "), "{listing}");
+    assert_eq!(run(&["touch", "/priv/x"]), (false, String::new(), "canopy: cannot touch '/priv/x': Permission denied".into()));
+    let (ok, _, err) = run(&["--uid", "0", "ls", "/priv"]);
+    assert!(!ok && err.contains("--uid/--gid need the cluster key"), "{err}");
+    let (ok, _, err) = run(&["fsck"]);
+    assert!(!ok && err.contains("fsck needs the cluster key"), "{err}");
+    assert!(c.ok(&["fsck"]).contains("clean"));
+}

@@ -194,3 +194,17 @@ fn rename_flags_noreplace_and_exchange() {
     assert_eq!(fs::read(mnt.join("z")).unwrap(), b"x");
     assert_eq!(fs::read(mnt.join("y")).unwrap(), b"y");
 }
+
+/// An application's path is limited by PATH_MAX relative to its working
+/// directory, not by the depth of the tree: a 4095-byte relative path below a
+/// subdirectory works, as on ext4.
+#[test]
+fn a_path_max_relative_path_below_a_subdirectory() {
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    let dirs = vec!["d".repeat(200); 20].join("/");
+    let rel = format!("{dirs}/{}", "f".repeat(4095 - dirs.len() - 1));
+    assert_eq!(rel.len(), 4095);
+    let script = format!("mkdir sub && cd sub && mkdir -p {dirs} && echo deep > {rel} && cat {rel} && rm {rel}");
+    assert_eq!(sh(&mnt, &script), "deep\n");
+}

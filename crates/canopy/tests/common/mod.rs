@@ -3,15 +3,17 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Runs `canopy args` with `$CANOPY_HOME` set to `home` and no `$CANOPY_CLUSTER`,
-/// so the command finds exactly that cluster (or none).
+/// Runs `canopy args` with `$CANOPY_HOME` set to `home` and no `$CANOPY_CLUSTER`
+/// or `$CANOPY_KEY`, so the command finds exactly that cluster (or none) and its key.
 pub fn canopy(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_canopy"))
-        .args(args)
-        .env("CANOPY_HOME", home)
-        .env_remove("CANOPY_CLUSTER")
-        .output()
-        .expect("run canopy")
+    command(home).args(args).output().expect("run canopy")
+}
+
+/// The command [`canopy`] runs, for callers that set more (a user to run as).
+pub fn command(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_canopy"));
+    c.env("CANOPY_HOME", home).env_remove("CANOPY_CLUSTER").env_remove("CANOPY_KEY");
+    c
 }
 
 /// Runs and expects success; returns stdout.
