@@ -69,6 +69,15 @@ async fn settled(cluster: &InProcCluster) {
     }
 }
 
+/// Brings server `p` back and lets the lock service's sweep recover what was
+/// left, with no other request to trigger it.
+async fn revive_and_sweep(cluster: &InProcCluster, p: u32) {
+    cluster.faults().revive(p);
+    let sweeper = cluster.start_sweeper(Duration::from_millis(100));
+    settled(cluster).await;
+    sweeper.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmdir_whose_primary_died_after_commit_is_rolled_forward() {
     let cluster = InProcCluster::memory(SERVERS);
@@ -85,10 +94,7 @@ async fn rmdir_whose_primary_died_after_commit_is_rolled_forward() {
     assert_eq!(replicas(&cluster, "/a/x", p), vec![None; 3]);
     let f = name_not_on("/a/x", p);
     assert_eq!(c.create(&f, 0o644).await.map(|_| ()), Err(Errno::ECONNREFUSED));
-    cluster.faults().revive(p);
-    let sweeper = cluster.start_sweeper(Duration::from_millis(100));
-    settled(&cluster).await;
-    sweeper.abort();
+    revive_and_sweep(&cluster, p).await;
     let fresh = cluster.fresh_client();
     assert_eq!(fresh.stat("/a/x").await.map(|_| ()), Err(Errno::ENOENT));
     assert!(fresh.readdir("/a").await.unwrap().is_empty());
@@ -107,10 +113,7 @@ async fn chmod_whose_primary_died_after_commit_grants_nothing_it_removed() {
     assert!(replicas(&cluster, "/g", p).iter().all(|l| l.as_ref().unwrap().mode & 0o777 == 0o755), "no replica rolled back to 0777");
     let f = name_not_on("/g", p);
     assert!(bob.create(&f, 0o644).await.is_err());
-    cluster.faults().revive(p);
-    let sweeper = cluster.start_sweeper(Duration::from_millis(100));
-    settled(&cluster).await;
-    sweeper.abort();
+    revive_and_sweep(&cluster, p).await;
     assert_eq!(cluster.fresh_client().stat("/g").await.unwrap().mode & 0o777, 0o755);
 }
 

@@ -98,15 +98,21 @@ fn raw_frame(id: u64, op: u16, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-#[tokio::test]
-async fn wrong_handshake_is_refused() {
-    let addr = start_server().await;
-    let mut s = TcpStream::connect(&addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+/// Sends `hello` as a connection's first bytes; the server must refuse the
+/// protocol and close.
+async fn refused_hello(addr: &str, hello: &[u8]) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(hello).await.unwrap();
     let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN];
     s.read_exact(&mut reply).await.unwrap();
     assert_eq!(frame::check_handshake_reply(&reply), Err(Errno::EPROTO));
     assert!(closed(&mut s).await);
+}
+
+#[tokio::test]
+async fn wrong_handshake_is_refused() {
+    let addr = start_server().await;
+    refused_hello(&addr, b"GET / HTTP/1.1\r\n\r\n").await;
     still_serves(&addr).await;
 }
 
@@ -219,14 +225,9 @@ async fn a_wrong_key_or_a_bad_hello_is_refused() {
         assert!(closed(&mut s).await);
     }
     // An older protocol version is refused before anything else.
-    let mut s = TcpStream::connect(&addr).await.unwrap();
     let mut old = frame::handshake();
     old[4..].copy_from_slice(&1u16.to_be_bytes());
-    s.write_all(&old).await.unwrap();
-    let mut reply = [0u8; frame::HANDSHAKE_REPLY_LEN];
-    s.read_exact(&mut reply).await.unwrap();
-    assert_eq!(frame::check_handshake_reply(&reply), Err(Errno::EPROTO));
-    assert!(closed(&mut s).await);
+    refused_hello(&addr, &old).await;
     still_serves(&addr).await;
 }
 
