@@ -31,6 +31,10 @@ pub const TXNS: &str = "txns";
 pub const META: &str = "meta";
 pub const CFS: &[&str] = &[TXNS, META];
 const NEXT_TXN: &[u8] = b"next_txn";
+/// The layout of the `txns` records. 2: records carry the grant's ticket (1 did
+/// not, and a record that does not decode would be lost, so such a store is
+/// refused rather than opened).
+const LAYOUT_VERSION: u32 = 2;
 /// Bounds on what a client may ask for.
 const MAX_LEASE_MS: u32 = 10 * 60 * 1000;
 const MAX_WAIT_MS: u32 = 60 * 1000;
@@ -75,6 +79,8 @@ pub struct LockService {
 
 impl LockService {
     pub fn open(store: SharedStore) -> Result<Arc<LockService>, String> {
+        let no_txns = store.scan(TXNS, b"", None, 1).map_err(|e| e.to_string())?.is_empty();
+        canopy_store::check_layout(&*store, META, LAYOUT_VERSION, 1, no_txns, "the lock service's data directory")?;
         let mut records = Vec::new();
         let mut max_txn = 0u64;
         store

@@ -21,6 +21,10 @@ pub const INODES: &str = "inodes";
 pub const META: &str = "meta";
 pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META];
 
+/// The version of the layout this file describes, recorded in `meta` and checked
+/// at open (`canopy_store::check_layout`). Bump it when a key or value changes
+/// meaning.
+pub const LAYOUT_VERSION: u32 = 1;
 pub const META_IDENTITY: &[u8] = b"identity";
 pub const META_NEXT_ID: &[u8] = b"next_id";
 

@@ -74,6 +74,8 @@ impl MetaServer {
         if cfg.servers == 0 || cfg.index >= cfg.servers || cfg.servers > u16::MAX as u32 {
             return Err(format!("server index {} is outside a cluster of {}", cfg.index, cfg.servers));
         }
+        let fresh = store.get(META, META_IDENTITY).map_err(|e| e.to_string())?.is_none();
+        canopy_store::check_layout(&*store, META, keys::LAYOUT_VERSION, 1, fresh, "this server's data directory")?;
         check_identity(&cfg, &*store)?;
         let table = load_table(&cfg, &*store)?;
         let ids = IdAlloc::load(cfg.index, &*store)?;

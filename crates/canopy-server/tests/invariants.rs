@@ -35,3 +35,15 @@ fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
     assert_eq!(report.dirs, 2);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// A data directory of another key layout is refused with a message naming both.
+#[test]
+fn a_store_of_another_layout_is_refused() {
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    drop(MetaServer::open(ServerConfig { index: 0, servers: 2 }, store.clone()).unwrap());
+    let mut b = canopy_store::Batch::new();
+    b.put(canopy_server::keys::META, canopy_store::LAYOUT_KEY.to_vec(), 99u32.to_be_bytes().to_vec());
+    canopy_store::Store::write(&*store, b).unwrap();
+    let err = MetaServer::open(ServerConfig { index: 0, servers: 2 }, store).err().unwrap();
+    assert!(err.contains("layout version 99, but this program reads version 1"), "{err}");
+}

@@ -4,9 +4,9 @@
 //! prefix extractor (a key shorter than it would abort the process): prefix scans
 //! are plain seeks bounded by a key comparison.
 
-use crate::{Batch, Change, Durability, Pairs, Result, Store, StoreError};
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
-use std::path::Path;
+use crate::{Batch, Change, Durability, Pairs, Result, Store, StoreError, View};
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, SstFileWriter, WriteBatch, WriteOptions, DB};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +77,7 @@ impl Store for RocksStore {
             match change {
                 Change::Put(cf, k, v) => wb.put_cf(self.cf(cf)?, k, v),
                 Change::Delete(cf, k) => wb.delete_cf(self.cf(cf)?, k),
+                Change::DeleteRange(cf, from, to) => wb.delete_range_cf(self.cf(cf)?, from, to),
             }
         }
         self.db.write_opt(wb, &self.write_opts).map_err(err)
@@ -104,12 +105,70 @@ impl Store for RocksStore {
 
     fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let iter = self.db.iterator_cf(self.cf(cf)?, IteratorMode::From(prefix, Direction::Forward));
-        for item in iter {
-            let (k, v) = item.map_err(err)?;
-            if !k.starts_with(prefix) || !f(&k, &v) {
-                break;
-            }
+        visit(iter, prefix, f)
+    }
+
+    fn snapshot(&self) -> Box<dyn View + '_> {
+        Box::new(RocksView { store: self, snap: self.db.snapshot() })
+    }
+
+    fn write_table(&self, path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<u64> {
+        let written = write_sst(path, pairs);
+        if written.is_err() {
+            let _ = std::fs::remove_file(path);
         }
-        Ok(())
+        written
+    }
+
+    fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()> {
+        self.db.ingest_external_file_cf(self.cf(cf)?, paths.to_vec()).map_err(err)
+    }
+}
+
+/// Visits `iter`'s pairs while their keys start with `prefix` and `f` says go on.
+fn visit<'a>(iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    for item in iter {
+        let (k, v) = item.map_err(err)?;
+        if !k.starts_with(prefix) || !f(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One SST file from strictly increasing pairs (SstFileWriter refuses others).
+fn write_sst(path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<u64> {
+    if path.exists() {
+        return Err(StoreError(format!("{} exists", path.display())));
+    }
+    let opts = Options::default();
+    let mut w = SstFileWriter::create(&opts);
+    w.open(path).map_err(err)?;
+    let mut n = 0u64;
+    for (k, v) in pairs {
+        w.put(&k, &v).map_err(err)?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(StoreError("a table needs at least one pair".into()));
+    }
+    w.finish().map_err(err)?;
+    Ok(n)
+}
+
+/// A RocksDB snapshot: reads see the database as it was when it was taken.
+struct RocksView<'a> {
+    store: &'a RocksStore,
+    snap: rocksdb::Snapshot<'a>,
+}
+
+impl View for RocksView<'_> {
+    fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.snap.get_cf(self.store.cf(cf)?, key).map_err(err)
+    }
+
+    fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let iter = self.snap.iterator_cf(self.store.cf(cf)?, IteratorMode::From(prefix, Direction::Forward));
+        visit(iter, prefix, f)
     }
 }
