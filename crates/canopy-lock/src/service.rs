@@ -24,7 +24,8 @@ use canopy_store::{Batch, SharedStore};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use canopy_proto::clock::{SharedClock, SystemClock};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 pub const TXNS: &str = "txns";
@@ -74,11 +75,16 @@ pub struct LockService {
     store: SharedStore,
     state: Mutex<State>,
     released: Notify,
-    epoch: Instant,
+    /// Leases are read from it; tests move it by hand.
+    clock: SharedClock,
 }
 
 impl LockService {
     pub fn open(store: SharedStore) -> Result<Arc<LockService>, String> {
+        LockService::open_with_clock(store, SystemClock::shared())
+    }
+
+    pub fn open_with_clock(store: SharedStore, clock: SharedClock) -> Result<Arc<LockService>, String> {
         let no_txns = store.scan(TXNS, b"", None, 1).map_err(|e| e.to_string())?.is_empty();
         canopy_store::check_layout(&*store, META, LAYOUT_VERSION, 1, no_txns, "the lock service's data directory")?;
         let mut records = Vec::new();
@@ -104,7 +110,7 @@ impl LockService {
                 meta: std::collections::HashMap::new(),
             }),
             released: Notify::new(),
-            epoch: Instant::now(),
+            clock,
         };
         {
             let mut st = svc.state.lock();
@@ -117,7 +123,7 @@ impl LockService {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.clock.now_ms()
     }
 
     fn delete_record(&self, txn: u64) -> Result<(), Errno> {
@@ -332,6 +338,7 @@ impl Service for LockDaemon {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_proto::clock::ManualClock;
     use canopy_store::MemStore;
 
     fn lock_req(path: &str, lease_ms: u32) -> Request {
@@ -363,10 +370,16 @@ mod tests {
 
     #[tokio::test]
     async fn renewal_keeps_a_live_lease_and_refuses_an_expired_one() {
-        let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
+        // Leases expire on a manual clock: no sleeping, no timing races.
+        let clock = ManualClock::new();
+        let d = LockDaemon(LockService::open_with_clock(Arc::new(MemStore::new(CFS)), clock.clone()).unwrap());
         let Ok(Reply::Locked { txn, ticket, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
         assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Ok(Reply::Unit));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        clock.advance(99);
+        assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Ok(Reply::Unit), "still live at 99 ms");
+        let Ok(Reply::Txns(open)) = call(&d, Request::ListTxns).await else { panic!() };
+        assert_eq!(open[0].expires_in_ms, 100);
+        clock.advance(150);
         assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
         // The expired transaction is handed to the next conflicting request.
         let Ok(Reply::Recover { txn: taken, ticket: taken_ticket, was, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
@@ -385,7 +398,7 @@ mod tests {
         assert_eq!(call(&d, Request::Renew { txn: 999, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
         assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 0 }).await, Err(Errno::EINVAL));
         // The recoverer dies too: the next handover still names the original id.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        clock.advance(150);
         let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_ne!(again, taken);
         assert_eq!(was, txn, "fences carry the first id");

@@ -4,6 +4,7 @@
 //! - [`errno`]: the POSIX error contract every operation answers with.
 //! - [`creds`], [`attr`]: who is asking, and what an object looks like.
 //! - [`auth`]: keys and the challenge-response that binds a connection to them.
+//! - [`clock`]: time behind an interface, so tests can drive it.
 //! - [`fid`]: file identifiers, and where a file's contents live on back-end storage.
 //! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
 //! - [`msg`]: the request and reply enums; one variant per operation.
@@ -16,6 +17,7 @@
 
 pub mod attr;
 pub mod auth;
+pub mod clock;
 pub mod creds;
 pub mod errno;
 pub mod fid;
