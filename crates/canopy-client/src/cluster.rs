@@ -7,6 +7,18 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// The namespace modes this build serves.
+pub const MODES: &[&str] = &["shardfs"];
+
+/// `mode` if this build serves it, else an error naming the ones it does.
+pub fn check_mode(mode: &str) -> Result<(), String> {
+    if MODES.contains(&mode) {
+        Ok(())
+    } else {
+        Err(format!("unknown namespace mode {mode:?}: this build knows {}", MODES.join(", ")))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterFile {
     /// Namespace strategy the cluster runs.
@@ -25,6 +37,7 @@ impl ClusterFile {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
         let mut c: ClusterFile = serde_json::from_str(&text).map_err(|e| format!("bad cluster file {}: {e}", path.display()))?;
         c.path = path.to_path_buf();
+        check_mode(&c.mode).map_err(|e| format!("cluster file {}: {e}", path.display()))?;
         if c.servers.is_empty() {
             return Err(format!("cluster file {} lists no servers", path.display()));
         }

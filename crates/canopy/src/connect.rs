@@ -89,9 +89,7 @@ pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, Str
 
 /// The namespace strategy of `c` over TCP, for callers that configure it further.
 pub fn namespace(c: &ClusterFile, key: &Loaded) -> Result<ShardFs, String> {
-    if c.mode != "shardfs" {
-        return Err(format!("namespace mode {:?} is not supported yet (only shardfs)", c.mode));
-    }
+    cluster::check_mode(&c.mode)?;
     let me = ClientAuth { identity: key.identity.clone(), key: key.key.clone() };
     let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, me, RPC_TIMEOUT));
     let mut ns = ShardFs::new(transport);

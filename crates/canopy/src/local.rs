@@ -29,6 +29,10 @@ pub struct UpArgs {
     /// Server durability: wal, fsync or group:MS.
     #[arg(long, default_value = "wal")]
     pub durability: String,
+    /// Namespace mode of a new cluster (default shardfs; an existing cluster
+    /// keeps its own).
+    #[arg(long)]
+    pub mode: Option<String>,
 }
 
 #[derive(Args)]
@@ -205,12 +209,15 @@ fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
 
 /// Loads the cluster in `dir`, or makes a new one on free loopback ports (whose
 /// sockets stay open for the daemons).
-fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<(ClusterFile, Listeners), String> {
+fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
     if file.exists() {
         let c = ClusterFile::load(&file)?;
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
             return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
+        }
+        if let Some(mode) = mode.filter(|m| *m != c.mode) {
+            return Err(format!("the cluster in {} runs {}, not {mode}; `canopy down` and remove it to change", dir.display(), c.mode));
         }
         return Ok((c, Listeners::new()));
     }
@@ -227,16 +234,19 @@ fn cluster_in(dir: &Path, servers: Option<u32>) -> Result<(ClusterFile, Listener
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
     let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile { mode: "shardfs".into(), servers, lockd, path: file.clone() };
+    let c = ClusterFile { mode: mode.unwrap_or("shardfs").into(), servers, lockd, path: file.clone() };
     c.save(&file)?;
     Ok((c, listeners))
 }
 
 pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     args.durability.parse::<canopy_store::Durability>()?;
+    if let Some(m) = &args.mode {
+        cluster::check_mode(m)?;
+    }
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let (c, listeners) = cluster_in(&dir, args.servers)?;
+    let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref())?;
     ensure_cluster_key(&c)?;
     let started = start(&dir, &c, &args.durability, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
@@ -390,7 +400,7 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
         None => {
             args.durability.parse::<canopy_store::Durability>()?;
             let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
-            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers))?;
+            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), None)?;
             ensure_cluster_key(&c)?;
             eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
             start(tmp.path(), &c, &args.durability, listeners)?;
