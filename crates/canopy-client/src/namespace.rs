@@ -3,7 +3,7 @@
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use canopy_proto::msg::ServerStats;
+use canopy_proto::msg::{IfExists, ServerStats};
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -15,8 +15,9 @@ pub type Res<T> = Result<T, Errno>;
 pub trait Namespace: Send + Sync + 'static {
     fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>>;
     fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
-    /// Creates a regular file; with `exclusive` false an existing file is returned.
-    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>>;
+    /// Creates a regular file; if the name is taken, `if_exists` says whether that
+    /// is `EEXIST` or the existing file is opened (after open(2)'s checks).
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>>;
     /// Makes a FIFO, socket or device node (`kind` must be one of those).
     fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>>;
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
@@ -85,13 +86,17 @@ impl Client {
         self.ns.rmdir(&self.creds, path).await
     }
 
+    /// Creates a regular file; `EEXIST` if the name is taken (`O_CREAT|O_EXCL`).
     pub async fn create(&self, path: &str, mode: u32) -> Res<Attr> {
-        self.ns.create(&self.creds, path, mode, true).await
+        self.ns.create(&self.creds, path, mode, IfExists::Fail).await
     }
 
-    /// Creates the file if missing (O_CREAT without O_EXCL).
-    pub async fn open_create(&self, path: &str, mode: u32) -> Res<Attr> {
-        self.ns.create(&self.creds, path, mode, false).await
+    /// `O_CREAT` without `O_EXCL`: creates the file if missing, else answers the
+    /// existing regular file if this user may open it for `access` (R and W bits
+    /// of [`canopy_proto::attr::access`]; W for `O_TRUNC`): `EACCES` if not,
+    /// `EISDIR` for a directory. Truncating is the caller's next step.
+    pub async fn open_create(&self, path: &str, mode: u32, access: u32) -> Res<Attr> {
+        self.ns.create(&self.creds, path, mode, IfExists::Open { access }).await
     }
 
     pub async fn mknod(&self, path: &str, mode: u32, kind: FileKind, rdev: u64) -> Res<Attr> {

@@ -1,6 +1,7 @@
 //! Translations between Canopy's types and the kernel's: attributes, errnos,
 //! times, and who is asking.
 
+use canopy_proto::attr::access;
 use canopy_proto::{Attr, Creds, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,6 +49,21 @@ pub fn file_type(kind: FileKind) -> FileType {
         FileKind::Socket => FileType::Socket,
         FileKind::CharDev => FileType::CharDevice,
         FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// The access an open(2) with `flags` asks for, as R and W bits: read and/or
+/// write from `O_ACCMODE`, and write for `O_TRUNC` (as the kernel's own check).
+pub fn open_access(flags: i32) -> u32 {
+    let mode = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => access::R,
+        libc::O_WRONLY => access::W,
+        _ => access::R | access::W,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        mode | access::W
+    } else {
+        mode
     }
 }
 
@@ -125,6 +141,16 @@ mod tests {
         assert_eq!(parse_groups(status), vec![4, 24, 1001]);
         assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
         assert_eq!(creds(5, 6, 0).groups, Vec::<u32>::new());
+    }
+
+    #[test]
+    fn open_flags_to_access() {
+        use access::{R, W};
+        assert_eq!(open_access(libc::O_RDONLY), R);
+        assert_eq!(open_access(libc::O_WRONLY | libc::O_CREAT), W);
+        assert_eq!(open_access(libc::O_RDWR | libc::O_APPEND), R | W);
+        assert_eq!(open_access(libc::O_RDONLY | libc::O_TRUNC), R | W);
+        assert_eq!(open_access(libc::O_WRONLY | libc::O_TRUNC | libc::O_CREAT), W);
     }
 
     #[test]

@@ -170,28 +170,29 @@ impl Core {
 
     fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
         let path = self.path(ino)?;
-        let mut mask = match flags.0 & libc::O_ACCMODE {
-            libc::O_RDONLY => 4,
-            libc::O_WRONLY => 2,
-            _ => 6,
-        };
-        if flags.0 & libc::O_TRUNC != 0 {
-            mask |= 2;
-        }
-        self.run(self.caller(req).access(&path, mask))?;
+        self.run(self.caller(req).access(&path, convert::open_access(flags.0)))?;
         // Where the contents are is learnt at the first read or write (an inline
         // request answers `Backend` for a spilled file), saving an RPC per open.
         Ok(self.handles.open(ino.0, Contents::Inline))
     }
 
+    /// CREATE: the kernel sends it when it believes the name is absent, and
+    /// treats the file it gets as one it made (checking no permission), so a file
+    /// that appeared meanwhile is checked by the server as open(2) would, and
+    /// truncated here if the open asks for that.
     fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
         let who = self.caller(req);
-        let attr = if flags & libc::O_EXCL != 0 {
+        let mut attr = if flags & libc::O_EXCL != 0 {
             self.run(who.create(&path, mode & 0o7777))?
         } else {
-            self.run(who.open_create(&path, mode & 0o7777))?
+            self.run(who.open_create(&path, mode & 0o7777, convert::open_access(flags)))?
         };
+        // A new file is empty: only an existing one can need truncating.
+        if flags & libc::O_TRUNC != 0 && attr.size > 0 {
+            attr = self.run(who.truncate(&path, 0))?;
+            self.truncate_backend(&path, 0)?;
+        }
         let fh = self.handles.open(attr.ino, Contents::Inline);
         Ok((path, attr, fh))
     }

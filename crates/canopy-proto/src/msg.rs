@@ -56,6 +56,20 @@ pub enum NewKind {
     Special { kind: FileKind, rdev: u64 },
 }
 
+/// What a create does when its name is already taken: open(2) with and without
+/// `O_EXCL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IfExists {
+    /// `EEXIST` (`O_EXCL`; also mknod and symlink).
+    Fail,
+    /// Answer the existing regular file, if the caller may open it as asked:
+    /// `access` holds the R and W bits ([`crate::attr::access`]) the open wants
+    /// (from `O_ACCMODE`, and W for `O_TRUNC`), checked as open(2) checks them
+    /// (`EACCES`). An existing directory is `EISDIR`; a symlink or special file is
+    /// `EEXIST` (a server neither follows nor opens those: the kernel does).
+    Open { access: u32 },
+}
+
 /// How a data request names its file: by path on the path's primary, or by a
 /// shared (hard-linked) inode on its home server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,8 +199,9 @@ requests! {
     Ping,
     /// Attributes of the object at `path` (a file on its primary, or a directory).
     Stat { path: String },
-    /// Create a file or symlink at `path`.
-    Create { path: String, mode: u32, kind: NewKind, exclusive: bool },
+    /// Create a file, symlink or special file at `path`; `if_exists` says what
+    /// to do if the name is taken.
+    Create { path: String, mode: u32, kind: NewKind, if_exists: IfExists },
     /// Remove a file or symlink.
     Unlink { path: String },
     /// Change attributes of a file, or the times of a directory on its primary.

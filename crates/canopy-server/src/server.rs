@@ -97,7 +97,7 @@ impl MetaServer {
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
             Request::Stat { path } => self.stat(creds, &self.unfenced(&path)?),
-            Request::Create { path, mode, kind, exclusive } => self.create(creds, &self.unfenced(&path)?, mode, kind, exclusive),
+            Request::Create { path, mode, kind, if_exists } => self.create(creds, &self.unfenced(&path)?, mode, kind, if_exists),
             Request::Unlink { path } => self.unlink(creds, &self.unfenced(&path)?),
             Request::SetAttr { path, set } => self.set_attr(creds, &self.unfenced(&path)?, &set),
             Request::Readlink { path } => self.readlink(creds, &self.unfenced(&path)?),

@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+/// Two unprivileged users, for permission tests (no account needed: the mount
+/// takes uid and gid from the kernel).
+const ALICE: u32 = 1000;
+const BOB: u32 = 2000;
+
 struct Mounted {
     home: tempfile::TempDir,
     mounts: Vec<PathBuf>,
@@ -62,6 +67,34 @@ fn up() -> Mounted {
     let m = Mounted { home: tempfile::tempdir().unwrap(), mounts: Vec::new() };
     m.ok(&["up", "--servers", "4"]);
     m
+}
+
+/// A cluster whose mounts other users can reach (`--allow-other` on each mount).
+fn up_shared() -> Mounted {
+    let m = up();
+    fs::set_permissions(m.home.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    m
+}
+
+/// Runs `f` on a new thread acting as `uid` (gid the same, no supplementary
+/// groups) for file system access. The raw syscalls change only that thread's
+/// credentials (glibc's wrappers would change every thread's), and a non-zero
+/// fsuid drops root's file capabilities, so the kernel and the mount both see
+/// an ordinary user.
+fn as_user<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: plain syscalls on this thread's own credentials; no memory is passed
+        // but a null list of zero groups.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()), 0);
+            libc::syscall(libc::SYS_setfsgid, uid);
+            libc::syscall(libc::SYS_setfsuid, uid);
+            assert_eq!(libc::syscall(libc::SYS_setfsuid, -1i32 as u32) as u32, uid, "fsuid set");
+        }
+        f()
+    })
+    .join()
+    .unwrap()
 }
 
 fn sh(dir: &Path, script: &str) -> String {
@@ -193,4 +226,46 @@ fn rename_flags_noreplace_and_exchange() {
     assert_eq!(rename2("x", "z", libc::RENAME_NOREPLACE), 0);
     assert_eq!(fs::read(mnt.join("z")).unwrap(), b"x");
     assert_eq!(fs::read(mnt.join("y")).unwrap(), b"y");
+}
+
+#[test]
+fn create_without_excl_of_someone_elses_file_is_checked() {
+    // The kernel sends CREATE (not LOOKUP + OPEN) when it believes the name is
+    // absent; if the file appears in between, the server used to hand it out with
+    // no permission check and the kernel, thinking it created the file, checked
+    // nothing either. Alice creates and removes a 0600 file on one mount while Bob
+    // opens the name O_CREAT|O_RDWR on another: Bob must never hold Alice's file.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut m = up_shared();
+    let a = m.mount("a", &["--allow-other"]);
+    let b = m.mount("b", &["--allow-other"]);
+    fs::create_dir(a.join("d")).unwrap();
+    fs::set_permissions(a.join("d"), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (ours, theirs) = (a.join("d/f"), b.join("d/f"));
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    let alice = std::thread::spawn(move || {
+        as_user(ALICE, move || {
+            while std::time::Instant::now() < until {
+                let made = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&ours);
+                if made.is_ok() {
+                    let _ = fs::remove_file(&ours);
+                }
+            }
+        })
+    });
+    let (opened, alices) = as_user(BOB, move || {
+        let (mut opened, mut alices) = (0, 0);
+        while std::time::Instant::now() < until {
+            let Ok(f) = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&theirs) else { continue };
+            opened += 1;
+            if f.metadata().unwrap().uid() == ALICE {
+                alices += 1;
+            } else {
+                let _ = fs::remove_file(&theirs);
+            }
+        }
+        (opened, alices)
+    });
+    alice.join().unwrap();
+    assert_eq!(alices, 0, "Bob opened Alice's 0600 file {alices} times (of {opened} opens)");
 }
