@@ -2,7 +2,7 @@
 //! times, and who is asking.
 
 use canopy_proto::attr::access;
-use canopy_proto::{Attr, Creds, Errno, FileKind, TimeSet};
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -97,6 +97,12 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         blksize: 4096,
         flags: 0,
     }
+}
+
+/// Attributes that say no more than a directory listing does (inode number and
+/// kind): for a listed name the caller may not stat.
+pub fn listed_only(e: &DirEntry) -> Attr {
+    Attr { ino: e.ino, kind: e.kind, mode: 0, uid: 0, gid: 0, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
 }
 
 /// The caller of a request: uid and gid from the kernel, supplementary groups from

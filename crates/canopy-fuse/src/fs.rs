@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 pub(crate) type R<T> = Result<T, fuser::Errno>;
 
@@ -430,15 +430,21 @@ impl Core {
         reply.ok();
     }
 
-    pub(crate) fn readdirplus(&self, _req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    /// Every child is stat'ed as the caller: the kernel keeps what it is told
+    /// here for the timeouts and may serve it to any user.
+    pub(crate) fn readdirplus(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
+        let who = self.caller(req);
         let ttl = self.opts.attr_ttl;
         // "." and ".." come first; the kernel does not count them as lookups.
         if offset < 2 {
-            let Ok(here) = self.run(self.client.stat(&dir)) else { return reply.error(enoent()) };
+            let here = match self.run(who.stat(&dir)) {
+                Ok(a) => a,
+                Err(e) => return reply.error(e),
+            };
             for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
                 if reply.add(INodeNo(here.ino), i as u64 + 1, name, &ttl, &file_attr(&here), Generation(0)) {
                     return reply.ok();
@@ -447,8 +453,15 @@ impl Core {
         }
         for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
             let path = child_path(&dir, &e.name);
-            // A name removed since opendir is skipped, as a fresh listing would.
-            let Ok(attr) = self.run(self.client.stat(&path)) else { continue };
+            let (attr, ttl) = match self.run(who.stat(&path)) {
+                Ok(attr) => (attr, ttl),
+                // A name removed since opendir is skipped, as a fresh listing would.
+                Err(err) if err.code() == libc::ENOENT => continue,
+                // Listed but not searchable by the caller (a directory readable
+                // without x): only what readdir tells, with zero timeouts, so the
+                // kernel looks the name up again, as whoever asks, before use.
+                Err(_) => (convert::listed_only(e), Duration::ZERO),
+            };
             if reply.add(INodeNo(attr.ino), i as u64 + 3, &e.name, &ttl, &file_attr(&attr), Generation(0)) {
                 break;
             }

@@ -41,10 +41,12 @@ pub struct MountArgs {
     /// Let other users use the mount (`allow_other`).
     #[arg(long)]
     pub allow_other: bool,
-    /// Let the kernel check permissions too (`default_permissions`), from
-    /// attributes it may have cached; without it Canopy's checks alone decide.
+    /// Do not let the kernel check permissions itself (`default_permissions`,
+    /// on by default); Canopy's servers then decide alone. Unsafe when several
+    /// users use the mount: the kernel serves one user's cached lookups and
+    /// attributes to another, and opens FIFOs and devices unchecked.
     #[arg(long)]
-    pub default_permissions: bool,
+    pub no_default_permissions: bool,
     /// Do not update directories' mtime and ctime when names change in them
     /// (saves one RPC per create, unlink, mkdir, rmdir, link and rename).
     #[arg(long)]
@@ -70,7 +72,7 @@ fn options(args: &MountArgs) -> Result<MountOptions, String> {
         inline_max: args.inline_max,
         threads: args.threads.max(1),
         allow_other: args.allow_other,
-        default_permissions: args.default_permissions,
+        default_permissions: !args.no_default_permissions,
         dir_times: !args.no_dir_times,
     })
 }

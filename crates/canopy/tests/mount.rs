@@ -138,6 +138,19 @@ du -s proj > /dev/null
 du -b --apparent-size proj/big-random proj/big-copy proj/b2/c/greeting
 "#;
 
+/// The errno of a failed I/O result, 0 for success.
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    r.err().map_or(0, |e| e.raw_os_error().unwrap_or(-1))
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+}
+
 #[test]
 fn shell_session_matches_a_local_directory_across_remounts() {
     let mut m = up();
@@ -268,4 +281,60 @@ fn create_without_excl_of_someone_elses_file_is_checked() {
     });
     alice.join().unwrap();
     assert_eq!(alices, 0, "Bob opened Alice's 0600 file {alices} times (of {opened} opens)");
+}
+
+/// The kernel's caches are shared by every user: with the default
+/// `default_permissions` the kernel checks each user's access to what it holds.
+/// Without it, Bob was served Alice's private attributes that root had looked up,
+/// and opened her FIFO (no open request reaches the mount for one).
+#[test]
+fn the_kernel_checks_permissions_on_what_it_caches() {
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--attr-timeout", "30", "--entry-timeout", "30"]);
+    let (d, f) = (mnt.join("d"), mnt.join("d/f"));
+    fs::create_dir(&d).unwrap();
+    fs::write(&f, b"0123456789").unwrap();
+    for (p, mode) in [(&f, 0o600), (&d, 0o700)] {
+        chown(p, ALICE);
+        chmod(p, mode);
+    }
+    assert_eq!(fs::symlink_metadata(&f).unwrap().len(), 10, "root looks it up: now cached");
+    let g = f.clone();
+    assert_eq!(as_user(BOB, move || errno_of(fs::symlink_metadata(&g))), libc::EACCES, "Bob cannot search d");
+
+    let p = mnt.join("p");
+    fs::create_dir(&p).unwrap();
+    chmod(&p, 0o777);
+    let fifo = std::ffi::CString::new(p.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; mkfifo only reads it.
+    as_user(ALICE, move || assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0));
+    let fifo = p.join("fifo");
+    let opened = as_user(BOB, move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        errno_of(fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo))
+    });
+    assert_eq!(opened, libc::EACCES, "Bob opens Alice's 0600 FIFO");
+}
+
+/// `readdirplus` answers attributes the kernel then serves for the attribute
+/// timeout; they used to be fetched as root, so a user who may list a directory
+/// but not search it (r without x) saw everything inside. Tested without
+/// `default_permissions`, where nothing else stands in the way.
+#[test]
+fn readdirplus_stats_children_as_the_caller() {
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--no-default-permissions", "--attr-timeout", "30", "--entry-timeout", "30"]);
+    let (d, f) = (mnt.join("d"), mnt.join("d/f"));
+    fs::create_dir(&d).unwrap();
+    fs::write(&f, b"0123456789").unwrap();
+    chown(&f, ALICE);
+    chmod(&f, 0o600);
+    chmod(&d, 0o744);
+    let (names, stat) = as_user(BOB, move || {
+        let names: Vec<String> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        (names, errno_of(fs::symlink_metadata(&f)))
+    });
+    assert_eq!(names, vec!["f".to_string()], "the name is listed");
+    assert_eq!(stat, libc::EACCES, "but its attributes are not Bob's to see");
+    assert_eq!(fs::symlink_metadata(mnt.join("d/f")).unwrap().len(), 10, "root still sees them");
 }
