@@ -34,12 +34,15 @@ pub trait Namespace: Send + Sync + 'static {
     /// File contents (see [`crate::data`]). These check no read or write
     /// permission: they serve files the caller has open.
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>>;
-    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>>;
+    /// `kill_suid`: the writer may not keep setuid and setgid (a client acting as
+    /// root for an unprivileged process says so; any other caller implies it).
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>>;
     /// Confirms a spill: the inline contents (`len` bytes with digest `digest`)
     /// were copied to the back-end file. `ESTALE`: they changed meanwhile.
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>>;
-    /// Back-end contents were written up to `end`: grows the size, sets mtime.
-    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>>;
+    /// Back-end contents were written up to `end`: grows the size, sets mtime;
+    /// `kill_suid` as for `write_data`.
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>>;
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>>;
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>>;
     /// Recovers every transaction whose coordinator's lease ran out; returns how
@@ -107,16 +110,18 @@ impl Client {
         self.ns.read_data(&self.creds, path, offset, len).await
     }
 
-    pub async fn write_data(&self, path: &str, offset: u64, data: &[u8], inline_max: u32) -> Res<DataWrite> {
-        self.ns.write_data(&self.creds, path, offset, data, inline_max).await
+    /// Writes inline contents; `kill_suid`: the write is made for a process that
+    /// may not keep setuid and setgid (only meaningful when acting as root).
+    pub async fn write_data(&self, path: &str, offset: u64, data: &[u8], inline_max: u32, kill_suid: bool) -> Res<DataWrite> {
+        self.ns.write_data(&self.creds, path, offset, data, inline_max, kill_suid).await
     }
 
     pub async fn spilled(&self, path: &str, len: u64, digest: u64) -> Res<Attr> {
         self.ns.spilled(&self.creds, path, len, digest).await
     }
 
-    pub async fn extend(&self, path: &str, end: u64) -> Res<Attr> {
-        self.ns.extend(&self.creds, path, end).await
+    pub async fn extend(&self, path: &str, end: u64, kill_suid: bool) -> Res<Attr> {
+        self.ns.extend(&self.creds, path, end, kill_suid).await
     }
 
     pub async fn unlink(&self, path: &str) -> Res<()> {

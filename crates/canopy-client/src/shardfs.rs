@@ -797,16 +797,16 @@ impl Namespace for ShardFs {
         Box::pin(self.do_read_data(c, path, offset, len))
     }
 
-    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>> {
-        Box::pin(self.do_write_data(c, path, offset, data, inline_max))
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
+        Box::pin(self.do_write_data(c, path, offset, data, inline_max, kill_suid))
     }
 
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(self.do_spilled(c, path, len, digest))
     }
 
-    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.do_extend(c, path, end))
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.do_extend(c, path, end, kill_suid))
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {

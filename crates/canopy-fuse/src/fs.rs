@@ -37,6 +37,12 @@ impl Caller {
     pub(crate) fn of(req: &Request) -> Caller {
         Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
     }
+
+    /// Whether the caller keeps setuid and setgid across its writes: root does
+    /// (as a process with `CAP_FSETID`); the mount cannot see capabilities.
+    pub(crate) fn privileged(&self) -> bool {
+        self.uid == 0
+    }
 }
 
 pub(crate) struct Core {
@@ -109,9 +115,15 @@ impl Core {
         let Some(path) = self.nodes.lock().path(ino.0).map(str::to_string) else {
             return self.truncate_orphan(ino.0, fh, set.size);
         };
-        // ftruncate on a descriptor open for writing needs no write permission now.
+        // ftruncate on a descriptor open for writing needs no write permission
+        // now, so it runs as root, telling the server whether the caller may keep
+        // setuid and setgid.
         let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
-        let who = if fh.is_some() && only_size { self.client.clone() } else { self.caller(req) };
+        let (who, set) = if fh.is_some() && only_size {
+            (self.client.clone(), SetAttr { kill_suid: !req.privileged(), ..set })
+        } else {
+            (self.caller(req), set)
+        };
         let attr = self.run(who.setattr(&path, &set))?;
         if let Some(size) = set.size {
             self.truncate_backend(&path, size)?;
@@ -264,6 +276,7 @@ impl Core {
             size,
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
+            kill_suid: false,
         };
         answer!(reply, self.setattr_of(req, ino, set, fh), |a| self.attr(reply, &a))
     }
@@ -375,7 +388,7 @@ impl Core {
 
     pub(crate) fn write(
         &self,
-        _req: &Caller,
+        req: &Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -385,7 +398,7 @@ impl Core {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        answer!(reply, self.write_at(ino.0, fh.0, offset, data), |n| reply.written(n))
+        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !req.privileged()), |n| reply.written(n))
     }
 
     pub(crate) fn flush(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {

@@ -261,15 +261,17 @@ requests! {
     /// Write to an inline file, if the result stays within `inline_max` bytes:
     /// `Attr`. `Backend` when the contents are already in back-end storage, and
     /// `Spill` when this write would make the file too big to stay inline (and
-    /// always when `inline_max` is 0: a spill on demand).
-    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32 },
+    /// always when `inline_max` is 0: a spill on demand). `kill_suid`: the writer
+    /// may not keep setuid and setgid (see [`SetAttr::kill_suid`]); implied when
+    /// the caller is not root.
+    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool },
     /// The client copied the inline contents (`len` bytes with `digest`) to the
     /// back-end file: from now on the contents live there. `ESTALE` if the inline
     /// contents changed in the meantime (the client copies again).
     Spilled { at: FileRef, len: u64, digest: u64 },
     /// The client wrote back-end bytes up to `end`: size = max(size, end), and
-    /// mtime and ctime are now.
-    Extend { at: FileRef, end: u64 },
+    /// mtime and ctime are now. `kill_suid` as for `WriteData`.
+    Extend { at: FileRef, end: u64, kill_suid: bool },
     /// Set a directory's mtime and ctime to now, on its primary: the effect of a
     /// name added or removed inside it (entries live on other servers).
     TouchDir { path: String },

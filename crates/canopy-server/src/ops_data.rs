@@ -16,6 +16,7 @@
 
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
 use crate::server::{now_ns, Located, MetaServer};
+use crate::setattr;
 use canopy_proto::msg::{DirTimes, FileRef, Inode, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::fid::contents_digest;
@@ -57,11 +58,22 @@ pub fn fit_inline_to_size(inode: &mut Inode) {
     }
 }
 
-/// A write changed the contents: mtime and ctime are now.
-fn contents_changed(attr: &mut Attr) {
+/// A write changed the contents: mtime and ctime are now, and a writer without
+/// the privilege to keep setuid and setgid (`kill`) clears them, as write(2) does.
+fn contents_changed(attr: &mut Attr, kill: bool) {
     let now = now_ns();
     attr.mtime = now;
     attr.ctime = now;
+    if kill {
+        attr.mode = setattr::drop_suid(attr.mode);
+    }
+}
+
+/// Whether a data change made by `creds` clears setuid and setgid: a caller
+/// other than root never keeps them; root does unless it writes for an
+/// unprivileged process (`kill_suid`).
+fn kills_suid(creds: &Creds, kill_suid: bool) -> bool {
+    kill_suid || !creds.is_root()
 }
 
 /// Where a data request's inode is stored, to write it back.
@@ -135,7 +147,7 @@ impl MetaServer {
         Ok(Reply::Attr(inode.attr))
     }
 
-    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32) -> Result<Reply, Errno> {
+    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32, kill_suid: bool) -> Result<Reply, Errno> {
         self.change_data(creds, at, |inode| {
             let size = inode.attr.size;
             let data = inode.data.as_mut().expect("checked by data_target");
@@ -153,7 +165,7 @@ impl MetaServer {
                 return Ok(Some(Reply::Spill { fid, data: stored.clone(), size }));
             }
             inode.attr.size = write_inline(stored, size, offset, bytes);
-            contents_changed(&mut inode.attr);
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
             Ok(None)
         })
     }
@@ -170,10 +182,10 @@ impl MetaServer {
         })
     }
 
-    pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64) -> Result<Reply, Errno> {
+    pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64, kill_suid: bool) -> Result<Reply, Errno> {
         self.change_data(creds, at, |inode| {
             inode.attr.size = inode.attr.size.max(end);
-            contents_changed(&mut inode.attr);
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
             Ok(None)
         })
     }

@@ -338,3 +338,41 @@ fn readdirplus_stats_children_as_the_caller() {
     assert_eq!(stat, libc::EACCES, "but its attributes are not Bob's to see");
     assert_eq!(fs::symlink_metadata(mnt.join("d/f")).unwrap().len(), 10, "root still sees them");
 }
+
+/// A write by a non-owner to a setuid/setgid file succeeds and clears the bits,
+/// as on a local file system. The kernel used to ask for that with a chmod sent
+/// as the writer, which the server refused (EPERM): the write failed.
+#[test]
+fn a_write_by_a_non_owner_clears_setuid_and_setgid() {
+    use std::io::Write;
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--attr-timeout", "0"]);
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    chmod(&d, 0o777);
+    let f = d.join("f");
+    fs::write(&f, b"#!/bin/sh\n").unwrap();
+    chown(&f, ALICE);
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    for (before, after) in [(0o6777, 0o777), (0o6767, 0o2767)] {
+        chmod(&f, before);
+        let g = f.clone();
+        let wrote = as_user(BOB, move || errno_of(fs::OpenOptions::new().append(true).open(&g).and_then(|mut h| h.write_all(b"echo\n"))));
+        assert_eq!(wrote, 0, "Bob's write to a {before:o} file");
+        assert_eq!(mode(&f), after, "setuid goes; setgid too when group-executable");
+    }
+    // ftruncate through a descriptor goes to the servers as root: the mount says
+    // for whom.
+    chmod(&f, 0o6777);
+    let g = f.clone();
+    let cut = as_user(BOB, move || errno_of(fs::OpenOptions::new().write(true).open(&g).and_then(|h| h.set_len(10))));
+    assert_eq!((cut, mode(&f)), (0, 0o777), "Bob's ftruncate");
+    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"echo\n").unwrap();
+    chmod(&f, 0o6777);
+    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"# root\n").unwrap();
+    assert_eq!(mode(&f), 0o6777, "root's own write keeps them");
+    let g = f.clone();
+    let chmodded = as_user(BOB, move || errno_of(fs::set_permissions(&g, std::os::unix::fs::PermissionsExt::from_mode(0o777))));
+    assert_eq!(chmodded, libc::EPERM, "a chmod is still the owner's");
+    assert_eq!(fs::read(&f).unwrap(), b"#!/bin/sh\necho\n# root\n");
+}
