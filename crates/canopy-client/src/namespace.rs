@@ -31,8 +31,10 @@ pub trait Namespace: Send + Sync + 'static {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>>;
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>>;
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>>;
-    /// File contents (see [`crate::data`]). These check no read or write
-    /// permission: they serve files the caller has open.
+    /// File contents (see [`crate::data`]). Each is checked against the file as
+    /// an open would be (read permission for `read_data`, write for the others;
+    /// root passes): a client serving open descriptors, whose permission was
+    /// checked at open, sends them as root.
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>>;
     /// `kill_suid`: the writer may not keep setuid and setgid (a client acting as
     /// root for an unprivileged process says so; any other caller implies it).

@@ -16,6 +16,7 @@ use canopy_client::shardfs::ShardFs;
 use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_lock::service::LockDaemon;
+use canopy_proto::msg::INLINE_LIMIT;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
@@ -105,6 +106,8 @@ cases!(
     dir_times_follow_name_changes,
     dir_times_off_by_default,
     data_changes_clear_setuid_as_write_does,
+    data_requests_check_permission,
+    the_server_bounds_inline_contents,
 );
 
 /// Asserts that `$e` (a `Result`) failed with exactly `$errno`.
@@ -1099,5 +1102,75 @@ async fn data_changes_clear_setuid_as_write_does(kit: &Kit) {
     let bob = c.as_user(canopy_proto::Creds::user(2000, 2000));
     assert_errno!(bob.chmod("/su/f", 0o755).await, Errno::EPERM);
     assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755);
+    assert_clean(&c).await;
+}
+
+// ---------------------------------------------------------------------------
+// 10. What data requests may not take on trust
+
+fn as_uid(c: &Client, uid: u32) -> Client {
+    c.as_user(canopy_proto::Creds::user(uid, uid))
+}
+
+/// Data requests are checked like opens: read permission for `read_data`, write
+/// permission for `write_data`, `spilled` and `extend`; root passes (the FUSE
+/// mount checks at open and sends them as root). They used to check nothing:
+/// any client read and overwrote another user's 0600 file.
+async fn data_requests_check_permission(kit: &Kit) {
+    let c = kit.client();
+    let (alice, bob) = (as_uid(&c, 1000), as_uid(&c, 2000));
+    c.mkdir("/perm", 0o777).await.unwrap();
+    for i in 0..4 {
+        let f = format!("/perm/f{i}");
+        alice.create(&f, 0o600).await.unwrap();
+        write_inline(&alice, &f, 0, b"secret").await;
+        assert_errno!(bob.read_data(&f, 0, 100).await, Errno::EACCES);
+        assert_errno!(bob.write_data(&f, 0, b"PWNED", MAX, false).await, Errno::EACCES);
+        assert_errno!(bob.spilled(&f, 6, inline_digest(b"secret")).await, Errno::EACCES);
+        assert_errno!(bob.extend(&f, 1 << 20, false).await, Errno::EACCES);
+        assert_eq!(read_inline_all(&c, &f).await, b"secret", "root reads anything");
+        assert_eq!(c.stat(&f).await.unwrap().size, 6, "Bob changed nothing");
+        alice.chmod(&f, 0o644).await.unwrap();
+        assert_eq!(read_inline_all(&bob, &f).await, b"secret", "readable by others now");
+        assert_errno!(bob.write_data(&f, 0, b"x", MAX, false).await, Errno::EACCES);
+        // A second name on another server: the request is redirected to the
+        // inode's home, which checks it.
+        let l = name_where(&format!("/perm/l{i}_"), |p| p != primary(&f));
+        alice.link(&f, &l).await.unwrap();
+        assert_eq!(read_inline_all(&bob, &l).await, b"secret");
+        assert_errno!(bob.write_data(&l, 0, b"x", MAX, false).await, Errno::EACCES);
+        alice.chmod(&f, 0).await.unwrap();
+        assert_errno!(alice.read_data(&l, 0, 1).await, Errno::EACCES, "the owner too, as open(2)");
+        assert!(matches!(c.write_data(&l, 0, b"S", MAX, false).await.unwrap(), DataWrite::Written(_)), "root passes");
+        assert_eq!(read_inline_all(&c, &f).await, b"Secret");
+    }
+    assert_clean(&c).await;
+}
+
+/// A server keeps at most `INLINE_LIMIT` bytes inline whatever `inline_max` the
+/// client sends: `WriteData { offset: 1 << 30, inline_max: u32::MAX }` made a
+/// server allocate and store over a gigabyte. Reads are capped the same way.
+async fn the_server_bounds_inline_contents(kit: &Kit) {
+    let c = kit.client();
+    let limit = INLINE_LIMIT as u64;
+    c.create("/big", 0o644).await.unwrap();
+    for offset in [limit, 2 * limit, 1 << 30, u64::MAX - 1] {
+        match c.write_data("/big", offset, b"x", u32::MAX, false).await.unwrap() {
+            DataWrite::Spill { data, size, .. } => assert_eq!((data.len(), size), (0, 0), "at {offset}: nothing written"),
+            other => panic!("a write ending past the server's limit at {offset}: {other:?}"),
+        }
+    }
+    assert_eq!(c.stat("/big").await.unwrap().size, 0);
+    let full = vec![7u8; INLINE_LIMIT as usize];
+    match c.write_data("/big", 0, &full, u32::MAX, false).await.unwrap() {
+        DataWrite::Written(a) => assert_eq!(a.size, limit, "up to the limit stays inline"),
+        other => panic!("a write ending at the limit: {other:?}"),
+    }
+    assert!(matches!(c.write_data("/big", limit - 1, b"yz", u32::MAX, false).await.unwrap(), DataWrite::Spill { .. }));
+    // A file extended by truncate stays inline, far longer than what is stored.
+    let huge = 1u64 << 40;
+    c.truncate("/big", huge).await.unwrap();
+    assert_eq!(c.read_data("/big", 0, u32::MAX).await.unwrap(), DataRead::Inline(full), "one read returns at most the limit");
+    assert_eq!(c.read_data("/big", huge - 2, u32::MAX).await.unwrap(), DataRead::Inline(vec![0, 0]));
     assert_clean(&c).await;
 }

@@ -56,6 +56,12 @@ pub enum NewKind {
     Special { kind: FileKind, rdev: u64 },
 }
 
+/// The most bytes a file keeps inline, whatever `inline_max` a client asks for:
+/// servers answer `Spill` to a write whose end would pass it (so no request can
+/// make a server allocate more), and `ReadData` returns at most this many bytes
+/// (1 MiB, well inside a frame).
+pub const INLINE_LIMIT: u32 = 1 << 20;
+
 /// What a create does when its name is already taken: open(2) with and without
 /// `O_EXCL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,13 +261,17 @@ requests! {
     Adopt { items: Vec<MovedItem> },
     /// Drop objects that were adopted elsewhere.
     Release { items: Vec<MovedItem> },
-    /// Read up to `len` bytes of an inline file at `offset`: `Data`, or `Backend`
-    /// when the contents are in back-end storage.
+    /// Read up to `len` bytes (at most [`INLINE_LIMIT`]) of an inline file at
+    /// `offset`: `Data`, or `Backend` when the contents are in back-end storage.
+    /// Needs read permission on the file (root passes); every data request is
+    /// checked against the file, like open(2) (the FUSE mount, which checks at
+    /// open, sends them as root).
     ReadData { at: FileRef, offset: u64, len: u32 },
-    /// Write to an inline file, if the result stays within `inline_max` bytes:
-    /// `Attr`. `Backend` when the contents are already in back-end storage, and
+    /// Write to an inline file, if the result stays within `inline_max` bytes
+    /// (never more than [`INLINE_LIMIT`]): `Attr`. `Backend` when the contents are already in back-end storage, and
     /// `Spill` when this write would make the file too big to stay inline (and
-    /// always when `inline_max` is 0: a spill on demand). `kill_suid`: the writer
+    /// always when `inline_max` is 0: a spill on demand). Needs write permission,
+    /// as do `Spilled` and `Extend`. `kill_suid`: the writer
     /// may not keep setuid and setgid (see [`SetAttr::kill_suid`]); implied when
     /// the caller is not root.
     WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool },

@@ -31,7 +31,8 @@ pub struct MountArgs {
     /// Seconds the kernel may cache attributes.
     #[arg(long, default_value_t = 1.0)]
     pub attr_timeout: f64,
-    /// Files up to this many bytes keep their contents in the metadata.
+    /// Files up to this many bytes keep their contents in the metadata (at most
+    /// 1 MiB, the servers' own limit).
     #[arg(long, default_value_t = 64 * 1024)]
     pub inline_max: u32,
     /// Threads reading kernel requests (each on its own cloned /dev/fuse fd);
@@ -66,6 +67,10 @@ fn seconds(s: f64, what: &str) -> Result<Duration, String> {
 }
 
 fn options(args: &MountArgs) -> Result<MountOptions, String> {
+    let limit = canopy_proto::msg::INLINE_LIMIT;
+    if args.inline_max > limit {
+        return Err(format!("--inline-max may be at most {limit} (the servers keep no more inline)"));
+    }
     Ok(MountOptions {
         entry_ttl: seconds(args.entry_timeout, "entry-timeout")?,
         attr_ttl: seconds(args.attr_timeout, "attr-timeout")?,

@@ -376,3 +376,35 @@ fn a_write_by_a_non_owner_clears_setuid_and_setgid() {
     assert_eq!(chmodded, libc::EPERM, "a chmod is still the owner's");
     assert_eq!(fs::read(&f).unwrap(), b"#!/bin/sh\necho\n# root\n");
 }
+
+/// Data requests are now checked against the file on the servers; the mount
+/// checks at open and sends them as root, so what open(2) allows still works:
+/// writing through a descriptor of a file created read-only, or chmodded since.
+#[test]
+fn descriptors_write_whatever_the_mode_became_after_open() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other"]);
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    chmod(&d, 0o777);
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let (f, g, contents) = (d.join("ro"), d.join("later"), big.clone());
+    let written = as_user(BOB, move || {
+        let mut ro = fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(&f)?;
+        ro.write_all(b"small ")?;
+        ro.write_all(&contents)?; // past the inline limit: spills to the back end
+        let mut later = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&g)?;
+        fs::set_permissions(&g, std::os::unix::fs::PermissionsExt::from_mode(0o000))?;
+        later.write_all(b"still mine")
+    });
+    written.unwrap();
+    let mut want = b"small ".to_vec();
+    want.extend_from_slice(&big);
+    assert_eq!(fs::read(d.join("ro")).unwrap(), want);
+    assert_eq!(fs::metadata(d.join("ro")).unwrap().mode() & 0o777, 0o444);
+    assert_eq!(fs::read(d.join("later")).unwrap(), b"still mine");
+    let h = d.join("ro");
+    assert_eq!(as_user(BOB, move || errno_of(fs::OpenOptions::new().write(true).open(&h))), libc::EACCES, "a new open is checked");
+}
