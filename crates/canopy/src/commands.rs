@@ -5,6 +5,7 @@
 use crate::connect::{self, Who};
 use crate::format;
 use canopy_client::Client;
+use canopy_proto::path::NsPath;
 use canopy_proto::{Errno, FileKind, TimeSet};
 use clap::Subcommand;
 use std::future::Future;
@@ -53,6 +54,12 @@ pub enum NsCmd {
         /// Remove empty directories.
         #[arg(short = 'd', long = "dir")]
         dir: bool,
+        /// Refuse to remove '/' recursively (the default).
+        #[arg(long, overrides_with = "no_preserve_root")]
+        preserve_root: bool,
+        /// Let -r remove everything below '/'.
+        #[arg(long)]
+        no_preserve_root: bool,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -94,6 +101,45 @@ fn norm(p: &str) -> String {
         "/".into()
     } else {
         trimmed.to_string()
+    }
+}
+
+/// What rm refuses outright, before it looks at the namespace (coreutils' two
+/// failsafes, for removals that may take directories: `-r` or `-d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RmRefusal {
+    /// The argument's last component is `.` or `..`.
+    DotOrDotDot,
+    /// A recursive removal of the root while `--preserve-root` is in effect.
+    Root,
+}
+
+/// The failsafe `raw` (an argument as given) meets, if any. The dot check reads
+/// the raw argument, since normalising would hide it: `/h/sub/..` is `/h`, and `.`
+/// is the root for a CLI that takes relative paths from there.
+fn rm_refusal(raw: &str, recursive: bool, dirs: bool, preserve_root: bool) -> Option<RmRefusal> {
+    if !recursive && !dirs {
+        return None; // a directory is then refused with EISDIR
+    }
+    let last = raw.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+    if last == "." || last == ".." {
+        return Some(RmRefusal::DotOrDotDot);
+    }
+    let is_root = NsPath::parse(&norm(raw)).is_ok_and(|p| p.is_root());
+    (recursive && preserve_root && is_root).then_some(RmRefusal::Root)
+}
+
+fn report_refusal(raw: &str, refusal: RmRefusal) {
+    match refusal {
+        RmRefusal::DotOrDotDot => eprintln!("canopy: refusing to remove '.' or '..' directory: skipping '{raw}'"),
+        RmRefusal::Root => {
+            if raw == "/" {
+                eprintln!("canopy: it is dangerous to operate recursively on '/'");
+            } else {
+                eprintln!("canopy: it is dangerous to operate recursively on '{raw}' (same as '/')");
+            }
+            eprintln!("canopy: use --no-preserve-root to override this failsafe");
+        }
     }
 }
 
@@ -194,8 +240,14 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
                 }
             }
         }
-        NsCmd::Rm { recursive, force, dir, paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
+        NsCmd::Rm { recursive, force, dir, no_preserve_root, paths, .. } => {
+            for raw in &paths {
+                if let Some(refusal) = rm_refusal(raw, recursive, dir, !no_preserve_root) {
+                    report_refusal(raw, refusal);
+                    ok = false;
+                    continue;
+                }
+                let p = norm(raw);
                 match remove(client, &p, recursive, dir).await {
                     Err(Errno::ENOENT) if force => {}
                     Err(e) => {
@@ -405,4 +457,27 @@ pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
     let verdict = if summary.is_clean() { "clean".to_string() } else { format!("{} problems", summary.problems.len()) };
     println!("canopy fsck: {} servers, {} directories, {} files: {verdict}", summary.servers, summary.dirs, summary.files);
     Ok(if summary.is_clean() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rm_failsafes() {
+        use RmRefusal::*;
+        for dots in [".", "..", "/h/.", "/h/sub/..", "/h/sub/../", "h/..//", "/.."] {
+            assert_eq!(rm_refusal(dots, true, false, true), Some(DotOrDotDot), "{dots}");
+            assert_eq!(rm_refusal(dots, false, true, false), Some(DotOrDotDot), "{dots} with -d");
+            assert_eq!(rm_refusal(dots, false, false, true), None, "{dots}: plain rm says EISDIR");
+        }
+        for root in ["/", "//", ""] {
+            assert_eq!(rm_refusal(root, true, false, true), Some(Root), "{root:?}");
+            assert_eq!(rm_refusal(root, true, false, false), None, "--no-preserve-root");
+            assert_eq!(rm_refusal(root, false, true, true), None, "-d alone: rmdir says EBUSY");
+        }
+        for fine in ["/h", "/h/..x", "/h/.hidden", "/h/sub/../f", "..."] {
+            assert_eq!(rm_refusal(fine, true, true, true), None, "{fine}");
+        }
+    }
 }

@@ -101,3 +101,29 @@ fn acknowledged_create_survives_sigkill() {
     assert!(c.ok(&["stat", path]).contains("regular file"));
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
+
+#[test]
+fn rm_refuses_the_root_and_dot_or_dot_dot_as_coreutils_does() {
+    let c = up(2);
+    c.ok(&["mkdir", "-p", "/h/sub"]);
+    c.ok(&["touch", "/h/f"]);
+    let override_it = "canopy: use --no-preserve-root to override this failsafe";
+    for (root, what) in [("/", "'/'"), ("//", "'//' (same as '/')"), ("///", "'///' (same as '/')")] {
+        let refusal = format!("canopy: it is dangerous to operate recursively on {what}\n{override_it}");
+        c.fails(&["rm", "-r", root], &refusal);
+        c.fails(&["rm", "-rf", "--preserve-root", root], &refusal);
+    }
+    // Checked on the argument as given: lexically, /h/sub/.. is /h.
+    for dots in ["/h/sub/..", "/h/.", "/h/sub/../", "..", "/..", "/./", "."] {
+        let refusal = format!("canopy: refusing to remove '.' or '..' directory: skipping '{dots}'");
+        c.fails(&["rm", "-r", dots], &refusal);
+        c.fails(&["rm", "-d", dots], &refusal);
+    }
+    c.fails(&["rm", "/h/sub/.."], "canopy: cannot remove '/h/sub/..': Is a directory");
+    // The other arguments are still removed, and the exit status says one failed.
+    c.fails(&["rm", "-r", "/h/.", "/h/sub"], "canopy: refusing to remove '.' or '..' directory: skipping '/h/.'");
+    assert_eq!(c.ok(&["ls", "/h"]), "f\n", "only /h/sub went");
+    c.fails(&["rm", "-r", "--no-preserve-root", "/"], "canopy: cannot remove '/': Device or resource busy");
+    assert_eq!(c.ok(&["ls", "/"]), "", "everything below the root went");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
