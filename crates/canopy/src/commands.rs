@@ -93,6 +93,12 @@ pub enum NsCmd {
     Tree { path: Option<String> },
 }
 
+/// Whether an argument ends in a slash, which `norm` drops but which says the
+/// name must be a directory (path_resolution(7)).
+fn names_a_directory(raw: &str) -> bool {
+    raw.ends_with('/')
+}
+
 /// CLI paths: relative ones are taken from the root, and a trailing slash is dropped.
 fn norm(p: &str) -> String {
     let abs = if p.starts_with('/') { p.to_string() } else { format!("/{p}") };
@@ -229,7 +235,15 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
             }
         }
         NsCmd::Touch { paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
+            for raw in &paths {
+                let p = norm(raw);
+                if names_a_directory(raw) {
+                    if let Err((what, e)) = touch_directory(client, &p).await {
+                        complain(what, raw, e);
+                        ok = false;
+                    }
+                    continue;
+                }
                 let r = match client.create(&p, 0o644).await {
                     Err(Errno::EEXIST) => client.utimens(&p, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()),
                     other => other.map(|_| ()),
@@ -331,6 +345,34 @@ fn report_change(what: &str, path: &str, r: Result<canopy_proto::Attr, Errno>) -
             false
         }
     }
+}
+
+/// touch(1) of a name with a trailing slash: nothing is created (open(2) with
+/// O_CREAT answers EISDIR), only a directory's times are set. Errors come with
+/// touch's wording: "cannot touch" when the parent cannot be reached (open's
+/// error), "setting times of" otherwise (utimensat's).
+async fn touch_directory(client: &Client, path: &str) -> Result<(), (&'static str, Errno)> {
+    let set_times = "setting times of";
+    match client.stat(path).await {
+        Ok(a) if a.kind == FileKind::Dir => {
+            client.utimens(path, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()).map_err(|e| (set_times, e))
+        }
+        Ok(_) => Err((set_times, Errno::ENOTDIR)),
+        // Missing: open(2) would have failed first if the parent cannot hold it.
+        Err(Errno::ENOENT) => Err(match parent_kind(client, path).await {
+            Ok(FileKind::Dir) => (set_times, Errno::ENOENT),
+            Ok(_) => ("cannot touch", Errno::ENOTDIR),
+            Err(e) => ("cannot touch", e),
+        }),
+        Err(e) => Err(("cannot touch", e)),
+    }
+}
+
+/// The kind of the directory `path` would be in (the root's for the root).
+async fn parent_kind(client: &Client, path: &str) -> Result<FileKind, Errno> {
+    let p = NsPath::parse(path)?;
+    let parent = p.split().map_or_else(NsPath::root, |(parent, _)| parent);
+    Ok(client.stat(parent.as_str()).await?.kind)
 }
 
 async fn mkdir_parents(client: &Client, path: &str, mode: u32) -> Result<(), Errno> {

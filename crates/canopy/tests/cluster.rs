@@ -127,3 +127,18 @@ fn rm_refuses_the_root_and_dot_or_dot_dot_as_coreutils_does() {
     assert_eq!(c.ok(&["ls", "/"]), "", "everything below the root went");
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
+
+/// A trailing slash says the name is a directory: touch(1) creates nothing then
+/// (open(2) answers EISDIR) and reports what setting the times found.
+#[test]
+fn touch_with_a_trailing_slash_creates_nothing() {
+    let c = up(2);
+    c.ok(&["mkdir", "/h"]);
+    c.ok(&["touch", "/h/f"]);
+    c.fails(&["touch", "/h/trail/"], "canopy: setting times of '/h/trail/': No such file or directory");
+    c.fails(&["touch", "/h/f/"], "canopy: setting times of '/h/f/': Not a directory");
+    c.fails(&["touch", "/none/x/"], "canopy: cannot touch '/none/x/': No such file or directory");
+    c.fails(&["touch", "/h/f/x/"], "canopy: cannot touch '/h/f/x/': Not a directory");
+    assert_eq!(c.ok(&["ls", "/h"]), "f\n", "nothing was created");
+    c.ok(&["touch", "/h/", "/", "//"]);
+}
