@@ -54,6 +54,7 @@ semantics!(
     setattr_permissions,
     permission_checks,
     open_create_of_an_existing_file,
+    chown_to_the_no_change_id_is_invalid,
     sticky_bit,
     symlinks,
     hard_links,
@@ -768,6 +769,24 @@ async fn open_create_of_an_existing_file(c: Client) {
     assert_errno!(bo.open_create("/oc/sym", 0o644, R).await, Errno::EEXIST, "servers follow no symlink");
     let made = bo.open_create("/oc/new", 0o640, R | W).await.unwrap();
     assert_eq!((made.uid, made.mode, made.size), (BOB, 0o640, 0), "a missing name is created");
+    assert_clean(&c).await;
+}
+
+/// In chown(2), uid or gid -1 (u32::MAX) means "leave it": no object may be
+/// given that owner, so a request for it is EINVAL, before any permission check.
+async fn chown_to_the_no_change_id_is_invalid(c: Client) {
+    c.mkdir("/own", 0o755).await.unwrap();
+    c.create("/own/f", 0o644).await.unwrap();
+    let al = c.as_user(alice());
+    for p in ["/own", "/own/f"] {
+        assert_errno!(c.chown(p, Some(u32::MAX), None).await, Errno::EINVAL, "uid");
+        assert_errno!(c.chown(p, None, Some(u32::MAX)).await, Errno::EINVAL, "gid");
+        assert_errno!(c.chown(p, Some(ALICE), Some(u32::MAX)).await, Errno::EINVAL);
+        assert_errno!(al.chown(p, Some(u32::MAX), None).await, Errno::EINVAL, "before EPERM");
+        let a = c.stat(p).await.unwrap();
+        assert_eq!((a.uid, a.gid), (0, 0), "{p}: unchanged");
+        assert_eq!(c.chown(p, Some(u32::MAX - 1), None).await.unwrap().uid, u32::MAX - 1, "any other id is fine");
+    }
     assert_clean(&c).await;
 }
 

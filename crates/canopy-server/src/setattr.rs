@@ -22,8 +22,14 @@ pub fn drop_suid(mode: u32) -> u32 {
     }
 }
 
+/// The id chown(2) reads as "leave it" (-1): no object may be owned by it.
+pub const NO_ID: u32 = u32::MAX;
+
 /// Applies `set` to `attr` as `creds`, at time `now`, or says why not.
 pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<(), Errno> {
+    if set.uid == Some(NO_ID) || set.gid == Some(NO_ID) {
+        return Err(Errno::EINVAL); // as Linux: before any permission check
+    }
     let is_dir = attr.kind == FileKind::Dir;
     let mut next = attr.clone();
     if let Some(size) = set.size {
@@ -148,6 +154,16 @@ mod tests {
         assert_eq!(apply(&bob, &mut ro, &only_kill, 1), Err(Errno::EACCES), "only a writer may");
         assert_eq!(apply(&bob, &mut ro, &SetAttr::mode(0o744), 1), Err(Errno::EPERM), "chmod stays the owner's");
         assert_eq!(ro.mode, 0o4744);
+    }
+
+    #[test]
+    fn the_no_change_id_is_invalid_for_anyone() {
+        let mut a = file(1000, 100, 0o644);
+        for set in [SetAttr::owner(Some(NO_ID), None), SetAttr::owner(None, Some(NO_ID)), SetAttr::owner(Some(5), Some(NO_ID))] {
+            assert_eq!(apply(&Creds::root(), &mut a, &set, 1), Err(Errno::EINVAL));
+            assert_eq!(apply(&Creds::user(2000, 2), &mut a, &set, 1), Err(Errno::EINVAL));
+        }
+        assert_eq!((a.uid, a.gid), (1000, 100));
     }
 
     #[test]

@@ -157,13 +157,15 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| format!("invalid mode: '{s}'"))
 }
 
-fn lookup_id(name: &str, user: bool) -> Result<u32, String> {
-    if let Ok(n) = name.parse() {
-        return Ok(n);
+/// A user or group id by number or name; None if there is none. 4294967295 is
+/// chown(2)'s "no change", never an id.
+fn lookup_id(name: &str, user: bool) -> Option<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return (n != u32::MAX).then_some(n);
     }
-    let c = std::ffi::CString::new(name).map_err(|_| format!("invalid name '{name}'"))?;
+    let c = std::ffi::CString::new(name).ok()?;
     // SAFETY: getpwnam/getgrnam read the system databases; we copy the id out at once.
-    let id = unsafe {
+    unsafe {
         if user {
             let p = libc::getpwnam(c.as_ptr());
             (!p.is_null()).then(|| (*p).pw_uid)
@@ -171,18 +173,21 @@ fn lookup_id(name: &str, user: bool) -> Result<u32, String> {
             let g = libc::getgrnam(c.as_ptr());
             (!g.is_null()).then(|| (*g).gr_gid)
         }
-    };
-    id.ok_or_else(|| format!("invalid {}: '{name}'", if user { "user" } else { "group" }))
+    }
 }
 
+/// USER[:GROUP] or :GROUP; errors quote the whole spec, as chown(1) does.
 fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
-    let uid = if u.is_empty() { None } else { Some(lookup_id(u, true)?) };
+    let uid = match u {
+        "" => None,
+        u => Some(lookup_id(u, true).ok_or_else(|| format!("invalid user: '{s}'"))?),
+    };
     let gid = match g {
-        Some(g) if !g.is_empty() => Some(lookup_id(g, false)?),
+        Some(g) if !g.is_empty() => Some(lookup_id(g, false).ok_or_else(|| format!("invalid group: '{s}'"))?),
         _ => None,
     };
     Ok((uid, gid))

@@ -142,3 +142,18 @@ fn touch_with_a_trailing_slash_creates_nothing() {
     assert_eq!(c.ok(&["ls", "/h"]), "f\n", "nothing was created");
     c.ok(&["touch", "/h/", "/", "//"]);
 }
+
+/// uid and gid 4294967295 are chown(2)'s "no change": like coreutils, the CLI
+/// refuses them as invalid (and the servers would answer EINVAL).
+#[test]
+fn chown_refuses_the_no_change_ids() {
+    let c = up(2);
+    c.ok(&["touch", "/f"]);
+    c.fails(&["chown", "4294967295", "/f"], "canopy: invalid user: '4294967295'");
+    c.fails(&["chown", ":4294967295", "/f"], "canopy: invalid group: ':4294967295'");
+    c.fails(&["chown", "0:4294967295", "/f"], "canopy: invalid group: '0:4294967295'");
+    c.fails(&["chown", "nosuchuser:0", "/f"], "canopy: invalid user: 'nosuchuser:0'");
+    assert!(c.ok(&["stat", "/f"]).contains("Uid: 0  Gid: 0"));
+    c.ok(&["chown", "4294967294:4294967294", "/f"]);
+    assert!(c.ok(&["stat", "/f"]).contains("Uid: 4294967294  Gid: 4294967294"));
+}
