@@ -4,6 +4,7 @@
 use canopy_proto::attr::access;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use std::ffi::OsStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub fn errno(e: Errno) -> fuser::Errno {
@@ -12,6 +13,13 @@ pub fn errno(e: Errno) -> fuser::Errno {
         Errno::EREMOTE => fuser::Errno::from_i32(libc::EIO),
         e => fuser::Errno::from_i32(e.code()),
     }
+}
+
+/// A name or symlink target from the kernel as Canopy's UTF-8. Other bytes are
+/// refused with `EILSEQ`, as UTF-8-only file systems refuse them (Canopy names
+/// are strings end to end; nothing is stored under a lossy conversion).
+pub fn utf8(name: &OsStr) -> Result<&str, fuser::Errno> {
+    name.to_str().ok_or(fuser::Errno::from_i32(libc::EILSEQ))
 }
 
 pub fn io_errno(e: &std::io::Error) -> fuser::Errno {
@@ -147,6 +155,13 @@ mod tests {
         assert_eq!(parse_groups(status), vec![4, 24, 1001]);
         assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
         assert_eq!(creds(5, 6, 0).groups, Vec::<u32>::new());
+    }
+
+    #[test]
+    fn names_must_be_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(utf8(OsStr::new("caf\u{e9}")).unwrap(), "caf\u{e9}");
+        assert_eq!(utf8(OsStr::from_bytes(b"caf\xe9")).unwrap_err().code(), libc::EILSEQ);
     }
 
     #[test]

@@ -61,10 +61,6 @@ struct DirHandles {
     open: HashMap<u64, Arc<Vec<DirEntry>>>,
 }
 
-fn name_str(name: &OsStr) -> R<&str> {
-    name.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))
-}
-
 fn enoent() -> fuser::Errno {
     fuser::Errno::from_i32(libc::ENOENT)
 }
@@ -88,7 +84,7 @@ impl Core {
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> R<String> {
-        Ok(child_path(&self.path(parent)?, name_str(name)?))
+        Ok(child_path(&self.path(parent)?, convert::utf8(name)?))
     }
 
     fn entry(&self, reply: ReplyEntry, path: &str, attr: &Attr) {
@@ -337,7 +333,7 @@ impl Core {
     pub(crate) fn symlink(&self, req: &Caller, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, link_name)?;
-            let target = target.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
+            let target = convert::utf8(target.as_os_str())?;
             Ok((self.run(self.caller(req).symlink(target, &path))?, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))

@@ -408,3 +408,38 @@ fn descriptors_write_whatever_the_mode_became_after_open() {
     let h = d.join("ro");
     assert_eq!(as_user(BOB, move || errno_of(fs::OpenOptions::new().write(true).open(&h))), libc::EACCES, "a new open is checked");
 }
+
+/// Canopy names (and symlink targets) are UTF-8 strings end to end: the mount
+/// refuses any other name with EILSEQ, as UTF-8-only file systems do, in every
+/// request that carries one.
+#[test]
+fn names_that_are_not_utf8_are_refused_with_eilseq() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    fs::write(mnt.join("file"), b"x").unwrap();
+    fs::create_dir(mnt.join("dir")).unwrap();
+    let bad = OsStr::from_bytes(b"caf\xe9"); // Latin-1, not UTF-8
+    let at = mnt.join(bad);
+    let fifo = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
+    let attempts: Vec<(&str, i32)> = vec![
+        ("lookup", errno_of(fs::symlink_metadata(&at))),
+        ("create", errno_of(fs::File::create(&at))),
+        ("mkdir", errno_of(fs::create_dir(&at))),
+        // SAFETY: a valid path; mkfifo only reads it.
+        ("mknod", if unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) } == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() }),
+        ("symlink", errno_of(std::os::unix::fs::symlink("file", &at))),
+        ("symlink target", errno_of(std::os::unix::fs::symlink(bad, mnt.join("link")))),
+        ("link", errno_of(fs::hard_link(mnt.join("file"), &at))),
+        ("rename", errno_of(fs::rename(mnt.join("file"), &at))),
+        ("unlink", errno_of(fs::remove_file(&at))),
+        ("rmdir", errno_of(fs::remove_dir(&at))),
+    ];
+    for (what, errno) in attempts {
+        assert_eq!(errno, libc::EILSEQ, "{what} of a non-UTF-8 name");
+    }
+    let mut left: Vec<String> = fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, ["dir", "file"], "nothing was made or moved");
+}
