@@ -7,12 +7,22 @@ use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The errno a program is told for a Canopy error.
 pub fn errno(e: Errno) -> fuser::Errno {
-    match e {
-        // Internal to Canopy's routing; never meaningful to a program.
-        Errno::EREMOTE => fuser::Errno::from_i32(libc::EIO),
-        e => fuser::Errno::from_i32(e.code()),
+    if reaches_programs_as_eio(e) {
+        fuser::Errno::from_i32(libc::EIO)
+    } else {
+        fuser::Errno::from_i32(e.code())
     }
+}
+
+/// Errors about reaching the cluster rather than about the file: the
+/// transport's (refused, timed out, connection lost, a frame that would not
+/// encode or decode) and Canopy's internal routing answer (EREMOTE). No file
+/// system call documents them, and programs handle EIO as "the storage failed",
+/// as it did.
+pub fn reaches_programs_as_eio(e: Errno) -> bool {
+    matches!(e, Errno::ECONNREFUSED | Errno::ETIMEDOUT | Errno::ENOTCONN | Errno::EPROTO | Errno::EMSGSIZE | Errno::EREMOTE)
 }
 
 /// A name or symlink target from the kernel as Canopy's UTF-8. Other bytes are
@@ -180,5 +190,15 @@ mod tests {
         assert_eq!(mknod_kind(libc::S_IFDIR | 0o755), None);
         assert_eq!(errno(Errno::EREMOTE).code(), libc::EIO);
         assert_eq!(errno(Errno::ENOENT).code(), libc::ENOENT);
+    }
+
+    #[test]
+    fn transport_failures_are_eio_and_file_errors_pass_through() {
+        for e in [Errno::ECONNREFUSED, Errno::ETIMEDOUT, Errno::ENOTCONN, Errno::EPROTO, Errno::EMSGSIZE, Errno::EREMOTE] {
+            assert_eq!(errno(e).code(), libc::EIO, "{e:?}");
+        }
+        for e in [Errno::ENOENT, Errno::EACCES, Errno::EPERM, Errno::EEXIST, Errno::ENOTEMPTY, Errno::EIO, Errno::ESTALE, Errno::EAGAIN] {
+            assert_eq!(errno(e).code(), e.code(), "{e:?}");
+        }
     }
 }

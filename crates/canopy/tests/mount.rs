@@ -443,3 +443,16 @@ fn names_that_are_not_utf8_are_refused_with_eilseq() {
     left.sort();
     assert_eq!(left, ["dir", "file"], "nothing was made or moved");
 }
+
+/// Programs see EIO when the cluster cannot be reached, not the transport's
+/// ECONNREFUSED, ETIMEDOUT or ENOTCONN, which no file system call documents.
+#[test]
+fn an_unreachable_cluster_is_eio_to_programs() {
+    let mut m = up();
+    let mnt = m.mount("mnt", &["--attr-timeout", "0", "--entry-timeout", "0"]);
+    fs::write(mnt.join("f"), b"x").unwrap();
+    m.ok(&["down"]);
+    assert_eq!(errno_of(fs::symlink_metadata(mnt.join("f"))), libc::EIO, "stat");
+    assert_eq!(errno_of(fs::write(mnt.join("g"), b"y")), libc::EIO, "create");
+    assert_eq!(errno_of(fs::create_dir(mnt.join("d"))), libc::EIO, "mkdir");
+}
