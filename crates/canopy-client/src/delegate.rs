@@ -15,7 +15,7 @@ use crate::fsck::FsckSummary;
 use crate::namespace::{Namespace, Res};
 use crate::shardfs::{unexpected, ShardFs};
 use crate::Client;
-use canopy_proto::msg::{NsCall, ServerStats};
+use canopy_proto::msg::{IfExists, NsCall, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, FileKind, Reply, Request, SetAttr};
@@ -68,8 +68,8 @@ impl Namespace for Delegated {
     fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
         Box::pin(self.unit(c, NsCall::Rmdir { path: s(path) }))
     }
-    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.attr(c, NsCall::Create { path: s(path), mode, exclusive }))
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.attr(c, NsCall::Create { path: s(path), mode, if_exists }))
     }
     fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(self.attr(c, NsCall::Mknod { path: s(path), mode, kind, rdev }))
@@ -120,9 +120,9 @@ impl Namespace for Delegated {
             }
         })
     }
-    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>> {
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
         Box::pin(async move {
-            match self.delegate(c, NsCall::WriteData { path: s(path), offset, data: data.to_vec(), inline_max }).await? {
+            match self.delegate(c, NsCall::WriteData { path: s(path), offset, data: data.to_vec(), inline_max, kill_suid }).await? {
                 Reply::Attr(a) => Ok(DataWrite::Written(a)),
                 Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
                 Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
@@ -133,8 +133,8 @@ impl Namespace for Delegated {
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(self.attr(c, NsCall::Spilled { path: s(path), len, digest }))
     }
-    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.attr(c, NsCall::Extend { path: s(path), end }))
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.attr(c, NsCall::Extend { path: s(path), end, kill_suid }))
     }
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>> {
         self.direct.server_stats()
@@ -198,7 +198,7 @@ async fn run(c: &Client, call: NsCall) -> Res<Reply> {
     Ok(match call {
         NsCall::Mkdir { path, mode } => attr(ns.mkdir(who, &path, mode).await?),
         NsCall::Rmdir { path } => ns.rmdir(who, &path).await.map(|_| Reply::Unit)?,
-        NsCall::Create { path, mode, exclusive } => attr(ns.create(who, &path, mode, exclusive).await?),
+        NsCall::Create { path, mode, if_exists } => attr(ns.create(who, &path, mode, if_exists).await?),
         NsCall::Mknod { path, mode, kind, rdev } => attr(ns.mknod(who, &path, mode, kind, rdev).await?),
         NsCall::Unlink { path } => ns.unlink(who, &path).await.map(|_| Reply::Unit)?,
         NsCall::Stat { path } => attr(ns.stat(who, &path).await?),
@@ -216,12 +216,12 @@ async fn run(c: &Client, call: NsCall) -> Res<Reply> {
             DataRead::Inline(d) => Reply::Data(d),
             DataRead::Backend { fid, size } => Reply::Backend { fid, size },
         },
-        NsCall::WriteData { path, offset, data, inline_max } => match ns.write_data(who, &path, offset, &data, inline_max).await? {
+        NsCall::WriteData { path, offset, data, inline_max, kill_suid } => match ns.write_data(who, &path, offset, &data, inline_max, kill_suid).await? {
             DataWrite::Written(a) => Reply::Attr(a),
             DataWrite::Backend { fid, size } => Reply::Backend { fid, size },
             DataWrite::Spill { fid, data, size } => Reply::Spill { fid, data, size },
         },
         NsCall::Spilled { path, len, digest } => attr(ns.spilled(who, &path, len, digest).await?),
-        NsCall::Extend { path, end } => attr(ns.extend(who, &path, end).await?),
+        NsCall::Extend { path, end, kill_suid } => attr(ns.extend(who, &path, end, kill_suid).await?),
     })
 }

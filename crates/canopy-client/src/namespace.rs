@@ -3,7 +3,7 @@
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use canopy_proto::msg::ServerStats;
+use canopy_proto::msg::{IfExists, ServerStats};
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -15,8 +15,9 @@ pub type Res<T> = Result<T, Errno>;
 pub trait Namespace: Send + Sync + 'static {
     fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>>;
     fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
-    /// Creates a regular file; with `exclusive` false an existing file is returned.
-    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>>;
+    /// Creates a regular file; if the name is taken, `if_exists` says whether that
+    /// is `EEXIST` or the existing file is opened (after open(2)'s checks).
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>>;
     /// Makes a FIFO, socket or device node (`kind` must be one of those).
     fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>>;
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>>;
@@ -30,15 +31,20 @@ pub trait Namespace: Send + Sync + 'static {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>>;
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>>;
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>>;
-    /// File contents (see [`crate::data`]). These check no read or write
-    /// permission: they serve files the caller has open.
+    /// File contents (see [`crate::data`]). Each is checked against the file as
+    /// an open would be (read permission for `read_data`, write for the others;
+    /// root passes): a client serving open descriptors, whose permission was
+    /// checked at open, sends them as root.
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>>;
-    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>>;
+    /// `kill_suid`: the writer may not keep setuid and setgid (a client acting as
+    /// root for an unprivileged process says so; any other caller implies it).
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>>;
     /// Confirms a spill: the inline contents (`len` bytes with digest `digest`)
     /// were copied to the back-end file. `ESTALE`: they changed meanwhile.
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>>;
-    /// Back-end contents were written up to `end`: grows the size, sets mtime.
-    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>>;
+    /// Back-end contents were written up to `end`: grows the size, sets mtime;
+    /// `kill_suid` as for `write_data`.
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>>;
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>>;
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>>;
     /// Recovers every transaction whose coordinator's lease ran out; returns how
@@ -85,13 +91,17 @@ impl Client {
         self.ns.rmdir(&self.creds, path).await
     }
 
+    /// Creates a regular file; `EEXIST` if the name is taken (`O_CREAT|O_EXCL`).
     pub async fn create(&self, path: &str, mode: u32) -> Res<Attr> {
-        self.ns.create(&self.creds, path, mode, true).await
+        self.ns.create(&self.creds, path, mode, IfExists::Fail).await
     }
 
-    /// Creates the file if missing (O_CREAT without O_EXCL).
-    pub async fn open_create(&self, path: &str, mode: u32) -> Res<Attr> {
-        self.ns.create(&self.creds, path, mode, false).await
+    /// `O_CREAT` without `O_EXCL`: creates the file if missing, else answers the
+    /// existing regular file if this user may open it for `access` (R and W bits
+    /// of [`canopy_proto::attr::access`]; W for `O_TRUNC`): `EACCES` if not,
+    /// `EISDIR` for a directory. Truncating is the caller's next step.
+    pub async fn open_create(&self, path: &str, mode: u32, access: u32) -> Res<Attr> {
+        self.ns.create(&self.creds, path, mode, IfExists::Open { access }).await
     }
 
     pub async fn mknod(&self, path: &str, mode: u32, kind: FileKind, rdev: u64) -> Res<Attr> {
@@ -102,16 +112,18 @@ impl Client {
         self.ns.read_data(&self.creds, path, offset, len).await
     }
 
-    pub async fn write_data(&self, path: &str, offset: u64, data: &[u8], inline_max: u32) -> Res<DataWrite> {
-        self.ns.write_data(&self.creds, path, offset, data, inline_max).await
+    /// Writes inline contents; `kill_suid`: the write is made for a process that
+    /// may not keep setuid and setgid (only meaningful when acting as root).
+    pub async fn write_data(&self, path: &str, offset: u64, data: &[u8], inline_max: u32, kill_suid: bool) -> Res<DataWrite> {
+        self.ns.write_data(&self.creds, path, offset, data, inline_max, kill_suid).await
     }
 
     pub async fn spilled(&self, path: &str, len: u64, digest: u64) -> Res<Attr> {
         self.ns.spilled(&self.creds, path, len, digest).await
     }
 
-    pub async fn extend(&self, path: &str, end: u64) -> Res<Attr> {
-        self.ns.extend(&self.creds, path, end).await
+    pub async fn extend(&self, path: &str, end: u64, kill_suid: bool) -> Res<Attr> {
+        self.ns.extend(&self.creds, path, end, kill_suid).await
     }
 
     pub async fn unlink(&self, path: &str) -> Res<()> {

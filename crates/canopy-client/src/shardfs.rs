@@ -29,7 +29,7 @@ use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
 use canopy_lock::{path_locks, path_read_locks};
 use canopy_proto::attr::access;
-use canopy_proto::msg::{DirLookup, FsckReport, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::msg::{DirLookup, FsckReport, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -811,12 +811,18 @@ impl Namespace for ShardFs {
         })
     }
 
-    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, exclusive: bool) -> BoxFuture<'a, Res<Attr>> {
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             let kind = NewKind::File { fid: self.fids.next() };
-            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind, exclusive }).await?;
+            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind, if_exists }).await?;
+            let redirected = matches!(reply, Reply::Redirect { .. });
             let attr = self.attr_or_follow(reply).await?;
+            if let (true, IfExists::Open { access }) = (redirected, if_exists) {
+                // An existing hard-linked file whose inode lives on another
+                // server: the server that answered could not check it.
+                perm::check_open_existing(c, &attr, access)?;
+            }
             // Without O_EXCL the file may have existed already; touching its
             // directory then is a harmless extra update, and saves asking.
             self.touch_parents(c, &[&p]).await;
@@ -827,7 +833,7 @@ impl Namespace for ShardFs {
     fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let req = Request::Create { path: p.to_string(), mode, kind: NewKind::Special { kind, rdev }, exclusive: true };
+            let req = Request::Create { path: p.to_string(), mode, kind: NewKind::Special { kind, rdev }, if_exists: IfExists::Fail };
             let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)
@@ -848,16 +854,16 @@ impl Namespace for ShardFs {
         Box::pin(self.do_read_data(c, path, offset, len))
     }
 
-    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32) -> BoxFuture<'a, Res<DataWrite>> {
-        Box::pin(self.do_write_data(c, path, offset, data, inline_max))
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
+        Box::pin(self.do_write_data(c, path, offset, data, inline_max, kill_suid))
     }
 
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(self.do_spilled(c, path, len, digest))
     }
 
-    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.do_extend(c, path, end))
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(self.do_extend(c, path, end, kill_suid))
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
@@ -893,7 +899,7 @@ impl Namespace for ShardFs {
     fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), exclusive: true };
+            let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), if_exists: IfExists::Fail };
             let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)

@@ -27,8 +27,8 @@ impl ShardFs {
         }
     }
 
-    pub(crate) async fn do_write_data(&self, c: &Creds, path: &str, offset: u64, data: &[u8], inline_max: u32) -> Res<DataWrite> {
-        let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max };
+    pub(crate) async fn do_write_data(&self, c: &Creds, path: &str, offset: u64, data: &[u8], inline_max: u32, kill_suid: bool) -> Res<DataWrite> {
+        let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
         match self.data_rpc(c, path, make).await? {
             Reply::Attr(a) => Ok(DataWrite::Written(a)),
             Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
@@ -44,8 +44,8 @@ impl ShardFs {
         }
     }
 
-    pub(crate) async fn do_extend(&self, c: &Creds, path: &str, end: u64) -> Res<Attr> {
-        match self.data_rpc(c, path, |at| Request::Extend { at, end }).await? {
+    pub(crate) async fn do_extend(&self, c: &Creds, path: &str, end: u64, kill_suid: bool) -> Res<Attr> {
+        match self.data_rpc(c, path, |at| Request::Extend { at, end, kill_suid }).await? {
             Reply::Attr(a) => Ok(a),
             other => Err(unexpected(other)),
         }

@@ -16,6 +16,7 @@ use canopy_client::shardfs::ShardFs;
 use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_lock::service::LockDaemon;
+use canopy_proto::msg::INLINE_LIMIT;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
@@ -104,6 +105,9 @@ cases!(
     data_requests_on_non_files,
     dir_times_follow_name_changes,
     dir_times_off_by_default,
+    data_changes_clear_setuid_as_write_does,
+    data_requests_check_permission,
+    the_server_bounds_inline_contents,
 );
 
 /// Asserts that `$e` (a `Result`) failed with exactly `$errno`.
@@ -160,7 +164,7 @@ async fn read_inline_all(c: &Client, path: &str) -> Vec<u8> {
 
 /// A write that must stay inline.
 async fn write_inline(c: &Client, path: &str, offset: u64, data: &[u8]) -> Attr {
-    match c.write_data(path, offset, data, MAX).await.unwrap() {
+    match c.write_data(path, offset, data, MAX, false).await.unwrap() {
         DataWrite::Written(a) => a,
         other => panic!("{path}: write of {} bytes at {offset} expected inline, got {other:?}", data.len()),
     }
@@ -169,7 +173,7 @@ async fn write_inline(c: &Client, path: &str, offset: u64, data: &[u8]) -> Attr 
 /// The FID of a regular file, asked without changing it: any write past an
 /// inline limit of 0 is answered `Spill` (or `Backend`) and writes nothing.
 async fn fid_of(c: &Client, path: &str) -> Fid {
-    match c.write_data(path, 0, b"?", 0).await.unwrap() {
+    match c.write_data(path, 0, b"?", 0, false).await.unwrap() {
         DataWrite::Spill { fid, .. } | DataWrite::Backend { fid, .. } => fid,
         DataWrite::Written(a) => panic!("{path}: a write past inline_max 0 was written inline: {a:?}"),
     }
@@ -177,7 +181,7 @@ async fn fid_of(c: &Client, path: &str) -> Fid {
 
 /// Moves a file's contents out of inline storage (the copy itself is not kept).
 async fn spill(c: &Client, path: &str) -> Fid {
-    let (fid, data, size) = match c.write_data(path, 0, b"?", 0).await.unwrap() {
+    let (fid, data, size) = match c.write_data(path, 0, b"?", 0, false).await.unwrap() {
         DataWrite::Spill { fid, data, size } => (fid, data, size),
         other => panic!("{path}: expected Spill, got {other:?}"),
     };
@@ -196,7 +200,7 @@ impl Backend {
     /// Writes `data` at `offset` through the whole protocol; returns the size.
     async fn write(&self, c: &Client, path: &str, offset: u64, data: &[u8], inline_max: u32) -> u64 {
         for _ in 0..100 {
-            match c.write_data(path, offset, data, inline_max).await.unwrap() {
+            match c.write_data(path, offset, data, inline_max, false).await.unwrap() {
                 DataWrite::Written(a) => return a.size,
                 DataWrite::Spill { fid, data: inline, size } => {
                     assert!(inline.len() as u64 <= size, "{path}: Spill data {} longer than size {size}", inline.len());
@@ -218,7 +222,7 @@ impl Backend {
                         }
                         f[offset as usize..end].copy_from_slice(data);
                     }
-                    return c.extend(path, end as u64).await.unwrap().size;
+                    return c.extend(path, end as u64, false).await.unwrap().size;
                 }
             }
         }
@@ -324,7 +328,7 @@ async fn inline_writes_match_a_reference(kit: &Kit) {
     assert_eq!(write_inline(&c, "/d/full", 0, &full).await.size, MAX as u64);
     assert_eq!(read_inline_all(&c, "/d/full").await, full);
     // An offset whose end overflows is EFBIG, and writes nothing.
-    assert_errno!(c.write_data("/d/full", u64::MAX, b"xy", MAX).await, Errno::EFBIG);
+    assert_errno!(c.write_data("/d/full", u64::MAX, b"xy", MAX, false).await, Errno::EFBIG);
     assert_eq!(c.stat("/d/full").await.unwrap().size, MAX as u64);
     assert_clean(&c).await;
 }
@@ -403,7 +407,7 @@ async fn spill_handshake_then_backend(kit: &Kit) {
     c.create("/s", 0o644).await.unwrap();
     let first = write_inline(&c, "/s", 0, b"0123456789").await;
     sleep_ms(2).await;
-    let (fid, data, size) = match c.write_data("/s", 60, b"0123456789", MAX).await.unwrap() {
+    let (fid, data, size) = match c.write_data("/s", 60, b"0123456789", MAX, false).await.unwrap() {
         DataWrite::Spill { fid, data, size } => (fid, data, size),
         other => panic!("a write ending at 70 > {MAX} must be answered Spill, got {other:?}"),
     };
@@ -414,7 +418,7 @@ async fn spill_handshake_then_backend(kit: &Kit) {
     assert_eq!(read_inline_all(&c, "/s").await, b"0123456789");
     // Asking again answers the same.
     assert_eq!(
-        c.write_data("/s", 70, b"x", MAX).await.unwrap(),
+        c.write_data("/s", 70, b"x", MAX, false).await.unwrap(),
         DataWrite::Spill { fid, data: data.clone(), size: 10 }
     );
     let a = c.spilled("/s", data.len() as u64, inline_digest(&data)).await.unwrap();
@@ -422,34 +426,34 @@ async fn spill_handshake_then_backend(kit: &Kit) {
     assert_eq!(c.read_data("/s", 0, 100).await.unwrap(), DataRead::Backend { fid, size: 10 });
     assert_eq!(c.read_data("/s", 1000, 1).await.unwrap(), DataRead::Backend { fid, size: 10 });
     // Writes now go to the back end, of any size.
-    assert_eq!(c.write_data("/s", 0, b"z", MAX).await.unwrap(), DataWrite::Backend { fid, size: 10 });
-    assert_eq!(c.write_data("/s", 0, b"z", u32::MAX).await.unwrap(), DataWrite::Backend { fid, size: 10 });
+    assert_eq!(c.write_data("/s", 0, b"z", MAX, false).await.unwrap(), DataWrite::Backend { fid, size: 10 });
+    assert_eq!(c.write_data("/s", 0, b"z", u32::MAX, false).await.unwrap(), DataWrite::Backend { fid, size: 10 });
     // A second confirmation is harmless.
     assert_eq!(c.spilled("/s", 10, inline_digest(&data)).await.unwrap().size, 10);
     assert_eq!(c.spilled("/s", 0, 0).await.unwrap().size, 10);
     // Extend grows the size, never shrinks it, and sets the times.
     let before = c.stat("/s").await.unwrap();
     sleep_ms(2).await;
-    let e = c.extend("/s", 70).await.unwrap();
+    let e = c.extend("/s", 70, false).await.unwrap();
     assert_eq!(e.size, 70);
     assert!(e.mtime > before.mtime && e.ctime > before.ctime, "extend sets mtime and ctime");
-    assert_eq!(c.extend("/s", 5).await.unwrap().size, 70, "extend never shrinks");
-    assert_eq!(c.extend("/s", 70).await.unwrap().size, 70);
+    assert_eq!(c.extend("/s", 5, false).await.unwrap().size, 70, "extend never shrinks");
+    assert_eq!(c.extend("/s", 70, false).await.unwrap().size, 70);
     assert_eq!(c.stat("/s").await.unwrap().size, 70);
     assert_eq!(c.read_data("/s", 0, 1).await.unwrap(), DataRead::Backend { fid, size: 70 });
     // Truncate of a spilled file sets its size (the back end is the client's).
     assert_eq!(c.truncate("/s", 3).await.unwrap().size, 3);
     assert_eq!(c.read_data("/s", 0, 1).await.unwrap(), DataRead::Backend { fid, size: 3 });
-    assert_eq!(c.extend("/s", 4).await.unwrap().size, 4);
+    assert_eq!(c.extend("/s", 4, false).await.unwrap().size, 4);
     // Spilled requires a file.
     c.mkdir("/dir", 0o755).await.unwrap();
     assert_errno!(c.spilled("/dir", 0, 0).await, Errno::EISDIR);
-    assert_errno!(c.extend("/dir", 1).await, Errno::EISDIR);
+    assert_errno!(c.extend("/dir", 1, false).await, Errno::EISDIR);
     assert_errno!(c.spilled("/missing", 0, 0).await, Errno::ENOENT);
-    assert_errno!(c.extend("/missing", 1).await, Errno::ENOENT);
+    assert_errno!(c.extend("/missing", 1, false).await, Errno::ENOENT);
     // An empty file spills with empty data.
     c.create("/empty", 0o644).await.unwrap();
-    match c.write_data("/empty", 100, b"x", MAX).await.unwrap() {
+    match c.write_data("/empty", 100, b"x", MAX, false).await.unwrap() {
         DataWrite::Spill { data, size, .. } => assert_eq!((data, size), (vec![], 0)),
         other => panic!("expected Spill, got {other:?}"),
     }
@@ -462,7 +466,7 @@ async fn stale_spill_answers_eagain_and_stays_inline(kit: &Kit) {
     // Same length, different bytes: the digest catches it.
     c.create("/r", 0o644).await.unwrap();
     write_inline(&c, "/r", 0, b"aaaa").await;
-    let DataWrite::Spill { fid, data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX).await.unwrap() else { panic!("expected Spill") };
+    let DataWrite::Spill { fid, data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX, false).await.unwrap() else { panic!("expected Spill") };
     assert_eq!(data, b"aaaa");
     write_inline(&other, "/r", 0, b"bb").await; // slips in between
     assert_errno!(c.spilled("/r", 4, inline_digest(&data)).await, Errno::ESTALE);
@@ -470,18 +474,18 @@ async fn stale_spill_answers_eagain_and_stays_inline(kit: &Kit) {
     assert_eq!(write_inline(&c, "/r", 0, b"c").await.size, 4, "still written inline");
     assert_eq!(read_inline_all(&c, "/r").await, b"cbaa");
     // Different length (a write that grew the file).
-    let DataWrite::Spill { data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX).await.unwrap() else { panic!("expected Spill") };
+    let DataWrite::Spill { data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX, false).await.unwrap() else { panic!("expected Spill") };
     write_inline(&other, "/r", 4, b"ZZ").await;
     assert_errno!(c.spilled("/r", data.len() as u64, inline_digest(&data)).await, Errno::ESTALE);
     // A shrink between Spill and Spilled.
-    let DataWrite::Spill { data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX).await.unwrap() else { panic!("expected Spill") };
+    let DataWrite::Spill { data, .. } = c.write_data("/r", 0, &[1u8; 100], MAX, false).await.unwrap() else { panic!("expected Spill") };
     other.truncate("/r", 1).await.unwrap();
     assert_errno!(c.spilled("/r", data.len() as u64, inline_digest(&data)).await, Errno::ESTALE);
     assert_eq!(read_inline_all(&c, "/r").await, b"c");
     // A wrong length with the right digest is refused too.
     assert_errno!(c.spilled("/r", 2, inline_digest(b"c")).await, Errno::ESTALE);
     // Copying again with what is there now succeeds.
-    let DataWrite::Spill { fid: again, data, size } = c.write_data("/r", 0, &[1u8; 100], MAX).await.unwrap() else { panic!("expected Spill") };
+    let DataWrite::Spill { fid: again, data, size } = c.write_data("/r", 0, &[1u8; 100], MAX, false).await.unwrap() else { panic!("expected Spill") };
     assert_eq!((again, data.as_slice(), size), (fid, &b"c"[..], 1));
     c.spilled("/r", 1, inline_digest(&data)).await.unwrap();
     assert_eq!(c.read_data("/r", 0, 1).await.unwrap(), DataRead::Backend { fid, size: 1 });
@@ -858,16 +862,16 @@ async fn hard_linked_contents_are_shared(kit: &Kit) {
         c.truncate(&x, 6).await.unwrap();
         assert_eq!(read_inline_all(&c, &y).await, b"hell\0\0");
         // The spill handshake split across the two names.
-        let DataWrite::Spill { fid, data, size } = c.write_data(&x, 0, &[0u8; 100], MAX).await.unwrap() else {
+        let DataWrite::Spill { fid, data, size } = c.write_data(&x, 0, &[0u8; 100], MAX, false).await.unwrap() else {
             panic!("{x}: expected Spill")
         };
         assert_eq!((data.as_slice(), size), (&b"hell"[..], 6));
         c.spilled(&y, data.len() as u64, inline_digest(&data)).await.unwrap();
         for p in [&x, &y] {
             assert_eq!(c.read_data(p, 0, 1).await.unwrap(), DataRead::Backend { fid, size: 6 }, "{p}");
-            assert_eq!(c.write_data(p, 0, b"q", MAX).await.unwrap(), DataWrite::Backend { fid, size: 6 }, "{p}");
+            assert_eq!(c.write_data(p, 0, b"q", MAX, false).await.unwrap(), DataWrite::Backend { fid, size: 6 }, "{p}");
         }
-        assert_eq!(c.extend(&y, 1000).await.unwrap().size, 1000);
+        assert_eq!(c.extend(&y, 1000, false).await.unwrap().size, 1000);
         assert_eq!(c.stat(&x).await.unwrap().size, 1000);
         assert_eq!(c.read_data(&x, 0, 1).await.unwrap(), DataRead::Backend { fid, size: 1000 });
     }
@@ -930,9 +934,9 @@ async fn mknod_special_files(kit: &Kit) {
         assert_errno!(c.truncate(path, 0).await, Errno::EINVAL, "truncate of a special file");
         assert_errno!(c.truncate(path, 10).await, Errno::EINVAL);
         assert_errno!(c.read_data(path, 0, 10).await, Errno::EINVAL);
-        assert_errno!(c.write_data(path, 0, b"x", MAX).await, Errno::EINVAL);
+        assert_errno!(c.write_data(path, 0, b"x", MAX, false).await, Errno::EINVAL);
         assert_errno!(c.spilled(path, 0, inline_digest(b"")).await, Errno::EINVAL);
-        assert_errno!(c.extend(path, 10).await, Errno::EINVAL);
+        assert_errno!(c.extend(path, 10, false).await, Errno::EINVAL);
     }
     // Their metadata still changes, and they rename and unlink like files.
     assert_eq!(c.chmod("/dev/fifo", 0o600).await.unwrap().mode, 0o600);
@@ -954,13 +958,13 @@ async fn data_requests_on_non_files(kit: &Kit) {
     c.symlink("/dir/file", "/link").await.unwrap();
     for dir in ["/", "/dir"] {
         assert_errno!(c.read_data(dir, 0, 1).await, Errno::EISDIR, "read_data on a directory");
-        assert_errno!(c.write_data(dir, 0, b"x", MAX).await, Errno::EISDIR);
+        assert_errno!(c.write_data(dir, 0, b"x", MAX, false).await, Errno::EISDIR);
     }
     assert_errno!(c.read_data("/link", 0, 1).await, Errno::EINVAL, "read_data on a symlink");
-    assert_errno!(c.write_data("/link", 0, b"x", MAX).await, Errno::EINVAL);
+    assert_errno!(c.write_data("/link", 0, b"x", MAX, false).await, Errno::EINVAL);
     for missing in ["/missing", "/dir/missing", "/nodir/missing"] {
         assert_errno!(c.read_data(missing, 0, 1).await, Errno::ENOENT, "read_data on a missing path");
-        assert_errno!(c.write_data(missing, 0, b"x", MAX).await, Errno::ENOENT);
+        assert_errno!(c.write_data(missing, 0, b"x", MAX, false).await, Errno::ENOENT);
     }
     assert_errno!(c.read_data("/dir/file/below", 0, 1).await, Errno::ENOTDIR);
     assert_errno!(c.read_data("relative", 0, 1).await, Errno::EINVAL);
@@ -1052,4 +1056,121 @@ async fn dir_times_off_by_default(kit: &Kit) {
     c.unlink("/quiet/f").await.unwrap();
     c.mknod("/quiet/p", 0o644, FileKind::Fifo, 0).await.unwrap();
     assert_eq!(times(&c, d).await, before, "unlink and mknod too");
+}
+
+// ---------------------------------------------------------------------------
+// 9. Setuid and setgid
+
+/// A write, extend or truncate by a process that may not keep setuid and setgid
+/// clears them (setgid only when group-executable), as write(2) does: the FUSE
+/// mount now leaves this to the servers (FUSE_HANDLE_KILLPRIV) instead of the
+/// kernel's chmod, which a non-owner may not send. Root keeps them, unless it
+/// writes for an unprivileged process (`kill_suid`, the mount's case).
+async fn data_changes_clear_setuid_as_write_does(kit: &Kit) {
+    let c = kit.client();
+    let alice = c.as_user(canopy_proto::Creds::user(1000, 1000));
+    c.mkdir("/su", 0o777).await.unwrap();
+    alice.create("/su/f", 0o644).await.unwrap();
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    write_inline(&c, "/su/f", 0, b"root").await;
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755, "root writing for itself keeps them");
+    c.write_data("/su/f", 0, b"r", MAX, true).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o755, "root writing for an unprivileged process");
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    alice.write_data("/su/f", 0, b"a", MAX, false).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o755, "a caller other than root, owner or not");
+    c.chmod("/su/f", 0o6745).await.unwrap();
+    alice.write_data("/su/f", 0, b"a", MAX, false).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o2745, "setgid without group execute stays");
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    alice.write_data("/su/f", 0, b"", MAX, false).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755, "an empty write changes nothing");
+    alice.truncate("/su/f", 1).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o755, "truncate");
+    // Back-end contents report growth with extend, which clears them the same way.
+    spill(&c, "/su/f").await;
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    c.extend("/su/f", 10, false).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755);
+    c.extend("/su/f", 20, true).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o755);
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    alice.extend("/su/f", 30, false).await.unwrap();
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o755);
+    // A chmod is still the owner's alone, whatever it removes.
+    c.chmod("/su/f", 0o6755).await.unwrap();
+    let bob = c.as_user(canopy_proto::Creds::user(2000, 2000));
+    assert_errno!(bob.chmod("/su/f", 0o755).await, Errno::EPERM);
+    assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755);
+    assert_clean(&c).await;
+}
+
+// ---------------------------------------------------------------------------
+// 10. What data requests may not take on trust
+
+fn as_uid(c: &Client, uid: u32) -> Client {
+    c.as_user(canopy_proto::Creds::user(uid, uid))
+}
+
+/// Data requests are checked like opens: read permission for `read_data`, write
+/// permission for `write_data`, `spilled` and `extend`; root passes (the FUSE
+/// mount checks at open and sends them as root). They used to check nothing:
+/// any client read and overwrote another user's 0600 file.
+async fn data_requests_check_permission(kit: &Kit) {
+    let c = kit.client();
+    let (alice, bob) = (as_uid(&c, 1000), as_uid(&c, 2000));
+    c.mkdir("/perm", 0o777).await.unwrap();
+    for i in 0..4 {
+        let f = format!("/perm/f{i}");
+        alice.create(&f, 0o600).await.unwrap();
+        write_inline(&alice, &f, 0, b"secret").await;
+        assert_errno!(bob.read_data(&f, 0, 100).await, Errno::EACCES);
+        assert_errno!(bob.write_data(&f, 0, b"PWNED", MAX, false).await, Errno::EACCES);
+        assert_errno!(bob.spilled(&f, 6, inline_digest(b"secret")).await, Errno::EACCES);
+        assert_errno!(bob.extend(&f, 1 << 20, false).await, Errno::EACCES);
+        assert_eq!(read_inline_all(&c, &f).await, b"secret", "root reads anything");
+        assert_eq!(c.stat(&f).await.unwrap().size, 6, "Bob changed nothing");
+        alice.chmod(&f, 0o644).await.unwrap();
+        assert_eq!(read_inline_all(&bob, &f).await, b"secret", "readable by others now");
+        assert_errno!(bob.write_data(&f, 0, b"x", MAX, false).await, Errno::EACCES);
+        // A second name on another server: the request is redirected to the
+        // inode's home, which checks it.
+        let l = name_where(&format!("/perm/l{i}_"), |p| p != primary(&f));
+        alice.link(&f, &l).await.unwrap();
+        assert_eq!(read_inline_all(&bob, &l).await, b"secret");
+        assert_errno!(bob.write_data(&l, 0, b"x", MAX, false).await, Errno::EACCES);
+        alice.chmod(&f, 0).await.unwrap();
+        assert_errno!(alice.read_data(&l, 0, 1).await, Errno::EACCES, "the owner too, as open(2)");
+        assert!(matches!(c.write_data(&l, 0, b"S", MAX, false).await.unwrap(), DataWrite::Written(_)), "root passes");
+        assert_eq!(read_inline_all(&c, &f).await, b"Secret");
+    }
+    assert_clean(&c).await;
+}
+
+/// A server keeps at most `INLINE_LIMIT` bytes inline whatever `inline_max` the
+/// client sends: `WriteData { offset: 1 << 30, inline_max: u32::MAX }` made a
+/// server allocate and store over a gigabyte. Reads are capped the same way.
+async fn the_server_bounds_inline_contents(kit: &Kit) {
+    let c = kit.client();
+    let limit = INLINE_LIMIT as u64;
+    c.create("/big", 0o644).await.unwrap();
+    for offset in [limit, 2 * limit, 1 << 30, u64::MAX - 1] {
+        match c.write_data("/big", offset, b"x", u32::MAX, false).await.unwrap() {
+            DataWrite::Spill { data, size, .. } => assert_eq!((data.len(), size), (0, 0), "at {offset}: nothing written"),
+            other => panic!("a write ending past the server's limit at {offset}: {other:?}"),
+        }
+    }
+    assert_eq!(c.stat("/big").await.unwrap().size, 0);
+    let full = vec![7u8; INLINE_LIMIT as usize];
+    match c.write_data("/big", 0, &full, u32::MAX, false).await.unwrap() {
+        DataWrite::Written(a) => assert_eq!(a.size, limit, "up to the limit stays inline"),
+        other => panic!("a write ending at the limit: {other:?}"),
+    }
+    assert!(matches!(c.write_data("/big", limit - 1, b"yz", u32::MAX, false).await.unwrap(), DataWrite::Spill { .. }));
+    // A file extended by truncate stays inline, far longer than what is stored.
+    let huge = 1u64 << 40;
+    c.truncate("/big", huge).await.unwrap();
+    assert_eq!(c.read_data("/big", 0, u32::MAX).await.unwrap(), DataRead::Inline(full), "one read returns at most the limit");
+    assert_eq!(c.read_data("/big", huge - 2, u32::MAX).await.unwrap(), DataRead::Inline(vec![0, 0]));
+    assert_clean(&c).await;
 }

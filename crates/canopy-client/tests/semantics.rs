@@ -54,6 +54,8 @@ semantics!(
     setattr_dirs,
     setattr_permissions,
     permission_checks,
+    open_create_of_an_existing_file,
+    chown_to_the_no_change_id_is_invalid,
     sticky_bit,
     symlinks,
     hard_links,
@@ -214,12 +216,12 @@ async fn create_unlink(c: Client) {
     let a = c.create("/f", 0o640).await.unwrap();
     assert_eq!((a.kind, a.mode, a.uid, a.gid, a.size, a.nlink), (FileKind::File, 0o640, 0, 0, 0, 1));
     assert_errno!(c.create("/f", 0o644).await, Errno::EEXIST);
-    assert_eq!(c.open_create("/f", 0o600).await.unwrap().ino, a.ino, "O_CREAT without O_EXCL opens");
+    assert_eq!(c.open_create("/f", 0o600, R | W).await.unwrap().ino, a.ino, "O_CREAT without O_EXCL opens");
     assert_eq!(c.stat("/f").await.unwrap().mode, 0o640, "and leaves the mode alone");
 
     c.mkdir("/d", 0o777).await.unwrap();
     assert_errno!(c.create("/d", 0o644).await, Errno::EEXIST);
-    assert_errno!(c.open_create("/d", 0o644).await, Errno::EISDIR);
+    assert_errno!(c.open_create("/d", 0o644, R).await, Errno::EISDIR);
     assert_errno!(c.unlink("/d").await, Errno::EISDIR);
     assert_errno!(c.unlink("/").await, Errno::EISDIR);
     assert_errno!(c.create("/missing/f", 0o644).await, Errno::ENOENT);
@@ -739,6 +741,57 @@ async fn permission_checks(c: Client) {
     assert_clean(&c).await;
 }
 
+/// O_CREAT without O_EXCL on a name that exists opens that file only after the
+/// checks open(2) makes; it used to hand anyone the file, unchecked.
+async fn open_create_of_an_existing_file(c: Client) {
+    let (al, bo) = (c.as_user(alice()), c.as_user(bob()));
+    c.mkdir("/oc", 0o777).await.unwrap();
+    for i in 0..4 {
+        let f = format!("/oc/f{i}");
+        al.create(&f, 0o600).await.unwrap();
+        assert_errno!(bo.open_create(&f, 0o644, R).await, Errno::EACCES);
+        assert_errno!(bo.open_create(&f, 0o644, W).await, Errno::EACCES);
+        let mine = al.open_create(&f, 0o644, R | W).await.unwrap();
+        assert_eq!((mine.uid, mine.mode), (ALICE, 0o600), "the existing file, unchanged");
+        assert_eq!(c.open_create(&f, 0o644, R | W).await.unwrap().uid, ALICE, "root passes");
+        al.chmod(&f, 0o644).await.unwrap();
+        assert_eq!(bo.open_create(&f, 0o600, R).await.unwrap().uid, ALICE);
+        assert_errno!(bo.open_create(&f, 0o600, R | W).await, Errno::EACCES);
+        // A second name makes the inode shared; some of these names live on a
+        // server other than the inode's, which answers with a redirect.
+        let l = format!("/oc/l{i}");
+        al.link(&f, &l).await.unwrap();
+        assert_eq!(bo.open_create(&l, 0o600, R).await.unwrap().ino, mine.ino);
+        assert_errno!(bo.open_create(&l, 0o600, W).await, Errno::EACCES);
+        assert_errno!(bo.open_create(&f, 0o600, W).await, Errno::EACCES);
+    }
+    c.mkdir("/oc/dir", 0o777).await.unwrap();
+    assert_errno!(bo.open_create("/oc/dir", 0o644, R).await, Errno::EISDIR);
+    al.symlink("f0", "/oc/sym").await.unwrap();
+    assert_errno!(bo.open_create("/oc/sym", 0o644, R).await, Errno::EEXIST, "servers follow no symlink");
+    let made = bo.open_create("/oc/new", 0o640, R | W).await.unwrap();
+    assert_eq!((made.uid, made.mode, made.size), (BOB, 0o640, 0), "a missing name is created");
+    assert_clean(&c).await;
+}
+
+/// In chown(2), uid or gid -1 (u32::MAX) means "leave it": no object may be
+/// given that owner, so a request for it is EINVAL, before any permission check.
+async fn chown_to_the_no_change_id_is_invalid(c: Client) {
+    c.mkdir("/own", 0o755).await.unwrap();
+    c.create("/own/f", 0o644).await.unwrap();
+    let al = c.as_user(alice());
+    for p in ["/own", "/own/f"] {
+        assert_errno!(c.chown(p, Some(u32::MAX), None).await, Errno::EINVAL, "uid");
+        assert_errno!(c.chown(p, None, Some(u32::MAX)).await, Errno::EINVAL, "gid");
+        assert_errno!(c.chown(p, Some(ALICE), Some(u32::MAX)).await, Errno::EINVAL);
+        assert_errno!(al.chown(p, Some(u32::MAX), None).await, Errno::EINVAL, "before EPERM");
+        let a = c.stat(p).await.unwrap();
+        assert_eq!((a.uid, a.gid), (0, 0), "{p}: unchanged");
+        assert_eq!(c.chown(p, Some(u32::MAX - 1), None).await.unwrap().uid, u32::MAX - 1, "any other id is fine");
+    }
+    assert_clean(&c).await;
+}
+
 async fn sticky_bit(c: Client) {
     c.mkdir("/tmp", 0o1777).await.unwrap();
     assert_eq!(c.stat("/tmp").await.unwrap().mode, 0o1777);
@@ -917,8 +970,8 @@ async fn rename_between_names_of_one_file(c: Client) {
             assert_eq!((s.ino, s.nlink), (ino, 2), "{p}");
         }
         // O_CREAT without O_EXCL opens either name.
-        assert_eq!(c.open_create(&b, 0o600).await.unwrap().ino, ino);
-        assert_eq!(c.open_create(&a, 0o600).await.unwrap().ino, ino);
+        assert_eq!(c.open_create(&b, 0o600, R | W).await.unwrap().ino, ino);
+        assert_eq!(c.open_create(&a, 0o600, R | W).await.unwrap().ino, ino);
     }
     assert_clean(&c).await;
 }

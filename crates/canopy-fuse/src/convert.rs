@@ -1,16 +1,35 @@
 //! Translations between Canopy's types and the kernel's: attributes, errnos,
 //! times, and who is asking.
 
-use canopy_proto::{Attr, Creds, Errno, FileKind, TimeSet};
+use canopy_proto::attr::access;
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use std::ffi::OsStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The errno a program is told for a Canopy error.
 pub fn errno(e: Errno) -> fuser::Errno {
-    match e {
-        // Internal to Canopy's routing; never meaningful to a program.
-        Errno::EREMOTE => fuser::Errno::from_i32(libc::EIO),
-        e => fuser::Errno::from_i32(e.code()),
+    if reaches_programs_as_eio(e) {
+        fuser::Errno::from_i32(libc::EIO)
+    } else {
+        fuser::Errno::from_i32(e.code())
     }
+}
+
+/// Errors about reaching the cluster rather than about the file: the
+/// transport's (refused, timed out, connection lost, a frame that would not
+/// encode or decode) and Canopy's internal routing answer (EREMOTE). No file
+/// system call documents them, and programs handle EIO as "the storage failed",
+/// as it did.
+pub fn reaches_programs_as_eio(e: Errno) -> bool {
+    matches!(e, Errno::ECONNREFUSED | Errno::ETIMEDOUT | Errno::ENOTCONN | Errno::EPROTO | Errno::EMSGSIZE | Errno::EREMOTE)
+}
+
+/// A name or symlink target from the kernel as Canopy's UTF-8. Other bytes are
+/// refused with `EILSEQ`, as UTF-8-only file systems refuse them (Canopy names
+/// are strings end to end; nothing is stored under a lossy conversion).
+pub fn utf8(name: &OsStr) -> Result<&str, fuser::Errno> {
+    name.to_str().ok_or(fuser::Errno::from_i32(libc::EILSEQ))
 }
 
 pub fn io_errno(e: &std::io::Error) -> fuser::Errno {
@@ -51,6 +70,21 @@ pub fn file_type(kind: FileKind) -> FileType {
     }
 }
 
+/// The access an open(2) with `flags` asks for, as R and W bits: read and/or
+/// write from `O_ACCMODE`, and write for `O_TRUNC` (as the kernel's own check).
+pub fn open_access(flags: i32) -> u32 {
+    let mode = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => access::R,
+        libc::O_WRONLY => access::W,
+        _ => access::R | access::W,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        mode | access::W
+    } else {
+        mode
+    }
+}
+
 /// The kind mknod(2) asks for, from the file-type bits of its mode.
 pub fn mknod_kind(mode: u32) -> Option<FileKind> {
     match mode & libc::S_IFMT {
@@ -81,6 +115,12 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         blksize: 4096,
         flags: 0,
     }
+}
+
+/// Attributes that say no more than a directory listing does (inode number and
+/// kind): for a listed name the caller may not stat.
+pub fn listed_only(e: &DirEntry) -> Attr {
+    Attr { ino: e.ino, kind: e.kind, mode: 0, uid: 0, gid: 0, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
 }
 
 /// The caller of a request: uid and gid from the kernel, supplementary groups from
@@ -128,10 +168,37 @@ mod tests {
     }
 
     #[test]
+    fn names_must_be_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(utf8(OsStr::new("caf\u{e9}")).unwrap(), "caf\u{e9}");
+        assert_eq!(utf8(OsStr::from_bytes(b"caf\xe9")).unwrap_err().code(), libc::EILSEQ);
+    }
+
+    #[test]
+    fn open_flags_to_access() {
+        use access::{R, W};
+        assert_eq!(open_access(libc::O_RDONLY), R);
+        assert_eq!(open_access(libc::O_WRONLY | libc::O_CREAT), W);
+        assert_eq!(open_access(libc::O_RDWR | libc::O_APPEND), R | W);
+        assert_eq!(open_access(libc::O_RDONLY | libc::O_TRUNC), R | W);
+        assert_eq!(open_access(libc::O_WRONLY | libc::O_TRUNC | libc::O_CREAT), W);
+    }
+
+    #[test]
     fn mknod_kinds_and_the_internal_errno() {
         assert_eq!(mknod_kind(libc::S_IFIFO | 0o644), Some(FileKind::Fifo));
         assert_eq!(mknod_kind(libc::S_IFDIR | 0o755), None);
         assert_eq!(errno(Errno::EREMOTE).code(), libc::EIO);
         assert_eq!(errno(Errno::ENOENT).code(), libc::ENOENT);
+    }
+
+    #[test]
+    fn transport_failures_are_eio_and_file_errors_pass_through() {
+        for e in [Errno::ECONNREFUSED, Errno::ETIMEDOUT, Errno::ENOTCONN, Errno::EPROTO, Errno::EMSGSIZE, Errno::EREMOTE] {
+            assert_eq!(errno(e).code(), libc::EIO, "{e:?}");
+        }
+        for e in [Errno::ENOENT, Errno::EACCES, Errno::EPERM, Errno::EEXIST, Errno::ENOTEMPTY, Errno::EIO, Errno::ESTALE, Errno::EAGAIN] {
+            assert_eq!(errno(e).code(), e.code(), "{e:?}");
+        }
     }
 }

@@ -48,7 +48,14 @@ fn owned(name: &OsStr) -> OsString {
 impl Filesystem for CanopyFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Concurrent lookups and creates in one directory, and `ls -l` in one round.
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        // HANDLE_KILLPRIV: the servers clear setuid and setgid on a write,
+        // truncate or chown (`setattr::drop_suid`). Without it the kernel asks
+        // for that with a chmod by the writer, which a non-owner may not do: a
+        // non-owner's write to a setuid file failed with EPERM.
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_HANDLE_KILLPRIV;
         let _ = config.add_capabilities(wanted & config.capabilities());
         let _ = config.set_max_write(1 << 20);
         // The kernel's queue of requests in flight to us (default 12).

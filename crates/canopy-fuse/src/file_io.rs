@@ -58,7 +58,9 @@ impl Core {
         Err(fuser::Errno::from_i32(libc::EIO))
     }
 
-    pub(crate) fn write_at(&self, node: u64, fh: u64, offset: u64, data: &[u8]) -> R<u32> {
+    /// Writes through handle `fh`; `kill_suid`: the writer may not keep setuid and
+    /// setgid (the kernel leaves clearing them to us: FUSE_HANDLE_KILLPRIV).
+    pub(crate) fn write_at(&self, node: u64, fh: u64, offset: u64, data: &[u8], kill_suid: bool) -> R<u32> {
         let end = offset.checked_add(data.len() as u64).ok_or(fuser::Errno::from_i32(libc::EFBIG))?;
         for _ in 0..SPILL_ROUNDS {
             let (_, contents) = self.handles.get(fh).ok_or_else(ebadf)?;
@@ -66,13 +68,13 @@ impl Core {
             match contents {
                 Contents::Backend { file, .. } => {
                     file.write_all_at(data, offset).map_err(|e| io_errno(&e))?;
-                    self.grown(node, path.as_deref(), end)?;
+                    self.grown(node, path.as_deref(), end, kill_suid)?;
                     return Ok(data.len() as u32);
                 }
                 Contents::Inline => {
                     // Orphans spilled before they lost their name, so have a path here.
                     let path = path.ok_or_else(ebadf)?;
-                    match self.run(self.client.write_data(&path, offset, data, self.opts.inline_max))? {
+                    match self.run(self.client.write_data(&path, offset, data, self.opts.inline_max, kill_suid))? {
                         DataWrite::Written(_) => return Ok(data.len() as u32),
                         DataWrite::Backend { fid, .. } => {
                             self.handles.to_backend(node, fid).map_err(|e| io_errno(&e))?;
@@ -86,13 +88,13 @@ impl Core {
     }
 
     /// Back-end bytes were written up to `end`: the metadata learns the new size.
-    fn grown(&self, node: u64, path: Option<&str>, end: u64) -> R<()> {
+    fn grown(&self, node: u64, path: Option<&str>, end: u64, kill_suid: bool) -> R<()> {
         match path {
             None => {
                 self.handles.orphan_resized(node, end, true);
                 Ok(())
             }
-            Some(p) => match self.run(self.client.extend(p, end)) {
+            Some(p) => match self.run(self.client.extend(p, end, kill_suid)) {
                 // Removed by another client meanwhile: the bytes are written anyway.
                 Err(e) if e.code() == libc::ENOENT => Ok(()),
                 other => other.map(|_| ()),
@@ -116,7 +118,7 @@ impl Core {
     /// Moves the contents of the file at `path` to back-end storage now.
     pub(crate) fn spill_now(&self, node: u64, path: &str) -> R<()> {
         for _ in 0..SPILL_ROUNDS {
-            match self.run(self.client.write_data(path, 0, &[], 0))? {
+            match self.run(self.client.write_data(path, 0, &[], 0, false))? {
                 DataWrite::Written(_) => return Err(fuser::Errno::from_i32(libc::EIO)),
                 DataWrite::Backend { fid, .. } => {
                     return self.handles.to_backend(node, fid).map(|_| ()).map_err(|e| io_errno(&e));

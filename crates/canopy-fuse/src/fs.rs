@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 pub(crate) type R<T> = Result<T, fuser::Errno>;
 
@@ -36,6 +36,12 @@ pub(crate) struct Caller {
 impl Caller {
     pub(crate) fn of(req: &Request) -> Caller {
         Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    }
+
+    /// Whether the caller keeps setuid and setgid across its writes: root does
+    /// (as a process with `CAP_FSETID`); the mount cannot see capabilities.
+    pub(crate) fn privileged(&self) -> bool {
+        self.uid == 0
     }
 }
 
@@ -53,10 +59,6 @@ pub(crate) struct Core {
 struct DirHandles {
     next: u64,
     open: HashMap<u64, Arc<Vec<DirEntry>>>,
-}
-
-fn name_str(name: &OsStr) -> R<&str> {
-    name.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))
 }
 
 fn enoent() -> fuser::Errno {
@@ -82,7 +84,7 @@ impl Core {
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> R<String> {
-        Ok(child_path(&self.path(parent)?, name_str(name)?))
+        Ok(child_path(&self.path(parent)?, convert::utf8(name)?))
     }
 
     fn entry(&self, reply: ReplyEntry, path: &str, attr: &Attr) {
@@ -109,9 +111,15 @@ impl Core {
         let Some(path) = self.nodes.lock().path(ino.0).map(str::to_string) else {
             return self.truncate_orphan(ino.0, fh, set.size);
         };
-        // ftruncate on a descriptor open for writing needs no write permission now.
+        // ftruncate on a descriptor open for writing needs no write permission
+        // now, so it runs as root, telling the server whether the caller may keep
+        // setuid and setgid.
         let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
-        let who = if fh.is_some() && only_size { self.client.clone() } else { self.caller(req) };
+        let (who, set) = if fh.is_some() && only_size {
+            (self.client.clone(), SetAttr { kill_suid: !req.privileged(), ..set })
+        } else {
+            (self.caller(req), set)
+        };
         let attr = self.run(who.setattr(&path, &set))?;
         if let Some(size) = set.size {
             self.truncate_backend(&path, size)?;
@@ -170,28 +178,29 @@ impl Core {
 
     fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
         let path = self.path(ino)?;
-        let mut mask = match flags.0 & libc::O_ACCMODE {
-            libc::O_RDONLY => 4,
-            libc::O_WRONLY => 2,
-            _ => 6,
-        };
-        if flags.0 & libc::O_TRUNC != 0 {
-            mask |= 2;
-        }
-        self.run(self.caller(req).access(&path, mask))?;
+        self.run(self.caller(req).access(&path, convert::open_access(flags.0)))?;
         // Where the contents are is learnt at the first read or write (an inline
         // request answers `Backend` for a spilled file), saving an RPC per open.
         Ok(self.handles.open(ino.0, Contents::Inline))
     }
 
+    /// CREATE: the kernel sends it when it believes the name is absent, and
+    /// treats the file it gets as one it made (checking no permission), so a file
+    /// that appeared meanwhile is checked by the server as open(2) would, and
+    /// truncated here if the open asks for that.
     fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
         let who = self.caller(req);
-        let attr = if flags & libc::O_EXCL != 0 {
+        let mut attr = if flags & libc::O_EXCL != 0 {
             self.run(who.create(&path, mode & 0o7777))?
         } else {
-            self.run(who.open_create(&path, mode & 0o7777))?
+            self.run(who.open_create(&path, mode & 0o7777, convert::open_access(flags)))?
         };
+        // A new file is empty: only an existing one can need truncating.
+        if flags & libc::O_TRUNC != 0 && attr.size > 0 {
+            attr = self.run(who.truncate(&path, 0))?;
+            self.truncate_backend(&path, 0)?;
+        }
         let fh = self.handles.open(attr.ino, Contents::Inline);
         Ok((path, attr, fh))
     }
@@ -263,6 +272,7 @@ impl Core {
             size,
             atime: atime.map(convert::time_set),
             mtime: mtime.map(convert::time_set),
+            kill_suid: false,
         };
         answer!(reply, self.setattr_of(req, ino, set, fh), |a| self.attr(reply, &a))
     }
@@ -323,7 +333,7 @@ impl Core {
     pub(crate) fn symlink(&self, req: &Caller, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, link_name)?;
-            let target = target.to_str().ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
+            let target = convert::utf8(target.as_os_str())?;
             Ok((self.run(self.caller(req).symlink(target, &path))?, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
@@ -374,7 +384,7 @@ impl Core {
 
     pub(crate) fn write(
         &self,
-        _req: &Caller,
+        req: &Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -384,7 +394,7 @@ impl Core {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        answer!(reply, self.write_at(ino.0, fh.0, offset, data), |n| reply.written(n))
+        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !req.privileged()), |n| reply.written(n))
     }
 
     pub(crate) fn flush(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -429,15 +439,21 @@ impl Core {
         reply.ok();
     }
 
-    pub(crate) fn readdirplus(&self, _req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    /// Every child is stat'ed as the caller: the kernel keeps what it is told
+    /// here for the timeouts and may serve it to any user.
+    pub(crate) fn readdirplus(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
+        let who = self.caller(req);
         let ttl = self.opts.attr_ttl;
         // "." and ".." come first; the kernel does not count them as lookups.
         if offset < 2 {
-            let Ok(here) = self.run(self.client.stat(&dir)) else { return reply.error(enoent()) };
+            let here = match self.run(who.stat(&dir)) {
+                Ok(a) => a,
+                Err(e) => return reply.error(e),
+            };
             for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
                 if reply.add(INodeNo(here.ino), i as u64 + 1, name, &ttl, &file_attr(&here), Generation(0)) {
                     return reply.ok();
@@ -446,8 +462,15 @@ impl Core {
         }
         for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
             let path = child_path(&dir, &e.name);
-            // A name removed since opendir is skipped, as a fresh listing would.
-            let Ok(attr) = self.run(self.client.stat(&path)) else { continue };
+            let (attr, ttl) = match self.run(who.stat(&path)) {
+                Ok(attr) => (attr, ttl),
+                // A name removed since opendir is skipped, as a fresh listing would.
+                Err(err) if err.code() == libc::ENOENT => continue,
+                // Listed but not searchable by the caller (a directory readable
+                // without x): only what readdir tells, with zero timeouts, so the
+                // kernel looks the name up again, as whoever asks, before use.
+                Err(_) => (convert::listed_only(e), Duration::ZERO),
+            };
             if reply.add(INodeNo(attr.ino), i as u64 + 3, &e.name, &ttl, &file_attr(&attr), Generation(0)) {
                 break;
             }

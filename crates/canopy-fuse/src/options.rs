@@ -15,9 +15,12 @@ pub struct MountOptions {
     pub threads: usize,
     /// Let users other than the one who mounted use the mount (`allow_other`).
     pub allow_other: bool,
-    /// Let the kernel check permissions from cached attributes
-    /// (`default_permissions`) before Canopy checks them again. Off: Canopy's own
-    /// checks, with the caller's uid, gid and groups, decide alone.
+    /// Let the kernel check permissions from the attributes it holds
+    /// (`default_permissions`) before Canopy's servers check them again. On by
+    /// default: without it the kernel checks nothing itself, so what its caches
+    /// hold (a lookup, attributes) is served to every user for the timeouts, and
+    /// a FIFO or device node is opened with no check at all (no open reaches the
+    /// mount). Turning it off is only safe when one user uses the mount.
     pub default_permissions: bool,
     /// Keep directories' mtime and ctime up to date (one more RPC per change).
     pub dir_times: bool,
@@ -31,7 +34,7 @@ impl Default for MountOptions {
             inline_max: 64 * 1024,
             threads: 8,
             allow_other: false,
-            default_permissions: false,
+            default_permissions: true,
             dir_times: true,
         }
     }

@@ -66,6 +66,12 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// Clear setuid, and setgid if group-executable, as a data change by a process
+    /// without the privilege to keep them does (Linux: `CAP_FSETID`). A size
+    /// change by a caller other than root implies it; a client acting as root for
+    /// an unprivileged process (the FUSE mount's ftruncate of an open file) sets
+    /// it. Needs write permission; regular files only.
+    pub kill_suid: bool,
 }
 
 impl SetAttr {

@@ -56,6 +56,26 @@ pub enum NewKind {
     Special { kind: FileKind, rdev: u64 },
 }
 
+/// The most bytes a file keeps inline, whatever `inline_max` a client asks for:
+/// servers answer `Spill` to a write whose end would pass it (so no request can
+/// make a server allocate more), and `ReadData` returns at most this many bytes
+/// (1 MiB, well inside a frame).
+pub const INLINE_LIMIT: u32 = 1 << 20;
+
+/// What a create does when its name is already taken: open(2) with and without
+/// `O_EXCL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IfExists {
+    /// `EEXIST` (`O_EXCL`; also mknod and symlink).
+    Fail,
+    /// Answer the existing regular file, if the caller may open it as asked:
+    /// `access` holds the R and W bits ([`crate::attr::access`]) the open wants
+    /// (from `O_ACCMODE`, and W for `O_TRUNC`), checked as open(2) checks them
+    /// (`EACCES`). An existing directory is `EISDIR`; a symlink or special file is
+    /// `EEXIST` (a server neither follows nor opens those: the kernel does).
+    Open { access: u32 },
+}
+
 /// How a data request names its file: by path on the path's primary, or by a
 /// shared (hard-linked) inode on its home server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,7 +154,7 @@ pub struct TxnInfo {
 pub enum NsCall {
     Mkdir { path: String, mode: u32 },
     Rmdir { path: String },
-    Create { path: String, mode: u32, exclusive: bool },
+    Create { path: String, mode: u32, if_exists: IfExists },
     Mknod { path: String, mode: u32, kind: FileKind, rdev: u64 },
     Unlink { path: String },
     Stat { path: String },
@@ -146,9 +166,9 @@ pub enum NsCall {
     Link { src: String, dst: String },
     Access { path: String, mask: u32 },
     ReadData { path: String, offset: u64, len: u32 },
-    WriteData { path: String, offset: u64, data: Vec<u8>, inline_max: u32 },
+    WriteData { path: String, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool },
     Spilled { path: String, len: u64, digest: u64 },
-    Extend { path: String, end: u64 },
+    Extend { path: String, end: u64, kill_suid: bool },
 }
 
 impl NsCall {
@@ -259,8 +279,9 @@ requests! {
     Ping,
     /// Attributes of the object at `path` (a file on its primary, or a directory).
     Stat { path: String },
-    /// Create a file or symlink at `path`.
-    Create { path: String, mode: u32, kind: NewKind, exclusive: bool },
+    /// Create a file, symlink or special file at `path`; `if_exists` says what
+    /// to do if the name is taken.
+    Create { path: String, mode: u32, kind: NewKind, if_exists: IfExists },
     /// Remove a file or symlink.
     Unlink { path: String },
     /// Change attributes of a file, or the times of a directory on its primary.
@@ -314,21 +335,27 @@ requests! {
     Adopt { items: Vec<MovedItem> },
     /// Drop objects that were adopted elsewhere.
     Release { items: Vec<MovedItem> },
-    /// Read up to `len` bytes of an inline file at `offset`: `Data`, or `Backend`
-    /// when the contents are in back-end storage.
+    /// Read up to `len` bytes (at most [`INLINE_LIMIT`]) of an inline file at
+    /// `offset`: `Data`, or `Backend` when the contents are in back-end storage.
+    /// Needs read permission on the file (root passes); every data request is
+    /// checked against the file, like open(2) (the FUSE mount, which checks at
+    /// open, sends them as root).
     ReadData { at: FileRef, offset: u64, len: u32 },
-    /// Write to an inline file, if the result stays within `inline_max` bytes:
-    /// `Attr`. `Backend` when the contents are already in back-end storage, and
+    /// Write to an inline file, if the result stays within `inline_max` bytes
+    /// (never more than [`INLINE_LIMIT`]): `Attr`. `Backend` when the contents are already in back-end storage, and
     /// `Spill` when this write would make the file too big to stay inline (and
-    /// always when `inline_max` is 0: a spill on demand).
-    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32 },
+    /// always when `inline_max` is 0: a spill on demand). Needs write permission,
+    /// as do `Spilled` and `Extend`. `kill_suid`: the writer
+    /// may not keep setuid and setgid (see [`SetAttr::kill_suid`]); implied when
+    /// the caller is not root.
+    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool },
     /// The client copied the inline contents (`len` bytes with `digest`) to the
     /// back-end file: from now on the contents live there. `ESTALE` if the inline
     /// contents changed in the meantime (the client copies again).
     Spilled { at: FileRef, len: u64, digest: u64 },
     /// The client wrote back-end bytes up to `end`: size = max(size, end), and
-    /// mtime and ctime are now.
-    Extend { at: FileRef, end: u64 },
+    /// mtime and ctime are now. `kill_suid` as for `WriteData`.
+    Extend { at: FileRef, end: u64, kill_suid: bool },
     /// Set a directory's mtime and ctime to now, on its primary: the effect of a
     /// name added or removed inside it (entries live on other servers).
     TouchDir { path: String },

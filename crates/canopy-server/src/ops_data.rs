@@ -2,30 +2,38 @@
 //!
 //! A regular file starts inline: its bytes live in its inode (seed 001 keeps small
 //! files in the metadata table). A write that would take it past the client's
-//! `inline_max` is answered `Spill`: the client copies the inline bytes to the
+//! `inline_max`, or past the servers' own [`INLINE_LIMIT`] whatever the client
+//! asks, is answered `Spill`: the client copies the inline bytes to the
 //! back-end file named by the file's FID and confirms with `Spilled`, carrying a
 //! digest of what it copied; the server flips the file to back-end only if the
 //! inline bytes are still those, so a write that slipped in between is never lost
 //! (the client gets `ESTALE` and copies again). From then on the client reads and
 //! writes the back-end file directly and reports growth with `Extend`.
 //!
-//! Data requests check no read or write permission: they serve open files, whose
-//! permission was checked at open (POSIX lets an open descriptor outlive a chmod).
+//! Every data request is checked against the file like an open: read permission
+//! for `ReadData`, write permission for the others (root passes). A client
+//! serving descriptors that outlive a chmod (POSIX allows that) checks at open
+//! and sends its data requests as root, as the FUSE mount does.
 //!
 //! The byte-level rules are pure functions at the top of this file.
 
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
 use crate::server::{now_ns, Located, MetaServer};
-use canopy_proto::msg::{DirTimes, FileRef, Inode, Record};
+use crate::setattr;
+use crate::perm::{self, Owner};
+use canopy_proto::attr::access;
+use canopy_proto::msg::{DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
 use canopy_proto::path::NsPath;
 use canopy_proto::fid::contents_digest;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
 
-/// Up to `len` bytes of inline contents at `offset` of a file `size` bytes long;
-/// bytes past the stored ones read as zeros.
+/// Up to `len` bytes (at most [`INLINE_LIMIT`]) of inline contents at `offset` of
+/// a file `size` bytes long; bytes past the stored ones read as zeros. A file
+/// extended by truncate may be far longer than what is stored, so `len` is
+/// capped, not trusted.
 pub fn read_inline(stored: &[u8], size: u64, offset: u64, len: u32) -> Vec<u8> {
-    let end = size.min(offset.saturating_add(len as u64));
+    let end = size.min(offset.saturating_add(len.min(INLINE_LIMIT) as u64));
     if offset >= end {
         return Vec::new();
     }
@@ -57,11 +65,30 @@ pub fn fit_inline_to_size(inode: &mut Inode) {
     }
 }
 
-/// A write changed the contents: mtime and ctime are now.
-fn contents_changed(attr: &mut Attr) {
+/// A write changed the contents: mtime and ctime are now, and a writer without
+/// the privilege to keep setuid and setgid (`kill`) clears them, as write(2) does.
+fn contents_changed(attr: &mut Attr, kill: bool) {
     let now = now_ns();
     attr.mtime = now;
     attr.ctime = now;
+    if kill {
+        attr.mode = setattr::drop_suid(attr.mode);
+    }
+}
+
+/// Whether a data change made by `creds` clears setuid and setgid: a caller
+/// other than root never keeps them; root does unless it writes for an
+/// unprivileged process (`kill_suid`).
+fn kills_suid(creds: &Creds, kill_suid: bool) -> bool {
+    kill_suid || !creds.is_root()
+}
+
+/// Whether a write ending at `end` stays inline: within the client's `inline_max`
+/// and the servers' [`INLINE_LIMIT`]. An `inline_max` of 0 asks for a spill
+/// whatever the size (a file about to lose its last name while open: its
+/// contents must outlive the entry).
+pub fn fits_inline(end: u64, inline_max: u32) -> bool {
+    inline_max != 0 && end <= inline_max.min(INLINE_LIMIT) as u64
 }
 
 /// Where a data request's inode is stored, to write it back.
@@ -71,8 +98,9 @@ enum Slot {
 }
 
 impl MetaServer {
-    /// The inode `at` names, or `Redirect` to the home server of a shared inode.
-    fn data_target(&self, creds: &Creds, at: &FileRef) -> Result<Result<(Slot, Inode), Reply>, Errno> {
+    /// The inode `at` names, if `creds` may access it as `want` (R or W), or
+    /// `Redirect` to the home server of a shared inode (which checks it there).
+    fn data_target(&self, creds: &Creds, at: &FileRef, want: u32) -> Result<Result<(Slot, Inode), Reply>, Errno> {
         let (slot, inode) = match at {
             FileRef::Ino(ino) => (Slot::Shared { ino: *ino }, self.load_inode(*ino)?),
             FileRef::Path(raw) => match self.locate(creds, &NsPath::parse(raw)?)? {
@@ -88,6 +116,7 @@ impl MetaServer {
         if inode.attr.kind != FileKind::File || inode.data.is_none() {
             return Err(Errno::EINVAL);
         }
+        perm::require(creds, Owner::of_attr(&inode.attr), false, want)?;
         Ok(Ok((slot, inode)))
     }
 
@@ -103,7 +132,7 @@ impl MetaServer {
     }
 
     pub(crate) fn read_data(&self, creds: &Creds, at: &FileRef, offset: u64, len: u32) -> Result<Reply, Errno> {
-        let (_, inode) = match self.data_target(creds, at)? {
+        let (_, inode) = match self.data_target(creds, at, access::R)? {
             Ok(found) => found,
             Err(redirect) => return Ok(redirect),
         };
@@ -114,7 +143,8 @@ impl MetaServer {
         })
     }
 
-    /// Under the mutation lock: finds the file `at` names and lets `change` edit its
+    /// Under the mutation lock: finds the file `at` names (checking write
+    /// permission) and lets `change` edit its
     /// inode. `change` answers `Some(reply)` to stop with that reply and store
     /// nothing, or `None` to store the inode and answer its attributes.
     fn change_data(
@@ -124,7 +154,7 @@ impl MetaServer {
         change: impl FnOnce(&mut Inode) -> Result<Option<Reply>, Errno>,
     ) -> Result<Reply, Errno> {
         let _g = self.lock_mutations();
-        let (slot, mut inode) = match self.data_target(creds, at)? {
+        let (slot, mut inode) = match self.data_target(creds, at, access::W)? {
             Ok(found) => found,
             Err(redirect) => return Ok(redirect),
         };
@@ -135,7 +165,7 @@ impl MetaServer {
         Ok(Reply::Attr(inode.attr))
     }
 
-    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32) -> Result<Reply, Errno> {
+    pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32, kill_suid: bool) -> Result<Reply, Errno> {
         self.change_data(creds, at, |inode| {
             let size = inode.attr.size;
             let data = inode.data.as_mut().expect("checked by data_target");
@@ -147,13 +177,12 @@ impl MetaServer {
             if bytes.is_empty() && inline_max != 0 {
                 return Ok(Some(Reply::Attr(inode.attr.clone()))); // POSIX: a zero-length write changes nothing
             }
-            // inline_max 0 asks for a spill whatever the size (a file about to lose
-            // its last name while open: its contents must outlive the entry).
-            if end > inline_max as u64 || inline_max == 0 {
+            // Checked before anything is allocated: `offset` is the client's word.
+            if !fits_inline(end, inline_max) {
                 return Ok(Some(Reply::Spill { fid, data: stored.clone(), size }));
             }
             inode.attr.size = write_inline(stored, size, offset, bytes);
-            contents_changed(&mut inode.attr);
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
             Ok(None)
         })
     }
@@ -170,10 +199,10 @@ impl MetaServer {
         })
     }
 
-    pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64) -> Result<Reply, Errno> {
+    pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64, kill_suid: bool) -> Result<Reply, Errno> {
         self.change_data(creds, at, |inode| {
             inode.attr.size = inode.attr.size.max(end);
-            contents_changed(&mut inode.attr);
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
             Ok(None)
         })
     }
@@ -208,6 +237,23 @@ mod tests {
         assert_eq!(read_inline(b"hello", 5, 5, 10), b"");
         assert_eq!(read_inline(b"hi", 6, 0, 10), b"hi\0\0\0\0");
         assert_eq!(read_inline(b"", 4, 2, 1), b"\0");
+    }
+
+    #[test]
+    fn reads_are_capped_whatever_the_size() {
+        let huge = 1u64 << 40; // an inline file extended by truncate
+        assert_eq!(read_inline(b"ab", huge, 0, u32::MAX).len(), INLINE_LIMIT as usize);
+        assert_eq!(read_inline(b"ab", huge, huge - 3, u32::MAX), vec![0u8; 3]);
+    }
+
+    #[test]
+    fn the_servers_limit_bounds_every_client_limit() {
+        assert!(fits_inline(10, 64));
+        assert!(!fits_inline(65, 64));
+        assert!(!fits_inline(1, 0), "0 asks for a spill");
+        assert!(fits_inline(INLINE_LIMIT as u64, u32::MAX));
+        assert!(!fits_inline(INLINE_LIMIT as u64 + 1, u32::MAX));
+        assert!(!fits_inline((1 << 30) + 1, u32::MAX));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::perm::{self, Owner};
 use crate::server::{now_ns, Located, MetaServer};
 use crate::setattr;
 use canopy_proto::attr::S_ISGID;
-use canopy_proto::msg::{DirTimes, FileData, Inode, NewKind, Record};
+use canopy_proto::msg::{DirTimes, FileData, IfExists, Inode, NewKind, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
@@ -83,20 +83,23 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, exclusive: bool) -> Result<Reply, Errno> {
+    pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, if_exists: IfExists) -> Result<Reply, Errno> {
         // Bad arguments are reported before the path is looked at (as a bad path is).
         match &kind {
             NewKind::Symlink(target) => check_target(target)?,
             NewKind::Special { kind, .. } if !kind.is_special() => return Err(Errno::EINVAL),
             _ => {}
         }
-        let is_file = matches!(kind, NewKind::File { .. });
+        // Only a regular file is ever opened instead of created.
+        let open = match (if_exists, &kind) {
+            (IfExists::Open { access }, NewKind::File { .. }) => Some(access),
+            _ => None,
+        };
         let _g = self.lock_mutations();
         let (parent, name) = match self.locate(creds, path)? {
-            Located::Root | Located::Dir { .. } if exclusive || !is_file => return Err(Errno::EEXIST),
-            Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
-            Located::File { .. } if exclusive || !is_file => return Err(Errno::EEXIST),
-            Located::File { record, .. } => return self.record_attr(&record),
+            Located::Root | Located::Dir { .. } if open.is_some() => return Err(Errno::EISDIR),
+            Located::Root | Located::Dir { .. } => return Err(Errno::EEXIST),
+            Located::File { record, .. } => return self.open_existing(creds, &record, open.ok_or(Errno::EEXIST)?),
             Located::Absent { parent, name } => (parent, name),
         };
         let dir = self.dir_owner(parent)?;
@@ -116,6 +119,17 @@ impl MetaServer {
         b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
         self.write(b)?;
         Ok(Reply::Attr(attr))
+    }
+
+    /// A create found `record` at its name and may open it for `access`: its
+    /// attributes if the caller may, or where a shared inode lives (the client
+    /// checks that one, as for `access`).
+    fn open_existing(&self, creds: &Creds, record: &Record, access: u32) -> Result<Reply, Errno> {
+        let reply = self.record_attr(record)?;
+        if let Reply::Attr(attr) = &reply {
+            perm::check_open_existing(creds, attr, access)?;
+        }
+        Ok(reply)
     }
 
     pub(crate) fn unlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {

@@ -4,7 +4,7 @@
 
 use canopy_proto::attr::{access, S_ISVTX};
 use canopy_proto::msg::DirLookup;
-use canopy_proto::{Attr, Creds, Errno};
+use canopy_proto::{Attr, Creds, Errno, FileKind};
 
 /// The owner, group and mode that permission checks need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,19 @@ pub fn require_dir_write(creds: &Creds, dir: Owner) -> Result<(), Errno> {
     require(creds, dir, true, access::W | access::X)
 }
 
+/// Whether an open with `O_CREAT` but not `O_EXCL` may have the existing object
+/// `attr`: a regular file, if the caller may read and/or write it as `want` (its R
+/// and W bits) asks, as open(2) checks (`EACCES`). A directory is `EISDIR` (open(2)
+/// refuses `O_CREAT` on one); anything else is `EEXIST`, as for an exclusive
+/// create: servers do not follow symlinks or open special files.
+pub fn check_open_existing(creds: &Creds, attr: &Attr, want: u32) -> Result<(), Errno> {
+    match attr.kind {
+        FileKind::File => require(creds, Owner::of_attr(attr), false, want & (access::R | access::W)),
+        FileKind::Dir => Err(Errno::EISDIR),
+        _ => Err(Errno::EEXIST),
+    }
+}
+
 /// The sticky-bit rule: in a sticky directory only root, the directory's owner or
 /// the entry's owner may remove or rename the entry (`EPERM` otherwise).
 pub fn check_sticky(creds: &Creds, dir: Owner, entry_uid: u32) -> Result<(), Errno> {
@@ -97,6 +110,23 @@ mod tests {
         assert!(!allows(&root, owned(0o644), false, X));
         assert!(allows(&root, owned(0o100), false, X));
         assert!(allows(&root, owned(0), true, X));
+    }
+
+    #[test]
+    fn opening_an_existing_file_checks_what_the_open_asks_for() {
+        let attr = |kind, mode| Attr { ino: 2, kind, mode, uid: ALICE, gid: STAFF, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+        let (alice, bob) = (Creds::user(ALICE, 1), Creds::user(2000, 2));
+        let private = attr(FileKind::File, 0o600);
+        assert_eq!(check_open_existing(&alice, &private, R | W), Ok(()));
+        assert_eq!(check_open_existing(&bob, &private, R), Err(Errno::EACCES));
+        assert_eq!(check_open_existing(&bob, &private, W), Err(Errno::EACCES));
+        let readable = attr(FileKind::File, 0o644);
+        assert_eq!(check_open_existing(&bob, &readable, R), Ok(()));
+        assert_eq!(check_open_existing(&bob, &readable, R | W), Err(Errno::EACCES));
+        assert_eq!(check_open_existing(&bob, &readable, R | X), Ok(()), "open never asks for execute");
+        assert_eq!(check_open_existing(&Creds::root(), &private, R | W), Ok(()));
+        assert_eq!(check_open_existing(&alice, &attr(FileKind::Dir, 0o777), R), Err(Errno::EISDIR));
+        assert_eq!(check_open_existing(&alice, &attr(FileKind::Fifo, 0o666), R), Err(Errno::EEXIST));
     }
 
     #[test]

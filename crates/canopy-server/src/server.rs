@@ -103,7 +103,7 @@ impl MetaServer {
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
             Request::Stat { path } => self.stat(creds, &self.unfenced(&path)?),
-            Request::Create { path, mode, kind, exclusive } => self.create(creds, &self.unfenced(&path)?, mode, kind, exclusive),
+            Request::Create { path, mode, kind, if_exists } => self.create(creds, &self.unfenced(&path)?, mode, kind, if_exists),
             Request::Unlink { path } => self.unlink(creds, &self.unfenced(&path)?),
             Request::SetAttr { path, set } => self.set_attr(creds, &self.unfenced(&path)?, &set),
             Request::Readlink { path } => self.readlink(creds, &self.unfenced(&path)?),
@@ -135,9 +135,11 @@ impl MetaServer {
             Request::Adopt { items } => self.adopt(items),
             Request::Release { items } => self.release(items),
             Request::ReadData { at, offset, len } => self.read_data(creds, &at, offset, len),
-            Request::WriteData { at, offset, data, inline_max } => self.write_data(creds, &at, offset, &data, inline_max),
+            Request::WriteData { at, offset, data, inline_max, kill_suid } => {
+                self.write_data(creds, &at, offset, &data, inline_max, kill_suid)
+            }
             Request::Spilled { at, len, digest } => self.spilled(creds, &at, len, digest),
-            Request::Extend { at, end } => self.extend(creds, &at, end),
+            Request::Extend { at, end, kill_suid } => self.extend(creds, &at, end, kill_suid),
             Request::TouchDir { path } => self.touch_dir(creds, &self.unfenced(&path)?),
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),

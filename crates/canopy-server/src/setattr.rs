@@ -9,8 +9,27 @@ fn is_owner_or_root(creds: &Creds, attr: &Attr) -> bool {
     creds.is_root() || creds.uid == attr.uid
 }
 
+/// A regular file's mode after a change by a process that may not keep setuid
+/// and setgid (a write or truncate without `CAP_FSETID`, any chown): setuid goes,
+/// and setgid when the file is group-executable (without group execute, setgid
+/// marks mandatory locking, not privilege, and stays), as Linux does.
+pub fn drop_suid(mode: u32) -> u32 {
+    let mode = mode & !S_ISUID;
+    if mode & 0o010 != 0 {
+        mode & !S_ISGID
+    } else {
+        mode
+    }
+}
+
+/// The id chown(2) reads as "leave it" (-1): no object may be owned by it.
+pub const NO_ID: u32 = u32::MAX;
+
 /// Applies `set` to `attr` as `creds`, at time `now`, or says why not.
 pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<(), Errno> {
+    if set.uid == Some(NO_ID) || set.gid == Some(NO_ID) {
+        return Err(Errno::EINVAL); // as Linux: before any permission check
+    }
     let is_dir = attr.kind == FileKind::Dir;
     let mut next = attr.clone();
     if let Some(size) = set.size {
@@ -36,12 +55,15 @@ pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<
         }
         next.uid = set.uid.unwrap_or(attr.uid);
         next.gid = set.gid.unwrap_or(attr.gid);
-        if !is_dir && attr.kind == FileKind::File {
-            // As Linux: a change of owner drops setuid, and setgid when group-executable.
-            next.mode &= !S_ISUID;
-            if next.mode & 0o010 != 0 {
-                next.mode &= !S_ISGID;
-            }
+        if attr.kind == FileKind::File {
+            // As Linux: a change of owner drops setuid and setgid, even by root.
+            next.mode = drop_suid(next.mode);
+        }
+    }
+    if set.kill_suid || (set.size.is_some() && !creds.is_root()) {
+        perm::require(creds, Owner::of_attr(attr), is_dir, access::W)?;
+        if attr.kind == FileKind::File {
+            next.mode = drop_suid(next.mode);
         }
     }
     if let Some(mode) = set.mode {
@@ -110,6 +132,38 @@ mod tests {
         assert_eq!((a.gid, a.mode), (200, 0o755));
         apply(&Creds::root(), &mut a, &SetAttr::owner(Some(5), Some(5)), 1).unwrap();
         assert_eq!((a.uid, a.gid), (5, 5));
+    }
+
+    #[test]
+    fn setuid_goes_with_data_changes_by_the_unprivileged() {
+        assert_eq!(drop_suid(0o6755), 0o755);
+        assert_eq!(drop_suid(0o6745), 0o2745, "setgid without group execute stays");
+        assert_eq!(drop_suid(0o1777), 0o1777);
+        let bob = Creds::user(2000, 2);
+        let mut a = file(1000, 100, 0o6777);
+        apply(&bob, &mut a, &SetAttr::size(0), 1).unwrap();
+        assert_eq!(a.mode, 0o777, "a truncate by a non-owner without privilege");
+        let mut r = file(1000, 100, 0o6777);
+        apply(&Creds::root(), &mut r, &SetAttr::size(0), 1).unwrap();
+        assert_eq!(r.mode, 0o6777, "root keeps them");
+        let kill = SetAttr { kill_suid: true, ..SetAttr::size(0) };
+        apply(&Creds::root(), &mut r, &kill, 1).unwrap();
+        assert_eq!(r.mode, 0o777, "unless acting for an unprivileged process");
+        let mut ro = file(1000, 100, 0o4744);
+        let only_kill = SetAttr { kill_suid: true, ..SetAttr::default() };
+        assert_eq!(apply(&bob, &mut ro, &only_kill, 1), Err(Errno::EACCES), "only a writer may");
+        assert_eq!(apply(&bob, &mut ro, &SetAttr::mode(0o744), 1), Err(Errno::EPERM), "chmod stays the owner's");
+        assert_eq!(ro.mode, 0o4744);
+    }
+
+    #[test]
+    fn the_no_change_id_is_invalid_for_anyone() {
+        let mut a = file(1000, 100, 0o644);
+        for set in [SetAttr::owner(Some(NO_ID), None), SetAttr::owner(None, Some(NO_ID)), SetAttr::owner(Some(5), Some(NO_ID))] {
+            assert_eq!(apply(&Creds::root(), &mut a, &set, 1), Err(Errno::EINVAL));
+            assert_eq!(apply(&Creds::user(2000, 2), &mut a, &set, 1), Err(Errno::EINVAL));
+        }
+        assert_eq!((a.uid, a.gid), (1000, 100));
     }
 
     #[test]

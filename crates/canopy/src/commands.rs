@@ -5,6 +5,7 @@
 use crate::connect::{self, Who};
 use crate::format;
 use canopy_client::Client;
+use canopy_proto::path::NsPath;
 use canopy_proto::{Errno, FileKind, TimeSet};
 use clap::Subcommand;
 use std::future::Future;
@@ -53,6 +54,12 @@ pub enum NsCmd {
         /// Remove empty directories.
         #[arg(short = 'd', long = "dir")]
         dir: bool,
+        /// Refuse to remove '/' recursively (the default).
+        #[arg(long, overrides_with = "no_preserve_root")]
+        preserve_root: bool,
+        /// Let -r remove everything below '/'.
+        #[arg(long)]
+        no_preserve_root: bool,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -86,6 +93,12 @@ pub enum NsCmd {
     Tree { path: Option<String> },
 }
 
+/// Whether an argument ends in a slash, which `norm` drops but which says the
+/// name must be a directory (path_resolution(7)).
+fn names_a_directory(raw: &str) -> bool {
+    raw.ends_with('/')
+}
+
 /// CLI paths: relative ones are taken from the root, and a trailing slash is dropped.
 fn norm(p: &str) -> String {
     let abs = if p.starts_with('/') { p.to_string() } else { format!("/{p}") };
@@ -97,6 +110,45 @@ fn norm(p: &str) -> String {
     }
 }
 
+/// What rm refuses outright, before it looks at the namespace (coreutils' two
+/// failsafes, for removals that may take directories: `-r` or `-d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RmRefusal {
+    /// The argument's last component is `.` or `..`.
+    DotOrDotDot,
+    /// A recursive removal of the root while `--preserve-root` is in effect.
+    Root,
+}
+
+/// The failsafe `raw` (an argument as given) meets, if any. The dot check reads
+/// the raw argument, since normalising would hide it: `/h/sub/..` is `/h`, and `.`
+/// is the root for a CLI that takes relative paths from there.
+fn rm_refusal(raw: &str, recursive: bool, dirs: bool, preserve_root: bool) -> Option<RmRefusal> {
+    if !recursive && !dirs {
+        return None; // a directory is then refused with EISDIR
+    }
+    let last = raw.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+    if last == "." || last == ".." {
+        return Some(RmRefusal::DotOrDotDot);
+    }
+    let is_root = NsPath::parse(&norm(raw)).is_ok_and(|p| p.is_root());
+    (recursive && preserve_root && is_root).then_some(RmRefusal::Root)
+}
+
+fn report_refusal(raw: &str, refusal: RmRefusal) {
+    match refusal {
+        RmRefusal::DotOrDotDot => eprintln!("canopy: refusing to remove '.' or '..' directory: skipping '{raw}'"),
+        RmRefusal::Root => {
+            if raw == "/" {
+                eprintln!("canopy: it is dangerous to operate recursively on '/'");
+            } else {
+                eprintln!("canopy: it is dangerous to operate recursively on '{raw}' (same as '/')");
+            }
+            eprintln!("canopy: use --no-preserve-root to override this failsafe");
+        }
+    }
+}
+
 fn complain(what: &str, path: &str, e: Errno) {
     eprintln!("canopy: {what} '{path}': {e}");
 }
@@ -105,13 +157,15 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| format!("invalid mode: '{s}'"))
 }
 
-fn lookup_id(name: &str, user: bool) -> Result<u32, String> {
-    if let Ok(n) = name.parse() {
-        return Ok(n);
+/// A user or group id by number or name; None if there is none. 4294967295 is
+/// chown(2)'s "no change", never an id.
+fn lookup_id(name: &str, user: bool) -> Option<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return (n != u32::MAX).then_some(n);
     }
-    let c = std::ffi::CString::new(name).map_err(|_| format!("invalid name '{name}'"))?;
+    let c = std::ffi::CString::new(name).ok()?;
     // SAFETY: getpwnam/getgrnam read the system databases; we copy the id out at once.
-    let id = unsafe {
+    unsafe {
         if user {
             let p = libc::getpwnam(c.as_ptr());
             (!p.is_null()).then(|| (*p).pw_uid)
@@ -119,18 +173,21 @@ fn lookup_id(name: &str, user: bool) -> Result<u32, String> {
             let g = libc::getgrnam(c.as_ptr());
             (!g.is_null()).then(|| (*g).gr_gid)
         }
-    };
-    id.ok_or_else(|| format!("invalid {}: '{name}'", if user { "user" } else { "group" }))
+    }
 }
 
+/// USER[:GROUP] or :GROUP; errors quote the whole spec, as chown(1) does.
 fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
-    let uid = if u.is_empty() { None } else { Some(lookup_id(u, true)?) };
+    let uid = match u {
+        "" => None,
+        u => Some(lookup_id(u, true).ok_or_else(|| format!("invalid user: '{s}'"))?),
+    };
     let gid = match g {
-        Some(g) if !g.is_empty() => Some(lookup_id(g, false)?),
+        Some(g) if !g.is_empty() => Some(lookup_id(g, false).ok_or_else(|| format!("invalid group: '{s}'"))?),
         _ => None,
     };
     Ok((uid, gid))
@@ -184,7 +241,15 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
             }
         }
         NsCmd::Touch { paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
+            for raw in &paths {
+                let p = norm(raw);
+                if names_a_directory(raw) {
+                    if let Err((what, e)) = touch_directory(client, &p).await {
+                        complain(what, raw, e);
+                        ok = false;
+                    }
+                    continue;
+                }
                 let r = match client.create(&p, 0o644).await {
                     Err(Errno::EEXIST) => client.utimens(&p, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()),
                     other => other.map(|_| ()),
@@ -195,8 +260,14 @@ async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
                 }
             }
         }
-        NsCmd::Rm { recursive, force, dir, paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
+        NsCmd::Rm { recursive, force, dir, no_preserve_root, paths, .. } => {
+            for raw in &paths {
+                if let Some(refusal) = rm_refusal(raw, recursive, dir, !no_preserve_root) {
+                    report_refusal(raw, refusal);
+                    ok = false;
+                    continue;
+                }
+                let p = norm(raw);
                 match remove(client, &p, recursive, dir).await {
                     Err(Errno::ENOENT) if force => {}
                     Err(e) => {
@@ -280,6 +351,34 @@ fn report_change(what: &str, path: &str, r: Result<canopy_proto::Attr, Errno>) -
             false
         }
     }
+}
+
+/// touch(1) of a name with a trailing slash: nothing is created (open(2) with
+/// O_CREAT answers EISDIR), only a directory's times are set. Errors come with
+/// touch's wording: "cannot touch" when the parent cannot be reached (open's
+/// error), "setting times of" otherwise (utimensat's).
+async fn touch_directory(client: &Client, path: &str) -> Result<(), (&'static str, Errno)> {
+    let set_times = "setting times of";
+    match client.stat(path).await {
+        Ok(a) if a.kind == FileKind::Dir => {
+            client.utimens(path, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()).map_err(|e| (set_times, e))
+        }
+        Ok(_) => Err((set_times, Errno::ENOTDIR)),
+        // Missing: open(2) would have failed first if the parent cannot hold it.
+        Err(Errno::ENOENT) => Err(match parent_kind(client, path).await {
+            Ok(FileKind::Dir) => (set_times, Errno::ENOENT),
+            Ok(_) => ("cannot touch", Errno::ENOTDIR),
+            Err(e) => ("cannot touch", e),
+        }),
+        Err(e) => Err(("cannot touch", e)),
+    }
+}
+
+/// The kind of the directory `path` would be in (the root's for the root).
+async fn parent_kind(client: &Client, path: &str) -> Result<FileKind, Errno> {
+    let p = NsPath::parse(path)?;
+    let parent = p.split().map_or_else(NsPath::root, |(parent, _)| parent);
+    Ok(client.stat(parent.as_str()).await?.kind)
 }
 
 async fn mkdir_parents(client: &Client, path: &str, mode: u32) -> Result<(), Errno> {
@@ -407,4 +506,27 @@ pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
     let verdict = if summary.is_clean() { "clean".to_string() } else { format!("{} problems", summary.problems.len()) };
     println!("canopy fsck: {} servers, {} directories, {} files: {verdict}", summary.servers, summary.dirs, summary.files);
     Ok(if summary.is_clean() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rm_failsafes() {
+        use RmRefusal::*;
+        for dots in [".", "..", "/h/.", "/h/sub/..", "/h/sub/../", "h/..//", "/.."] {
+            assert_eq!(rm_refusal(dots, true, false, true), Some(DotOrDotDot), "{dots}");
+            assert_eq!(rm_refusal(dots, false, true, false), Some(DotOrDotDot), "{dots} with -d");
+            assert_eq!(rm_refusal(dots, false, false, true), None, "{dots}: plain rm says EISDIR");
+        }
+        for root in ["/", "//", ""] {
+            assert_eq!(rm_refusal(root, true, false, true), Some(Root), "{root:?}");
+            assert_eq!(rm_refusal(root, true, false, false), None, "--no-preserve-root");
+            assert_eq!(rm_refusal(root, false, true, true), None, "-d alone: rmdir says EBUSY");
+        }
+        for fine in ["/h", "/h/..x", "/h/.hidden", "/h/sub/../f", "..."] {
+            assert_eq!(rm_refusal(fine, true, true, true), None, "{fine}");
+        }
+    }
 }

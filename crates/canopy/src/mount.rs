@@ -31,7 +31,8 @@ pub struct MountArgs {
     /// Seconds the kernel may cache attributes.
     #[arg(long, default_value_t = 1.0)]
     pub attr_timeout: f64,
-    /// Files up to this many bytes keep their contents in the metadata.
+    /// Files up to this many bytes keep their contents in the metadata (at most
+    /// 1 MiB, the servers' own limit).
     #[arg(long, default_value_t = 64 * 1024)]
     pub inline_max: u32,
     /// Threads reading kernel requests (each on its own cloned /dev/fuse fd);
@@ -41,10 +42,12 @@ pub struct MountArgs {
     /// Let other users use the mount (`allow_other`).
     #[arg(long)]
     pub allow_other: bool,
-    /// Let the kernel check permissions too (`default_permissions`), from
-    /// attributes it may have cached; without it Canopy's checks alone decide.
+    /// Do not let the kernel check permissions itself (`default_permissions`,
+    /// on by default); Canopy's servers then decide alone. Unsafe when several
+    /// users use the mount: the kernel serves one user's cached lookups and
+    /// attributes to another, and opens FIFOs and devices unchecked.
     #[arg(long)]
-    pub default_permissions: bool,
+    pub no_default_permissions: bool,
     /// Do not update directories' mtime and ctime when names change in them
     /// (saves one RPC per create, unlink, mkdir, rmdir, link and rename).
     #[arg(long)]
@@ -64,13 +67,17 @@ fn seconds(s: f64, what: &str) -> Result<Duration, String> {
 }
 
 fn options(args: &MountArgs) -> Result<MountOptions, String> {
+    let limit = canopy_proto::msg::INLINE_LIMIT;
+    if args.inline_max > limit {
+        return Err(format!("--inline-max may be at most {limit} (the servers keep no more inline)"));
+    }
     Ok(MountOptions {
         entry_ttl: seconds(args.entry_timeout, "entry-timeout")?,
         attr_ttl: seconds(args.attr_timeout, "attr-timeout")?,
         inline_max: args.inline_max,
         threads: args.threads.max(1),
         allow_other: args.allow_other,
-        default_permissions: args.default_permissions,
+        default_permissions: !args.no_default_permissions,
         dir_times: !args.no_dir_times,
     })
 }

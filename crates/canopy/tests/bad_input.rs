@@ -274,7 +274,7 @@ async fn internal_requests_need_the_cluster_key() {
 async fn forged_credentials_are_replaced_by_the_keys() {
     let addr = start_server().await;
     let root = connect(&addr, &admin()).await;
-    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, exclusive: true };
+    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };
     assert!(root.call(&Creds::root(), &create("/roots"), T).await.is_ok());
     let alice = connect(&addr, &user(1000)).await;
     // `/` is root's and 0755: creating there needs root, which alice claims.

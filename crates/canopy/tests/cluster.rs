@@ -138,3 +138,59 @@ fn an_ordinary_user_acts_through_their_key_only() {
     assert!(!ok && err.contains("fsck needs the cluster key"), "{err}");
     assert!(c.ok(&["fsck"]).contains("clean"));
 }
+
+#[test]
+fn rm_refuses_the_root_and_dot_or_dot_dot_as_coreutils_does() {
+    let c = up(2);
+    c.ok(&["mkdir", "-p", "/h/sub"]);
+    c.ok(&["touch", "/h/f"]);
+    let override_it = "canopy: use --no-preserve-root to override this failsafe";
+    for (root, what) in [("/", "'/'"), ("//", "'//' (same as '/')"), ("///", "'///' (same as '/')")] {
+        let refusal = format!("canopy: it is dangerous to operate recursively on {what}\n{override_it}");
+        c.fails(&["rm", "-r", root], &refusal);
+        c.fails(&["rm", "-rf", "--preserve-root", root], &refusal);
+    }
+    // Checked on the argument as given: lexically, /h/sub/.. is /h.
+    for dots in ["/h/sub/..", "/h/.", "/h/sub/../", "..", "/..", "/./", "."] {
+        let refusal = format!("canopy: refusing to remove '.' or '..' directory: skipping '{dots}'");
+        c.fails(&["rm", "-r", dots], &refusal);
+        c.fails(&["rm", "-d", dots], &refusal);
+    }
+    c.fails(&["rm", "/h/sub/.."], "canopy: cannot remove '/h/sub/..': Is a directory");
+    // The other arguments are still removed, and the exit status says one failed.
+    c.fails(&["rm", "-r", "/h/.", "/h/sub"], "canopy: refusing to remove '.' or '..' directory: skipping '/h/.'");
+    assert_eq!(c.ok(&["ls", "/h"]), "f\n", "only /h/sub went");
+    c.fails(&["rm", "-r", "--no-preserve-root", "/"], "canopy: cannot remove '/': Device or resource busy");
+    assert_eq!(c.ok(&["ls", "/"]), "", "everything below the root went");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
+
+/// A trailing slash says the name is a directory: touch(1) creates nothing then
+/// (open(2) answers EISDIR) and reports what setting the times found.
+#[test]
+fn touch_with_a_trailing_slash_creates_nothing() {
+    let c = up(2);
+    c.ok(&["mkdir", "/h"]);
+    c.ok(&["touch", "/h/f"]);
+    c.fails(&["touch", "/h/trail/"], "canopy: setting times of '/h/trail/': No such file or directory");
+    c.fails(&["touch", "/h/f/"], "canopy: setting times of '/h/f/': Not a directory");
+    c.fails(&["touch", "/none/x/"], "canopy: cannot touch '/none/x/': No such file or directory");
+    c.fails(&["touch", "/h/f/x/"], "canopy: cannot touch '/h/f/x/': Not a directory");
+    assert_eq!(c.ok(&["ls", "/h"]), "f\n", "nothing was created");
+    c.ok(&["touch", "/h/", "/", "//"]);
+}
+
+/// uid and gid 4294967295 are chown(2)'s "no change": like coreutils, the CLI
+/// refuses them as invalid (and the servers would answer EINVAL).
+#[test]
+fn chown_refuses_the_no_change_ids() {
+    let c = up(2);
+    c.ok(&["touch", "/f"]);
+    c.fails(&["chown", "4294967295", "/f"], "canopy: invalid user: '4294967295'");
+    c.fails(&["chown", ":4294967295", "/f"], "canopy: invalid group: ':4294967295'");
+    c.fails(&["chown", "0:4294967295", "/f"], "canopy: invalid group: '0:4294967295'");
+    c.fails(&["chown", "nosuchuser:0", "/f"], "canopy: invalid user: 'nosuchuser:0'");
+    assert!(c.ok(&["stat", "/f"]).contains("Uid: 0  Gid: 0"));
+    c.ok(&["chown", "4294967294:4294967294", "/f"]);
+    assert!(c.ok(&["stat", "/f"]).contains("Uid: 4294967294  Gid: 4294967294"));
+}

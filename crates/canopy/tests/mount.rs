@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+/// Two unprivileged users, for permission tests (no account needed: the mount
+/// takes uid and gid from the kernel).
+const ALICE: u32 = 1000;
+const BOB: u32 = 2000;
+
 struct Mounted {
     home: tempfile::TempDir,
     mounts: Vec<PathBuf>,
@@ -64,6 +69,34 @@ fn up() -> Mounted {
     m
 }
 
+/// A cluster whose mounts other users can reach (`--allow-other` on each mount).
+fn up_shared() -> Mounted {
+    let m = up();
+    fs::set_permissions(m.home.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    m
+}
+
+/// Runs `f` on a new thread acting as `uid` (gid the same, no supplementary
+/// groups) for file system access. The raw syscalls change only that thread's
+/// credentials (glibc's wrappers would change every thread's), and a non-zero
+/// fsuid drops root's file capabilities, so the kernel and the mount both see
+/// an ordinary user.
+fn as_user<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: plain syscalls on this thread's own credentials; no memory is passed
+        // but a null list of zero groups.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()), 0);
+            libc::syscall(libc::SYS_setfsgid, uid);
+            libc::syscall(libc::SYS_setfsuid, uid);
+            assert_eq!(libc::syscall(libc::SYS_setfsuid, -1i32 as u32) as u32, uid, "fsuid set");
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
 fn sh(dir: &Path, script: &str) -> String {
     let out = Command::new("bash").arg("-c").arg(format!("set -euo pipefail\n{script}")).current_dir(dir).output().unwrap();
     assert!(out.status.success(), "in {}: {script}\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
@@ -104,6 +137,19 @@ find proj -type f -printf '%s %p\n' | sort
 du -s proj > /dev/null
 du -b --apparent-size proj/big-random proj/big-copy proj/b2/c/greeting
 "#;
+
+/// The errno of a failed I/O result, 0 for success.
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    r.err().map_or(0, |e| e.raw_os_error().unwrap_or(-1))
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+}
 
 #[test]
 fn shell_session_matches_a_local_directory_across_remounts() {
@@ -207,4 +253,220 @@ fn a_path_max_relative_path_below_a_subdirectory() {
     assert_eq!(rel.len(), 4095);
     let script = format!("mkdir sub && cd sub && mkdir -p {dirs} && echo deep > {rel} && cat {rel} && rm {rel}");
     assert_eq!(sh(&mnt, &script), "deep\n");
+}
+
+#[test]
+fn create_without_excl_of_someone_elses_file_is_checked() {
+    // The kernel sends CREATE (not LOOKUP + OPEN) when it believes the name is
+    // absent; if the file appears in between, the server used to hand it out with
+    // no permission check and the kernel, thinking it created the file, checked
+    // nothing either. Alice creates and removes a 0600 file on one mount while Bob
+    // opens the name O_CREAT|O_RDWR on another: Bob must never hold Alice's file.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut m = up_shared();
+    let a = m.mount("a", &["--allow-other"]);
+    let b = m.mount("b", &["--allow-other"]);
+    fs::create_dir(a.join("d")).unwrap();
+    fs::set_permissions(a.join("d"), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (ours, theirs) = (a.join("d/f"), b.join("d/f"));
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    let alice = std::thread::spawn(move || {
+        as_user(ALICE, move || {
+            while std::time::Instant::now() < until {
+                let made = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&ours);
+                if made.is_ok() {
+                    let _ = fs::remove_file(&ours);
+                }
+            }
+        })
+    });
+    let (opened, alices) = as_user(BOB, move || {
+        let (mut opened, mut alices) = (0, 0);
+        while std::time::Instant::now() < until {
+            let Ok(f) = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&theirs) else { continue };
+            opened += 1;
+            if f.metadata().unwrap().uid() == ALICE {
+                alices += 1;
+            } else {
+                let _ = fs::remove_file(&theirs);
+            }
+        }
+        (opened, alices)
+    });
+    alice.join().unwrap();
+    assert_eq!(alices, 0, "Bob opened Alice's 0600 file {alices} times (of {opened} opens)");
+}
+
+/// The kernel's caches are shared by every user: with the default
+/// `default_permissions` the kernel checks each user's access to what it holds.
+/// Without it, Bob was served Alice's private attributes that root had looked up,
+/// and opened her FIFO (no open request reaches the mount for one).
+#[test]
+fn the_kernel_checks_permissions_on_what_it_caches() {
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--attr-timeout", "30", "--entry-timeout", "30"]);
+    let (d, f) = (mnt.join("d"), mnt.join("d/f"));
+    fs::create_dir(&d).unwrap();
+    fs::write(&f, b"0123456789").unwrap();
+    for (p, mode) in [(&f, 0o600), (&d, 0o700)] {
+        chown(p, ALICE);
+        chmod(p, mode);
+    }
+    assert_eq!(fs::symlink_metadata(&f).unwrap().len(), 10, "root looks it up: now cached");
+    let g = f.clone();
+    assert_eq!(as_user(BOB, move || errno_of(fs::symlink_metadata(&g))), libc::EACCES, "Bob cannot search d");
+
+    let p = mnt.join("p");
+    fs::create_dir(&p).unwrap();
+    chmod(&p, 0o777);
+    let fifo = std::ffi::CString::new(p.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; mkfifo only reads it.
+    as_user(ALICE, move || assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0));
+    let fifo = p.join("fifo");
+    let opened = as_user(BOB, move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        errno_of(fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo))
+    });
+    assert_eq!(opened, libc::EACCES, "Bob opens Alice's 0600 FIFO");
+}
+
+/// `readdirplus` answers attributes the kernel then serves for the attribute
+/// timeout; they used to be fetched as root, so a user who may list a directory
+/// but not search it (r without x) saw everything inside. Tested without
+/// `default_permissions`, where nothing else stands in the way.
+#[test]
+fn readdirplus_stats_children_as_the_caller() {
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--no-default-permissions", "--attr-timeout", "30", "--entry-timeout", "30"]);
+    let (d, f) = (mnt.join("d"), mnt.join("d/f"));
+    fs::create_dir(&d).unwrap();
+    fs::write(&f, b"0123456789").unwrap();
+    chown(&f, ALICE);
+    chmod(&f, 0o600);
+    chmod(&d, 0o744);
+    let (names, stat) = as_user(BOB, move || {
+        let names: Vec<String> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        (names, errno_of(fs::symlink_metadata(&f)))
+    });
+    assert_eq!(names, vec!["f".to_string()], "the name is listed");
+    assert_eq!(stat, libc::EACCES, "but its attributes are not Bob's to see");
+    assert_eq!(fs::symlink_metadata(mnt.join("d/f")).unwrap().len(), 10, "root still sees them");
+}
+
+/// A write by a non-owner to a setuid/setgid file succeeds and clears the bits,
+/// as on a local file system. The kernel used to ask for that with a chmod sent
+/// as the writer, which the server refused (EPERM): the write failed.
+#[test]
+fn a_write_by_a_non_owner_clears_setuid_and_setgid() {
+    use std::io::Write;
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other", "--attr-timeout", "0"]);
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    chmod(&d, 0o777);
+    let f = d.join("f");
+    fs::write(&f, b"#!/bin/sh\n").unwrap();
+    chown(&f, ALICE);
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    for (before, after) in [(0o6777, 0o777), (0o6767, 0o2767)] {
+        chmod(&f, before);
+        let g = f.clone();
+        let wrote = as_user(BOB, move || errno_of(fs::OpenOptions::new().append(true).open(&g).and_then(|mut h| h.write_all(b"echo\n"))));
+        assert_eq!(wrote, 0, "Bob's write to a {before:o} file");
+        assert_eq!(mode(&f), after, "setuid goes; setgid too when group-executable");
+    }
+    // ftruncate through a descriptor goes to the servers as root: the mount says
+    // for whom.
+    chmod(&f, 0o6777);
+    let g = f.clone();
+    let cut = as_user(BOB, move || errno_of(fs::OpenOptions::new().write(true).open(&g).and_then(|h| h.set_len(10))));
+    assert_eq!((cut, mode(&f)), (0, 0o777), "Bob's ftruncate");
+    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"echo\n").unwrap();
+    chmod(&f, 0o6777);
+    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"# root\n").unwrap();
+    assert_eq!(mode(&f), 0o6777, "root's own write keeps them");
+    let g = f.clone();
+    let chmodded = as_user(BOB, move || errno_of(fs::set_permissions(&g, std::os::unix::fs::PermissionsExt::from_mode(0o777))));
+    assert_eq!(chmodded, libc::EPERM, "a chmod is still the owner's");
+    assert_eq!(fs::read(&f).unwrap(), b"#!/bin/sh\necho\n# root\n");
+}
+
+/// Data requests are now checked against the file on the servers; the mount
+/// checks at open and sends them as root, so what open(2) allows still works:
+/// writing through a descriptor of a file created read-only, or chmodded since.
+#[test]
+fn descriptors_write_whatever_the_mode_became_after_open() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut m = up_shared();
+    let mnt = m.mount("mnt", &["--allow-other"]);
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    chmod(&d, 0o777);
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let (f, g, contents) = (d.join("ro"), d.join("later"), big.clone());
+    let written = as_user(BOB, move || {
+        let mut ro = fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(&f)?;
+        ro.write_all(b"small ")?;
+        ro.write_all(&contents)?; // past the inline limit: spills to the back end
+        let mut later = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&g)?;
+        fs::set_permissions(&g, std::os::unix::fs::PermissionsExt::from_mode(0o000))?;
+        later.write_all(b"still mine")
+    });
+    written.unwrap();
+    let mut want = b"small ".to_vec();
+    want.extend_from_slice(&big);
+    assert_eq!(fs::read(d.join("ro")).unwrap(), want);
+    assert_eq!(fs::metadata(d.join("ro")).unwrap().mode() & 0o777, 0o444);
+    assert_eq!(fs::read(d.join("later")).unwrap(), b"still mine");
+    let h = d.join("ro");
+    assert_eq!(as_user(BOB, move || errno_of(fs::OpenOptions::new().write(true).open(&h))), libc::EACCES, "a new open is checked");
+}
+
+/// Canopy names (and symlink targets) are UTF-8 strings end to end: the mount
+/// refuses any other name with EILSEQ, as UTF-8-only file systems do, in every
+/// request that carries one.
+#[test]
+fn names_that_are_not_utf8_are_refused_with_eilseq() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut m = up();
+    let mnt = m.mount("mnt", &[]);
+    fs::write(mnt.join("file"), b"x").unwrap();
+    fs::create_dir(mnt.join("dir")).unwrap();
+    let bad = OsStr::from_bytes(b"caf\xe9"); // Latin-1, not UTF-8
+    let at = mnt.join(bad);
+    let fifo = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
+    let attempts: Vec<(&str, i32)> = vec![
+        ("lookup", errno_of(fs::symlink_metadata(&at))),
+        ("create", errno_of(fs::File::create(&at))),
+        ("mkdir", errno_of(fs::create_dir(&at))),
+        // SAFETY: a valid path; mkfifo only reads it.
+        ("mknod", if unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) } == 0 { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap() }),
+        ("symlink", errno_of(std::os::unix::fs::symlink("file", &at))),
+        ("symlink target", errno_of(std::os::unix::fs::symlink(bad, mnt.join("link")))),
+        ("link", errno_of(fs::hard_link(mnt.join("file"), &at))),
+        ("rename", errno_of(fs::rename(mnt.join("file"), &at))),
+        ("unlink", errno_of(fs::remove_file(&at))),
+        ("rmdir", errno_of(fs::remove_dir(&at))),
+    ];
+    for (what, errno) in attempts {
+        assert_eq!(errno, libc::EILSEQ, "{what} of a non-UTF-8 name");
+    }
+    let mut left: Vec<String> = fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, ["dir", "file"], "nothing was made or moved");
+}
+
+/// Programs see EIO when the cluster cannot be reached, not the transport's
+/// ECONNREFUSED, ETIMEDOUT or ENOTCONN, which no file system call documents.
+#[test]
+fn an_unreachable_cluster_is_eio_to_programs() {
+    let mut m = up();
+    let mnt = m.mount("mnt", &["--attr-timeout", "0", "--entry-timeout", "0"]);
+    fs::write(mnt.join("f"), b"x").unwrap();
+    m.ok(&["down"]);
+    assert_eq!(errno_of(fs::symlink_metadata(mnt.join("f"))), libc::EIO, "stat");
+    assert_eq!(errno_of(fs::write(mnt.join("g"), b"y")), libc::EIO, "create");
+    assert_eq!(errno_of(fs::create_dir(mnt.join("d"))), libc::EIO, "mkdir");
 }
