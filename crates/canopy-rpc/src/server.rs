@@ -147,11 +147,14 @@ async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &Ser
     };
     let (mut rd, mut wr) = stream.into_split();
     let (late_tx, mut late_rx) = mpsc::unbounded_channel::<BytesMut>();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut out = BytesMut::with_capacity(64 * 1024);
+    // Buffers start small (an idle connection holds little) and grow with what
+    // the peer sends; `trim` gives back what one large frame needed.
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut out = BytesMut::new();
     let touch = || state.last_active.store(registry.now(), Ordering::Release);
     loop {
         let idle = tokio::time::sleep(opts.limits.idle);
+        buf.reserve(READ_CHUNK);
         tokio::select! {
             read = rd.read_buf(&mut buf) => {
                 if !matches!(read, Ok(n) if n > 0) {
@@ -164,6 +167,8 @@ async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &Ser
                     break;
                 }
                 out.clear();
+                trim(&mut buf);
+                trim(&mut out);
                 if broken {
                     break;
                 }
@@ -180,6 +185,18 @@ async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &Ser
         }
     }
     let _ = wr.shutdown().await;
+}
+
+/// Bytes read per system call at least; also a connection's idle buffer size.
+const READ_CHUNK: usize = 16 * 1024;
+/// A buffer larger than this is dropped once empty rather than kept.
+const KEEP_BUFFER: usize = 256 * 1024;
+
+/// Lets an empty buffer that grew for a large frame go.
+fn trim(b: &mut BytesMut) {
+    if b.is_empty() && b.capacity() > KEEP_BUFFER {
+        *b = BytesMut::new();
+    }
 }
 
 /// What answering one connection's frames needs.

@@ -126,7 +126,7 @@ impl Store for RocksStore {
 }
 
 /// Visits `iter`'s pairs while their keys start with `prefix` and `f` says go on.
-fn visit<'a>(iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+fn visit(iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
     for item in iter {
         let (k, v) = item.map_err(err)?;
         if !k.starts_with(prefix) || !f(&k, &v) {

@@ -126,9 +126,9 @@ fn an_ordinary_user_acts_through_their_key_only() {
         let out = as_user(args);
         (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).trim_end().to_string())
     };
-    assert_eq!(run(&["mkdir", "/pub/mine"]).0, true);
-    assert_eq!(run(&["touch", "/pub/mine/f"]).0, true);
-    assert_eq!(run(&["mv", "/pub/mine", "/pub/ours"]).0, true, "a directory rename, delegated");
+    assert!(run(&["mkdir", "/pub/mine"]).0);
+    assert!(run(&["touch", "/pub/mine/f"]).0);
+    assert!(run(&["mv", "/pub/mine", "/pub/ours"]).0, "a directory rename, delegated");
     let (_, listing, _) = run(&["ls", "-l", "/pub"]);
     assert!(listing.contains(" 4242  4242 "), "{listing}");
     assert_eq!(run(&["touch", "/priv/x"]), (false, String::new(), "canopy: cannot touch '/priv/x': Permission denied".into()));
