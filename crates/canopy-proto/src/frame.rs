@@ -110,7 +110,7 @@ pub fn encode_response(out: &mut BytesMut, id: u64, op: u16, result: &Result<Rep
 /// Decodes a request frame's payload. Unknown opcodes are `ENOSYS`; a payload that
 /// does not decode, has trailing bytes, or disagrees with its opcode is `EPROTO`.
 pub fn decode_request(frame: &Frame) -> Result<(Creds, Request), Errno> {
-    if frame.op as usize >= crate::msg::OP_NAMES.len() {
+    if crate::msg::op_name(frame.op).is_none() {
         return Err(Errno::ENOSYS);
     }
     let (decoded, rest): ((Creds, Request), &[u8]) =

@@ -1,7 +1,16 @@
 //! Requests and replies. One enum for every request a Canopy daemon accepts (metadata
 //! servers and the lock service share the codec; each answers `ENOSYS` to what is not
-//! its own), and one for every reply. The opcode on the wire is the variant's index
-//! ([`Request::opcode`]); a frame whose opcode disagrees with its payload is rejected.
+//! its own), and one for every reply.
+//!
+//! Wire stability: every request has an explicit opcode, grouped by family —
+//! `0x00xx` generic (file operations every mode serves, data, stats, delegation),
+//! `0x01xx` ShardFS (replicated directory transactions, fences, migration,
+//! recovery), `0x02xx` the lock service; `0x03xx` is kept for IndexFS, `0x04xx` for
+//! Giraffa, `0x05xx` for BatchFS. A frame whose opcode disagrees with its payload
+//! is rejected. The payload is postcard, whose enum tag is the variant's position,
+//! so both enums are append-only: a new request or reply goes at the end of its
+//! enum, never between others, and no existing opcode changes. `tests` below pins
+//! both (the opcode table and every reply's tag) and fails on any such change.
 
 use crate::attr::{Attr, DirEntry, FileKind, SetAttr};
 use crate::fid::Fid;
@@ -222,125 +231,133 @@ pub struct FsckReport {
 }
 
 macro_rules! requests {
-    ($($(#[$doc:meta])* $name:ident $({ $($field:ident : $ty:ty),* $(,)? })?,)*) => {
+    ($($(#[$doc:meta])* $name:ident $({ $($field:ident : $ty:ty),* $(,)? })? = $op:literal,)*) => {
         #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
         pub enum Request { $($(#[$doc])* $name $({ $($field: $ty),* })?,)* }
 
-        /// Names of every operation, indexed by opcode.
-        pub const OP_NAMES: &[&str] = &[$(stringify!($name),)*];
+        /// Every request's name and wire opcode, in declaration order (which is
+        /// also the payload's variant tag: see the module doc).
+        pub const OPCODES: &[(&str, u16)] = &[$((stringify!($name), $op),)*];
 
         impl Request {
-            /// The wire opcode: the variant's index in [`OP_NAMES`].
+            /// The wire opcode, fixed per request (see [`OPCODES`]).
             pub fn opcode(&self) -> u16 {
-                let mut i = 0u16;
-                $(
-                    #[allow(unused_variables)]
-                    if let Request::$name { .. } = self { return i; }
-                    i += 1;
-                )*
-                unreachable!("{i} variants")
+                match self { $(Request::$name { .. } => $op,)* }
+            }
+
+            /// The request's position in [`OPCODES`], for dense per-request tables.
+            pub fn index(&self) -> usize {
+                let op = self.opcode();
+                OPCODES.iter().position(|(_, o)| *o == op).unwrap_or(0)
             }
 
             pub fn name(&self) -> &'static str {
-                OP_NAMES[self.opcode() as usize]
-            }
-
-            /// Whether a connection bound to one user (a user key) may send this.
-            /// Those requests act on one object with the caller's rights, which
-            /// the server checks in full. Everything else (transaction steps,
-            /// recovery, fences, migration, fsck, the lock service) is internal
-            /// and needs the cluster key: it either trusts its sender to have
-            /// checked (a replica's step) or acts as root.
-            pub fn user_may_send(&self) -> bool {
-                matches!(
-                    self,
-                    Request::Ping
-                        | Request::Stat { .. }
-                        | Request::Create { .. }
-                        | Request::Unlink { .. }
-                        | Request::SetAttr { .. }
-                        | Request::Readlink { .. }
-                        | Request::Access { .. }
-                        | Request::ReadDir { .. }
-                        | Request::ReadData { .. }
-                        | Request::WriteData { .. }
-                        | Request::Spilled { .. }
-                        | Request::Extend { .. }
-                        | Request::Stats
-                        | Request::Delegate { .. }
-                )
+                OPCODES[self.index()].0
             }
         }
     };
 }
 
+impl Request {
+    /// Whether a connection bound to one user (a user key) may send this. Those
+    /// requests act on one object with the caller's rights, which the server
+    /// checks in full. Everything else (transaction steps, recovery, fences,
+    /// migration, fsck, the lock service) is internal and needs the cluster key:
+    /// it either trusts its sender to have checked (a replica's step) or acts as
+    /// root.
+    pub fn user_may_send(&self) -> bool {
+        matches!(
+            self,
+            Request::Ping
+                | Request::Stat { .. }
+                | Request::Create { .. }
+                | Request::Unlink { .. }
+                | Request::SetAttr { .. }
+                | Request::Readlink { .. }
+                | Request::Access { .. }
+                | Request::ReadDir { .. }
+                | Request::ReadData { .. }
+                | Request::WriteData { .. }
+                | Request::Spilled { .. }
+                | Request::Extend { .. }
+                | Request::Stats
+                | Request::Delegate { .. }
+        )
+    }
+}
+
+/// The name of the request with wire opcode `op`, if there is one.
+pub fn op_name(op: u16) -> Option<&'static str> {
+    OPCODES.iter().find(|(_, o)| *o == op).map(|(n, _)| *n)
+}
+
 requests! {
     /// Liveness and identity check.
-    Ping,
+    Ping = 0x0001,
     /// Attributes of the object at `path` (a file on its primary, or a directory).
-    Stat { path: String },
+    Stat { path: String } = 0x0002,
     /// Create a file, symlink or special file at `path`; `if_exists` says what
     /// to do if the name is taken.
-    Create { path: String, mode: u32, kind: NewKind, if_exists: IfExists },
+    Create { path: String, mode: u32, kind: NewKind, if_exists: IfExists } = 0x0003,
     /// Remove a file or symlink.
-    Unlink { path: String },
+    Unlink { path: String } = 0x0004,
     /// Change attributes of a file, or the times of a directory on its primary.
-    SetAttr { path: String, set: SetAttr },
-    Readlink { path: String },
+    SetAttr { path: String, set: SetAttr } = 0x0005,
+    Readlink { path: String } = 0x0006,
     /// Check `mask` (R/W/X bits, 0 for existence) against the caller.
-    Access { path: String, mask: u32 },
+    Access { path: String, mask: u32 } = 0x0007,
     /// A page of a directory: names strictly after `after`, at most `limit`.
     /// `with_dirs` includes subdirectories (asked of one server only).
-    ReadDir { path: String, after: Option<String>, limit: u32, with_dirs: bool },
+    ReadDir { path: String, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
-    LinkShare { path: String },
+    LinkShare { path: String } = 0x0009,
     /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
-    LinkInsert { path: String, ino: u64, home: u32 },
+    LinkInsert { path: String, ino: u64, home: u32 } = 0x000A,
     /// Operations on a shared inode on its home server.
-    InodeStat { ino: u64 },
-    InodeSetAttr { ino: u64, set: SetAttr },
-    InodeLinkDelta { ino: u64, delta: i32 },
+    InodeStat { ino: u64 } = 0x000B,
+    InodeSetAttr { ino: u64, set: SetAttr } = 0x000C,
+    InodeLinkDelta { ino: u64, delta: i32 } = 0x000D,
     /// Rename of a file within one server.
-    RenameLocal { src: String, dst: String },
+    RenameLocal { src: String, dst: String } = 0x000E,
     /// Rename of a file across servers, on the source's primary: check, return the record.
-    RenameOut { src: String, dst: String },
+    RenameOut { src: String, dst: String } = 0x000F,
     /// ...on the destination's primary: check, replace, insert the record.
-    RenameIn { src: String, dst: String, record: Record },
+    RenameIn { src: String, dst: String, record: Record } = 0x0010,
     /// ...on the source's primary: remove the source entry if it is still `ino`.
-    RenameOutCommit { src: String, ino: u64 },
+    RenameOutCommit { src: String, ino: u64 } = 0x0011,
     /// Directory mutation applied on every server. `assign` is None on the primary
     /// (which allocates the id) and the primary's answer on the replicas.
-    Mkdir { path: String, mode: u32, assign: Option<DirLookup> },
-    Rmdir { path: String },
+    Mkdir { path: String, mode: u32, assign: Option<DirLookup> } = 0x0101,
+    Rmdir { path: String } = 0x0102,
     /// Change a directory's mode or ownership (replicated lookup state).
-    DirSetAttr { path: String, set: SetAttr },
+    DirSetAttr { path: String, set: SetAttr } = 0x0103,
     /// Rename a directory in the replicated state; with `check_only` nothing changes.
-    RenameDir { src: String, dst: String, check_only: bool },
+    RenameDir { src: String, dst: String, check_only: bool } = 0x0104,
     /// Up to `limit` local objects below directory `root` whose primary changed.
-    Migrate { root: String, limit: u32 },
+    Migrate { root: String, limit: u32 } = 0x0105,
     /// The directory at `path` on this server, if any (no permission checks): what
     /// recovery compares replicas against.
-    DirProbe { path: String },
+    DirProbe { path: String } = 0x0106,
     /// What `path` holds here, as root and through any fence: recovery's view of a
     /// half-applied file rename.
-    RecoveryStat { path: String },
+    RecoveryStat { path: String } = 0x0107,
     /// Make this server's directory state at `path` equal `want` (recovery).
-    DirSync { path: String, want: Option<DirLookup> },
+    DirSync { path: String, want: Option<DirLookup> } = 0x0108,
     /// Fence off single-RPC operations on `paths` and below for transaction `txn`
     /// (a non-monotonic directory mutation): they are answered EAGAIN until
     /// `Unfence`.
-    Fence { txn: u64, paths: Vec<String> },
-    Unfence { txn: u64 },
+    Fence { txn: u64, paths: Vec<String> } = 0x0109,
+    Unfence { txn: u64 } = 0x010A,
     /// Store objects moved here by a migration.
-    Adopt { items: Vec<MovedItem> },
+    Adopt { items: Vec<MovedItem> } = 0x010B,
     /// Drop objects that were adopted elsewhere.
-    Release { items: Vec<MovedItem> },
+    Release { items: Vec<MovedItem> } = 0x010C,
     /// Read up to `len` bytes (at most [`INLINE_LIMIT`]) of an inline file at
     /// `offset`: `Data`, or `Backend` when the contents are in back-end storage.
     /// Needs read permission on the file (root passes); every data request is
     /// checked against the file, like open(2) (the FUSE mount, which checks at
     /// open, sends them as root).
-    ReadData { at: FileRef, offset: u64, len: u32 },
+    ReadData { at: FileRef, offset: u64, len: u32 } = 0x0012,
     /// Write to an inline file, if the result stays within `inline_max` bytes
     /// (never more than [`INLINE_LIMIT`]): `Attr`. `Backend` when the contents are already in back-end storage, and
     /// `Spill` when this write would make the file too big to stay inline (and
@@ -348,32 +365,32 @@ requests! {
     /// as do `Spilled` and `Extend`. `kill_suid`: the writer
     /// may not keep setuid and setgid (see [`SetAttr::kill_suid`]); implied when
     /// the caller is not root.
-    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool },
+    WriteData { at: FileRef, offset: u64, data: Vec<u8>, inline_max: u32, kill_suid: bool } = 0x0013,
     /// The client copied the inline contents (`len` bytes with `digest`) to the
     /// back-end file: from now on the contents live there. `ESTALE` if the inline
     /// contents changed in the meantime (the client copies again).
-    Spilled { at: FileRef, len: u64, digest: u64 },
+    Spilled { at: FileRef, len: u64, digest: u64 } = 0x0014,
     /// The client wrote back-end bytes up to `end`: size = max(size, end), and
     /// mtime and ctime are now. `kill_suid` as for `WriteData`.
-    Extend { at: FileRef, end: u64, kill_suid: bool },
+    Extend { at: FileRef, end: u64, kill_suid: bool } = 0x0015,
     /// Set a directory's mtime and ctime to now, on its primary: the effect of a
     /// name added or removed inside it (entries live on other servers).
-    TouchDir { path: String },
-    Stats,
-    Fsck,
+    TouchDir { path: String } = 0x0016,
+    Stats = 0x0017,
+    Fsck = 0x0018,
     /// Lock service: take `locks` for a transaction described by `intent`.
-    Lock { locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32 },
+    Lock { locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32 } = 0x0201,
     /// Lock service: extend a live transaction's lease (ESTALE if it expired and
     /// was handed to a recoverer, or is unknown; EPERM with another's ticket).
-    Renew { txn: u64, ticket: u64, lease_ms: u32 },
+    Renew { txn: u64, ticket: u64, lease_ms: u32 } = 0x0202,
     /// Lock service: release a transaction's locks and end its redo record
     /// (EPERM with another's ticket).
-    Unlock { txn: u64, ticket: u64 },
+    Unlock { txn: u64, ticket: u64 } = 0x0203,
     /// Lock service: the transactions in flight.
-    ListTxns,
+    ListTxns = 0x0204,
     /// Run a namespace operation here, as the caller (a user key's connection:
     /// as that user), with this server's own cluster-key client.
-    Delegate { call: NsCall },
+    Delegate { call: NsCall } = 0x0019,
 }
 
 /// The successful answer to a request.
@@ -414,4 +431,136 @@ pub enum Reply {
     /// Copy these inline contents (`size` bytes long, the rest zeros) to the
     /// back-end file `fid`, then send `Spilled`.
     Spill { fid: Fid, data: Vec<u8>, size: u64 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire's request table. Append new requests at the end (of the enum and
+    /// of this list); never change or reuse a line.
+    const PINNED: &[(&str, u16)] = &[
+        ("Ping", 0x0001),
+        ("Stat", 0x0002),
+        ("Create", 0x0003),
+        ("Unlink", 0x0004),
+        ("SetAttr", 0x0005),
+        ("Readlink", 0x0006),
+        ("Access", 0x0007),
+        ("ReadDir", 0x0008),
+        ("LinkShare", 0x0009),
+        ("LinkInsert", 0x000A),
+        ("InodeStat", 0x000B),
+        ("InodeSetAttr", 0x000C),
+        ("InodeLinkDelta", 0x000D),
+        ("RenameLocal", 0x000E),
+        ("RenameOut", 0x000F),
+        ("RenameIn", 0x0010),
+        ("RenameOutCommit", 0x0011),
+        ("Mkdir", 0x0101),
+        ("Rmdir", 0x0102),
+        ("DirSetAttr", 0x0103),
+        ("RenameDir", 0x0104),
+        ("Migrate", 0x0105),
+        ("DirProbe", 0x0106),
+        ("RecoveryStat", 0x0107),
+        ("DirSync", 0x0108),
+        ("Fence", 0x0109),
+        ("Unfence", 0x010A),
+        ("Adopt", 0x010B),
+        ("Release", 0x010C),
+        ("ReadData", 0x0012),
+        ("WriteData", 0x0013),
+        ("Spilled", 0x0014),
+        ("Extend", 0x0015),
+        ("TouchDir", 0x0016),
+        ("Stats", 0x0017),
+        ("Fsck", 0x0018),
+        ("Lock", 0x0201),
+        ("Renew", 0x0202),
+        ("Unlock", 0x0203),
+        ("ListTxns", 0x0204),
+        ("Delegate", 0x0019),
+    ];
+
+    #[test]
+    fn the_opcode_table_is_append_only() {
+        assert!(OPCODES.len() >= PINNED.len(), "a request was removed");
+        assert_eq!(&OPCODES[..PINNED.len()], PINNED, "an existing request moved or changed its opcode");
+        let mut ops: Vec<u16> = OPCODES.iter().map(|(_, o)| *o).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        assert_eq!(ops.len(), OPCODES.len(), "two requests share an opcode");
+        for (name, op) in OPCODES {
+            assert!(matches!(op >> 8, 0x00..=0x05), "{name}: {op:#06x} is in no family");
+            assert_eq!(op_name(*op), Some(*name));
+        }
+        assert_eq!(op_name(0x0300), None, "IndexFS's family is still empty");
+        // The opcode names the payload's variant: a request's postcard tag is its
+        // position in the table.
+        let stat = Request::Stat { path: "/".into() };
+        assert_eq!((stat.opcode(), stat.index(), stat.name()), (0x0002, 1, "Stat"));
+        assert_eq!(postcard::to_stdvec(&stat).unwrap()[0] as usize, stat.index());
+        let delegate = Request::Delegate { call: NsCall::Stat { path: "/".into() } };
+        assert_eq!(postcard::to_stdvec(&delegate).unwrap()[0] as usize, delegate.index());
+    }
+
+    /// Each reply's postcard tag, pinned: a reply inserted before another would
+    /// change every later tag.
+    fn pinned_tag(r: &Reply) -> u8 {
+        match r {
+            Reply::Unit => 0,
+            Reply::Pong { .. } => 1,
+            Reply::Attr(_) => 2,
+            Reply::Redirect { .. } => 3,
+            Reply::Dropped { .. } => 4,
+            Reply::Target(_) => 5,
+            Reply::Entries { .. } => 6,
+            Reply::Shared { .. } => 7,
+            Reply::Record(_) => 8,
+            Reply::Dir(_) => 9,
+            Reply::Moved(_) => 10,
+            Reply::Stats(_) => 11,
+            Reply::Fsck(_) => 12,
+            Reply::Locked { .. } => 13,
+            Reply::Recover { .. } => 14,
+            Reply::Probe(_) => 15,
+            Reply::Txns(_) => 16,
+            Reply::Data(_) => 17,
+            Reply::Backend { .. } => 18,
+            Reply::Spill { .. } => 19,
+        }
+    }
+
+    #[test]
+    fn reply_tags_are_append_only() {
+        let attr = Attr { ino: 1, kind: FileKind::File, mode: 0, uid: 0, gid: 0, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+        let fid = Fid::new(1, 2);
+        let dir = DirLookup { id: 1, mode: 0, uid: 0, gid: 0 };
+        let samples = vec![
+            Reply::Unit,
+            Reply::Pong { server: 0, servers: 1 },
+            Reply::Attr(attr.clone()),
+            Reply::Redirect { ino: 1, home: 0 },
+            Reply::Dropped { remote: None, freed: None },
+            Reply::Target("t".into()),
+            Reply::Entries { entries: vec![], more: false },
+            Reply::Shared { ino: 1, home: 0 },
+            Reply::Record(Record::Linked { ino: 1, home: 0 }),
+            Reply::Dir(dir.clone()),
+            Reply::Moved(vec![]),
+            Reply::Stats(ServerStats::default()),
+            Reply::Fsck(FsckReport::default()),
+            Reply::Locked { txn: 1, ticket: 2, waited: false },
+            Reply::Recover { txn: 1, ticket: 2, was: 1, intent: Intent::Retry { path: "/".into() } },
+            Reply::Probe(Some(dir)),
+            Reply::Txns(vec![]),
+            Reply::Data(vec![]),
+            Reply::Backend { fid, size: 0 },
+            Reply::Spill { fid, data: vec![], size: 0 },
+        ];
+        for r in &samples {
+            assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
-//! RPCs received, by operation: one atomic counter per opcode.
+//! RPCs received, by operation: one atomic counter per request kind.
 
-use canopy_proto::msg::OP_NAMES;
+use canopy_proto::msg::OPCODES;
+use canopy_proto::Request;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct Counters {
@@ -9,23 +10,23 @@ pub struct Counters {
 
 impl Default for Counters {
     fn default() -> Counters {
-        Counters { by_op: OP_NAMES.iter().map(|_| AtomicU64::new(0)).collect() }
+        Counters { by_op: OPCODES.iter().map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
 impl Counters {
-    pub fn count(&self, opcode: u16) {
-        if let Some(c) = self.by_op.get(opcode as usize) {
+    pub fn count(&self, req: &Request) {
+        if let Some(c) = self.by_op.get(req.index()) {
             c.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Non-zero counters as (operation name, count).
     pub fn snapshot(&self) -> Vec<(String, u64)> {
-        OP_NAMES
+        OPCODES
             .iter()
             .zip(&self.by_op)
-            .map(|(name, c)| (name.to_string(), c.load(Ordering::Relaxed)))
+            .map(|((name, _), c)| (name.to_string(), c.load(Ordering::Relaxed)))
             .filter(|(_, n)| *n > 0)
             .collect()
     }

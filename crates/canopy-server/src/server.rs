@@ -99,7 +99,7 @@ impl MetaServer {
     /// Executes one request. Never panics on input: every path is parsed and every
     /// precondition checked, and failures are errnos.
     pub fn handle(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
-        self.counters.count(req.opcode());
+        self.counters.count(&req);
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
             Request::Stat { path } => self.stat(creds, &self.unfenced(&path)?),
