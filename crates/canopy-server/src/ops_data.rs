@@ -18,7 +18,7 @@
 //! The byte-level rules are pure functions at the top of this file.
 
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
-use crate::server::{now_ns, Located, MetaServer};
+use crate::server::{Located, MetaServer};
 use crate::setattr;
 use crate::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -67,8 +67,7 @@ pub fn fit_inline_to_size(inode: &mut Inode) {
 
 /// A write changed the contents: mtime and ctime are now, and a writer without
 /// the privilege to keep setuid and setgid (`kill`) clears them, as write(2) does.
-fn contents_changed(attr: &mut Attr, kill: bool) {
-    let now = now_ns();
+fn contents_changed(attr: &mut Attr, kill: bool, now: i64) {
     attr.mtime = now;
     attr.ctime = now;
     if kill {
@@ -166,6 +165,7 @@ impl MetaServer {
     }
 
     pub(crate) fn write_data(&self, creds: &Creds, at: &FileRef, offset: u64, bytes: &[u8], inline_max: u32, kill_suid: bool) -> Result<Reply, Errno> {
+        let now = self.now_ns();
         self.change_data(creds, at, |inode| {
             let size = inode.attr.size;
             let data = inode.data.as_mut().expect("checked by data_target");
@@ -182,7 +182,7 @@ impl MetaServer {
                 return Ok(Some(Reply::Spill { fid, data: stored.clone(), size }));
             }
             inode.attr.size = write_inline(stored, size, offset, bytes);
-            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid), now);
             Ok(None)
         })
     }
@@ -200,9 +200,10 @@ impl MetaServer {
     }
 
     pub(crate) fn extend(&self, creds: &Creds, at: &FileRef, end: u64, kill_suid: bool) -> Result<Reply, Errno> {
+        let now = self.now_ns();
         self.change_data(creds, at, |inode| {
             inode.attr.size = inode.attr.size.max(end);
-            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid));
+            contents_changed(&mut inode.attr, kills_suid(creds, kill_suid), now);
             Ok(None)
         })
     }
@@ -217,7 +218,7 @@ impl MetaServer {
             Located::File { .. } => return Err(Errno::ENOTDIR),
             Located::Absent { .. } => return Err(Errno::ENOENT),
         };
-        let now = now_ns();
+        let now = self.now_ns();
         let atime = self.load_dir_times(id)?.map_or(now, |t| t.atime);
         let mut b = Batch::new();
         b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime, mtime: now, ctime: now }));

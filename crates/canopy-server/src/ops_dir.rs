@@ -5,7 +5,7 @@
 use crate::dirtable::ROOT_ID;
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
 use crate::perm;
-use crate::server::{now_ns, Located, MetaServer};
+use crate::server::{Located, MetaServer};
 use crate::setattr;
 use canopy_proto::attr::{access, S_ISGID};
 use canopy_proto::msg::{DirLookup, DirTimes, Record};
@@ -41,7 +41,7 @@ impl MetaServer {
         let mut b = Batch::new();
         b.put(DIRS, keys::entry_key(parent, &name), keys::encode(&lookup));
         if self.is_primary(path) {
-            let now = now_ns();
+            let now = self.now_ns();
             b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
         }
         self.write(b)?;
@@ -87,7 +87,7 @@ impl MetaServer {
         };
         let had_times = self.load_dir_times(id)?.is_some();
         let mut attr = self.dir_attr(id)?;
-        setattr::apply(creds, &mut attr, set, now_ns())?;
+        setattr::apply(creds, &mut attr, set, self.now_ns())?;
         let lookup = DirLookup { id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         let mut b = Batch::new();
         b.put(DIRS, key, keys::encode(&lookup));
@@ -189,7 +189,7 @@ impl MetaServer {
                 }
                 b.put(DIRS, key, keys::encode(&l));
                 if self.is_primary(path) && self.load_dir_times(l.id)?.is_none() {
-                    let now = now_ns();
+                    let now = self.now_ns();
                     b.put(DIRTIMES, keys::id_key(l.id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
                 }
                 self.write(b)?;

@@ -4,7 +4,7 @@
 use crate::dirtable::ROOT_ID;
 use crate::keys::{self, DIRTIMES, ENTRIES};
 use crate::perm::{self, Owner};
-use crate::server::{now_ns, Located, MetaServer};
+use crate::server::{Located, MetaServer};
 use crate::setattr;
 use canopy_proto::attr::S_ISGID;
 use canopy_proto::msg::{DirTimes, FileData, IfExists, Inode, NewKind, Record};
@@ -105,7 +105,7 @@ impl MetaServer {
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
         let ino = self.ids.lock().allocate(&*self.store).map_err(crate::server::io)?;
-        let now = now_ns();
+        let now = self.now_ns();
         let (file_kind, mode, rdev, target, data) = match kind {
             NewKind::File { fid } => (FileKind::File, mode & 0o7777, 0, None, Some(FileData { fid, inline: Some(Vec::new()) })),
             NewKind::Symlink(target) => (FileKind::Symlink, 0o777, 0, Some(target), None),
@@ -156,7 +156,7 @@ impl MetaServer {
             Located::Root => self.set_dir_times(creds, ROOT_ID, set),
             Located::Dir { id, .. } => self.set_dir_times(creds, id, set),
             Located::File { parent, name, record: Record::Inode(mut inode) } => {
-                setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+                setattr::apply(creds, &mut inode.attr, set, self.now_ns())?;
                 crate::ops_data::fit_inline_to_size(&mut inode);
                 let attr = inode.attr.clone();
                 let mut b = Batch::new();
@@ -179,7 +179,7 @@ impl MetaServer {
             return Err(Errno::EISDIR);
         }
         let mut attr = self.dir_attr(id)?;
-        setattr::apply(creds, &mut attr, set, now_ns())?;
+        setattr::apply(creds, &mut attr, set, self.now_ns())?;
         let mut b = Batch::new();
         let times = DirTimes { atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime };
         b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));

@@ -7,7 +7,7 @@
 
 use crate::keys::{self, ENTRIES, INODES};
 use crate::perm;
-use crate::server::{io, now_ns, Located, MetaServer};
+use crate::server::{io, Located, MetaServer};
 use crate::setattr;
 use canopy_proto::msg::{Inode, Record};
 use canopy_proto::path::NsPath;
@@ -61,7 +61,7 @@ impl MetaServer {
             return Err(Errno::EMLINK);
         }
         inode.attr.nlink = nlink.max(0) as u32;
-        inode.attr.ctime = now_ns();
+        inode.attr.ctime = self.now_ns();
         if inode.attr.nlink == 0 {
             b.delete(INODES, keys::id_key(ino).to_vec());
         } else {
@@ -87,7 +87,7 @@ impl MetaServer {
                 }
                 let ino = inode.attr.ino;
                 inode.attr.nlink += 1;
-                inode.attr.ctime = now_ns();
+                inode.attr.ctime = self.now_ns();
                 b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
                 b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Linked { ino, home: me }));
                 self.write(b)?;
@@ -129,7 +129,7 @@ impl MetaServer {
 
     pub(crate) fn inode_set_attr_locked(&self, creds: &Creds, ino: u64, set: &SetAttr) -> Result<Reply, Errno> {
         let mut inode = self.load_inode(ino)?;
-        setattr::apply(creds, &mut inode.attr, set, now_ns())?;
+        setattr::apply(creds, &mut inode.attr, set, self.now_ns())?;
         crate::ops_data::fit_inline_to_size(&mut inode);
         let mut b = Batch::new();
         b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));

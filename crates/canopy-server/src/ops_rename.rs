@@ -8,7 +8,7 @@
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
 use crate::ops_link::DroppedName;
 use crate::perm;
-use crate::server::{io, now_ns, Located, MetaServer};
+use crate::server::{io, Located, MetaServer};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
 use canopy_proto::path::{NsPath, NS_PATH_MAX};
@@ -72,7 +72,7 @@ impl MetaServer {
             dropped = self.drop_link(b, &existing)?;
         }
         if let Record::Inode(i) = &mut record {
-            i.attr.ctime = now_ns();
+            i.attr.ctime = self.now_ns();
         }
         b.put(ENTRIES, keys::entry_key(dp, &dname), keys::encode(&record));
         Ok(InOutcome::Inserted(dropped))

@@ -19,7 +19,7 @@ use canopy_store::{Batch, SharedStore};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use canopy_proto::clock::{SharedClock, SystemClock};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -43,6 +43,8 @@ pub struct MetaServer {
     fence_count: AtomicUsize,
     /// Broken invariants met while serving (answered EIO), for fsck.
     problems: Mutex<Vec<String>>,
+    /// File and directory times are read from it; tests move it by hand.
+    clock: SharedClock,
 }
 
 /// Where a path led on this server.
@@ -59,9 +61,6 @@ pub(crate) fn io(e: impl std::fmt::Display) -> Errno {
     Errno::EIO
 }
 
-pub(crate) fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
-}
 
 pub(crate) fn parse(path: &str) -> Result<NsPath, Errno> {
     NsPath::parse(path)
@@ -71,13 +70,18 @@ impl MetaServer {
     /// Opens a server over `store`: checks the store belongs to this server, loads
     /// the directory table, and creates the root on a new store.
     pub fn open(cfg: ServerConfig, store: SharedStore) -> Result<MetaServer, String> {
+        MetaServer::open_with_clock(cfg, store, SystemClock::shared())
+    }
+
+    /// [`MetaServer::open`], reading time from `clock`.
+    pub fn open_with_clock(cfg: ServerConfig, store: SharedStore, clock: SharedClock) -> Result<MetaServer, String> {
         if cfg.servers == 0 || cfg.index >= cfg.servers || cfg.servers > u16::MAX as u32 {
             return Err(format!("server index {} is outside a cluster of {}", cfg.index, cfg.servers));
         }
         let fresh = store.get(META, META_IDENTITY).map_err(|e| e.to_string())?.is_none();
         canopy_store::check_layout(&*store, META, keys::LAYOUT_VERSION, 1, fresh, "this server's data directory")?;
         check_identity(&cfg, &*store)?;
-        let table = load_table(&cfg, &*store)?;
+        let table = load_table(&cfg, &*store, &*clock)?;
         let ids = IdAlloc::load(cfg.index, &*store)?;
         Ok(MetaServer {
             cfg,
@@ -89,11 +93,17 @@ impl MetaServer {
             fences: RwLock::new(Vec::new()),
             fence_count: AtomicUsize::new(0),
             problems: Mutex::new(Vec::new()),
+            clock,
         })
     }
 
     pub fn index(&self) -> u32 {
         self.cfg.index
+    }
+
+    /// Now, for file and directory times (nanoseconds since the epoch).
+    pub(crate) fn now_ns(&self) -> i64 {
+        self.clock.wall_ns()
     }
 
     /// Executes one request. Never panics on input: every path is parsed and every
@@ -313,7 +323,7 @@ fn check_identity(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result
 
 /// Loads the replicated directory table, parents before children; creates the
 /// root on an empty store.
-fn load_table(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirTable, String> {
+fn load_table(cfg: &ServerConfig, store: &dyn canopy_store::Store, clock: &dyn canopy_proto::clock::Clock) -> Result<DirTable, String> {
     let mut by_parent: HashMap<u64, Vec<(String, DirLookup)>> = HashMap::new();
     let mut root = None;
     let mut corrupt = None;
@@ -332,7 +342,7 @@ fn load_table(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<Dir
     }
     let root = match root {
         Some(r) => r,
-        None => init_root(cfg, store)?,
+        None => init_root(cfg, store, clock.wall_ns())?,
     };
     let mut table = DirTable::new(root);
     let mut pending = vec![ROOT_ID];
@@ -348,12 +358,11 @@ fn load_table(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<Dir
     Ok(table)
 }
 
-fn init_root(cfg: &ServerConfig, store: &dyn canopy_store::Store) -> Result<DirLookup, String> {
+fn init_root(cfg: &ServerConfig, store: &dyn canopy_store::Store, now: i64) -> Result<DirLookup, String> {
     let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
     let mut b = Batch::new();
     b.put(DIRS, keys::entry_key(0, ""), keys::encode(&root));
     if placement::primary(&NsPath::root(), cfg.servers) == cfg.index {
-        let now = now_ns();
         b.put(DIRTIMES, keys::id_key(ROOT_ID).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
     }
     store.write(b).map_err(|e| e.to_string())?;

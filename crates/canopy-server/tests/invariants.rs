@@ -47,3 +47,20 @@ fn a_store_of_another_layout_is_refused() {
     let err = MetaServer::open(ServerConfig { index: 0, servers: 2 }, store).err().unwrap();
     assert!(err.contains("layout version 99, but this program reads version 1"), "{err}");
 }
+
+/// Times come from the server's clock: a manual one makes them exact.
+#[test]
+fn file_times_come_from_the_injected_clock() {
+    use canopy_proto::clock::ManualClock;
+    use canopy_proto::msg::{IfExists, NewKind};
+    let clock = ManualClock::new();
+    clock.advance(1_000);
+    let s = MetaServer::open_with_clock(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), clock.clone()).unwrap();
+    let root = Creds::root();
+    let create = Request::Create { path: "/f".into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let Ok(Reply::Attr(a)) = s.handle(&root, create) else { panic!("create") };
+    assert_eq!((a.mtime, a.ctime), (1_000_000_000, 1_000_000_000));
+    clock.advance(1_500);
+    let Ok(Reply::Attr(a)) = s.handle(&root, Request::SetAttr { path: "/f".into(), set: canopy_proto::SetAttr::size(3) }) else { panic!("truncate") };
+    assert_eq!((a.mtime, a.ctime), (2_500_000_000, 2_500_000_000));
+}
