@@ -67,6 +67,10 @@ impl MetaServer {
                 true
             })
             .map_err(io)?;
+        let kept = self.stats().files;
+        if kept != r.files {
+            problems.push(format!("server {me}: Stats counts {kept} files, the store holds {}", r.files));
+        }
         r.problems = problems;
         Ok(Reply::Fsck(r))
     }
