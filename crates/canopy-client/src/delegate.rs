@@ -189,6 +189,10 @@ impl Service for Delegating {
             other => self.inner.call(peer, creds, other),
         }
     }
+
+    fn blocks(&self, req: &Request) -> bool {
+        !matches!(req, Request::Delegate { .. }) && self.inner.blocks(req)
+    }
 }
 
 /// Runs one delegated call as `c`'s user and turns its result into a reply.

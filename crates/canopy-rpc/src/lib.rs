@@ -34,6 +34,12 @@ pub enum Handled {
 /// for a user key, `creds` are already that user's, whatever the request said.
 pub trait Service: Send + Sync + 'static {
     fn call(&self, peer: &Identity, creds: Creds, req: Request) -> Handled;
+
+    /// Whether answering `req` may block the calling thread (a synced write, a
+    /// long scan): the TCP server then answers it off the reactor.
+    fn blocks(&self, _req: &Request) -> bool {
+        false
+    }
 }
 
 pub use handshake::ClientAuth;

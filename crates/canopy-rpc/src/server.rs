@@ -17,11 +17,12 @@
 //! sheds the connection it cannot serve instead of spinning.
 
 use crate::handshake;
-use crate::{Handled, Service};
+use crate::{Handled, RpcResult, Service};
 use bytes::BytesMut;
 use canopy_proto::auth::{Identity, Key};
 use canopy_proto::frame::{self, FrameError};
-use canopy_proto::Errno;
+use canopy_proto::{Creds, Errno, Request};
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -161,15 +162,20 @@ async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &Ser
                     break;
                 }
                 touch();
-                let conn = Conn { peer: &peer, service: &*service, late_tx: &late_tx, state };
-                let broken = conn.answer_buffered(&mut buf, &mut out);
+                let (requests, broken) = take_requests(&mut buf);
+                let answers = answer(&peer, &service, requests).await;
+                let conn = Conn { late_tx: &late_tx, state };
+                conn.encode(answers, &mut out);
+                if let Some(errno) = broken {
+                    frame::encode_response(&mut out, 0, 0, &Err(errno));
+                }
                 if !out.is_empty() && wr.write_all(&out).await.is_err() {
                     break;
                 }
                 out.clear();
                 trim(&mut buf);
                 trim(&mut out);
-                if broken {
+                if broken.is_some() {
                     break;
                 }
             }
@@ -199,54 +205,90 @@ fn trim(b: &mut BytesMut) {
     }
 }
 
+/// A whole frame from the peer: its id and opcode, and the request or why it
+/// could not be decoded.
+type Incoming = (u64, u16, Result<(Creds, Request), Errno>);
+
+/// One request's answer: ready now, or a future (a lock wait).
+enum Answer {
+    Now(u64, u16, RpcResult),
+    Later(u64, u16, BoxFuture<'static, RpcResult>),
+}
+
+/// Takes every whole frame out of `buf`. The errno says the framing broke (an
+/// error frame must be sent and the connection closed).
+fn take_requests(buf: &mut BytesMut) -> (Vec<Incoming>, Option<Errno>) {
+    let mut out = Vec::new();
+    loop {
+        match frame::parse(buf) {
+            Ok(f) => out.push((f.id, f.op, frame::decode_request(&f))),
+            Err(FrameError::Incomplete) => return (out, None),
+            Err(FrameError::TooLarge(_)) => return (out, Some(Errno::EMSGSIZE)),
+            Err(FrameError::Malformed) => return (out, Some(Errno::EPROTO)),
+        }
+    }
+}
+
+/// Answers one read pass's requests. If the service says any of them may block
+/// (a synced write), the whole pass runs on the blocking pool, so the reactor
+/// goes on serving other connections meanwhile; one hand-off per pass, not per
+/// request, keeps pipelined clients cheap.
+async fn answer(peer: &Identity, service: &Arc<dyn Service>, requests: Vec<Incoming>) -> Vec<Answer> {
+    let blocks = requests.iter().any(|(_, _, r)| r.as_ref().is_ok_and(|(_, req)| service.blocks(req)));
+    if !blocks {
+        return answer_now(peer, &**service, requests);
+    }
+    let (peer, service) = (peer.clone(), service.clone());
+    match tokio::task::spawn_blocking(move || answer_now(&peer, &*service, requests)).await {
+        Ok(answers) => answers,
+        // The handler panicked: nothing can be said of these requests.
+        Err(_) => Vec::new(),
+    }
+}
+
+fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {
+    requests
+        .into_iter()
+        .map(|(id, op, decoded)| match decoded {
+            Err(e) => Answer::Now(id, op, Err(e)),
+            Ok((creds, req)) => {
+                // A user key speaks for its own identity, whatever the frame claims.
+                let creds = match peer {
+                    Identity::User(own) => own.clone(),
+                    Identity::Cluster => creds,
+                };
+                match service.call(peer, creds, req) {
+                    Handled::Now(r) => Answer::Now(id, op, r),
+                    Handled::Later(f) => Answer::Later(id, op, f),
+                }
+            }
+        })
+        .collect()
+}
+
 /// What answering one connection's frames needs.
 struct Conn<'a> {
-    peer: &'a Identity,
-    service: &'a dyn Service,
     late_tx: &'a mpsc::UnboundedSender<BytesMut>,
     state: &'a ConnState,
 }
 
 impl Conn<'_> {
-    /// Answers every whole frame in `buf` into `out`. Returns true if the framing
-    /// is broken (an error frame was appended and the connection must close).
-    fn answer_buffered(&self, buf: &mut BytesMut, out: &mut BytesMut) -> bool {
-        loop {
-            let f = match frame::parse(buf) {
-                Ok(f) => f,
-                Err(FrameError::Incomplete) => return false,
-                Err(broken) => {
-                    let errno = match broken {
-                        FrameError::TooLarge(_) => Errno::EMSGSIZE,
-                        _ => Errno::EPROTO,
-                    };
-                    frame::encode_response(out, 0, 0, &Err(errno));
-                    return true;
+    /// Appends the ready answers to `out` and starts the later ones, whose
+    /// replies come back over the channel; beyond [`MAX_IN_FLIGHT`] of those,
+    /// `EAGAIN`.
+    fn encode(&self, answers: Vec<Answer>, out: &mut BytesMut) {
+        for a in answers {
+            match a {
+                Answer::Now(id, op, result) => frame::encode_response(out, id, op, &result),
+                Answer::Later(id, op, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
+                    frame::encode_response(out, id, op, &Err(Errno::EAGAIN));
                 }
-            };
-            let (creds, req) = match frame::decode_request(&f) {
-                Ok(decoded) => decoded,
-                Err(e) => {
-                    frame::encode_response(out, f.id, f.op, &Err(e));
-                    continue;
-                }
-            };
-            // A user key speaks for its own identity, whatever the frame claims.
-            let creds = match self.peer {
-                Identity::User(own) => own.clone(),
-                Identity::Cluster => creds,
-            };
-            match self.service.call(self.peer, creds, req) {
-                Handled::Now(result) => frame::encode_response(out, f.id, f.op, &result),
-                Handled::Later(_) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
-                    frame::encode_response(out, f.id, f.op, &Err(Errno::EAGAIN));
-                }
-                Handled::Later(fut) => {
+                Answer::Later(id, op, fut) => {
                     self.state.in_flight.fetch_add(1, Ordering::AcqRel);
                     let tx = self.late_tx.clone();
                     tokio::spawn(async move {
                         let mut late = BytesMut::new();
-                        frame::encode_response(&mut late, f.id, f.op, &fut.await);
+                        frame::encode_response(&mut late, id, op, &fut.await);
                         let _ = tx.send(late);
                     });
                 }

@@ -134,6 +134,12 @@ pub trait Store: Send + Sync {
     /// A consistent view of the whole store as it is now.
     fn snapshot(&self) -> Box<dyn View + '_>;
 
+    /// Whether each write waits for the disk (fsync), which can take
+    /// milliseconds; otherwise a write returns in microseconds.
+    fn syncs_each_write(&self) -> bool {
+        false
+    }
+
     /// Writes `pairs`, whose keys must be strictly increasing, as a table file at
     /// `path` (which must not exist) for [`Store::ingest`]; returns how many pairs.
     /// An unordered or empty input is an error and leaves no file.

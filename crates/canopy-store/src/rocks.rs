@@ -14,6 +14,7 @@ use std::time::Duration;
 pub struct RocksStore {
     db: Arc<DB>,
     write_opts: WriteOptions,
+    fsync: bool,
     stop_flusher: Arc<AtomicBool>,
 }
 
@@ -38,7 +39,7 @@ impl RocksStore {
         if let Durability::Group { ms } = durability {
             spawn_group_flusher(db.clone(), ms, stop_flusher.clone());
         }
-        Ok(RocksStore { db, write_opts, stop_flusher })
+        Ok(RocksStore { db, write_opts, fsync: durability == Durability::Fsync, stop_flusher })
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
@@ -106,6 +107,10 @@ impl Store for RocksStore {
     fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let iter = self.db.iterator_cf(self.cf(cf)?, IteratorMode::From(prefix, Direction::Forward));
         visit(iter, prefix, f)
+    }
+
+    fn syncs_each_write(&self) -> bool {
+        self.fsync
     }
 
     fn snapshot(&self) -> Box<dyn View + '_> {
