@@ -239,11 +239,8 @@ async fn answer(peer: &Identity, service: &Arc<dyn Service>, requests: Vec<Incom
         return answer_now(peer, &**service, requests);
     }
     let (peer, service) = (peer.clone(), service.clone());
-    match tokio::task::spawn_blocking(move || answer_now(&peer, &*service, requests)).await {
-        Ok(answers) => answers,
-        // The handler panicked: nothing can be said of these requests.
-        Err(_) => Vec::new(),
-    }
+    // A handler that panicked says nothing of these requests: no answers.
+    tokio::task::spawn_blocking(move || answer_now(&peer, &*service, requests)).await.unwrap_or_default()
 }
 
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {
