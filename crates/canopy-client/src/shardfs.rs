@@ -27,7 +27,7 @@ use crate::data::{DataRead, DataWrite, FidGen, Reclaim};
 use crate::fsck::{self, FsckSummary};
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
-use canopy_lock::{path_locks, path_read_locks};
+use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::access;

@@ -6,6 +6,7 @@
 //! - [`perm`]: permission checks over a caller and an object's owner and mode.
 //! - [`setattr`]: chmod, chown, truncate and utimens as one function over an
 //!   attribute record.
+//! - [`lockset`]: the path locks a transaction asks the lock service for.
 //!
 //! They live here, not in `canopy-server`, so that a client can use them without
 //! linking the server and its store.
@@ -14,5 +15,6 @@
 //! nothing of Canopy but `canopy-proto`: no runtime, no store, no transport, no
 //! I/O, no clock (a caller passes the time in).
 
+pub mod lockset;
 pub mod perm;
 pub mod setattr;
