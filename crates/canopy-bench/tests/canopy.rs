@@ -2,7 +2,7 @@
 //! cluster, so the runner's Canopy figures (RPCs, load, retries) stay measured.
 
 use canopy_bench::{run, BenchConfig};
-use canopy_client::testing::InProcCluster;
+use canopy_testkit::InProcCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_phase_on_an_in_process_cluster() {

@@ -1,7 +1,7 @@
 //! The Canopy client library.
 //!
-//! [`Client`] is the one API applications, the CLI, the bench and (later) the FUSE
-//! mount use. Behind it a namespace strategy ([`Namespace`]) decides routing,
+//! [`Client`] is the one API applications, the CLI, the bench and the FUSE mount
+//! use. Behind it a namespace strategy ([`Namespace`]) decides routing,
 //! replication and caching: today [`shardfs::ShardFs`] (seed 000 §3.3); IndexFS and
 //! Giraffa will be other implementations of the same trait, held to the same
 //! semantics suite.
@@ -14,9 +14,13 @@
 //! - [`delegate`]: operations a server runs for a client that holds a user key.
 //! - [`keyfile`]: key files (cluster and user keys) and where a command finds one.
 //! - [`sweep`]: the lock service's loop that recovers expired transactions.
-//! - [`testing`]: an in-process cluster (with injectable server failures) for tests
-//!   and simulations.
 //! - [`blocking`]: a synchronous wrapper.
+//!
+//! Hard rule: this crate never depends on `canopy-server`, `canopy-lock` or
+//! `canopy-store`. Every program that talks to a cluster links it, and a mount,
+//! a bench or an application should not have to link a server or RocksDB. The
+//! rules it shares with the servers are `canopy-posix`'s; the in-process cluster
+//! its tests run against is `canopy-testkit`'s.
 
 pub mod blocking;
 pub mod cluster;
@@ -31,6 +35,5 @@ mod recovery;
 pub mod shardfs;
 pub mod sweep;
 mod shardfs_data;
-pub mod testing;
 
 pub use namespace::{Client, Namespace};

@@ -27,14 +27,15 @@ use crate::data::{DataRead, DataWrite, FidGen, Reclaim};
 use crate::fsck::{self, FsckSummary};
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
-use canopy_lock::{path_locks, path_read_locks};
+use canopy_posix::lockset::{path_locks, path_read_locks};
+use canopy_posix::perm::{self, Owner};
+use canopy_posix::setattr;
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirLookup, FsckReport, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::{Target, Transport};
-use canopy_server::perm::{self, Owner};
 use futures::future::{join_all, BoxFuture};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -532,7 +533,7 @@ impl ShardFs {
             other => return Err(unexpected(other)),
         };
         let mut attr = dir_attr_from(&old);
-        if canopy_server::setattr::apply(c, &mut attr, set, 0).is_err() {
+        if setattr::apply(c, &mut attr, set, 0).is_err() {
             return self.dir_setattr_primary_first(c, p, set).await; // refused on the primary
         }
         let new = DirLookup { id: old.id, mode: attr.mode, uid: attr.uid, gid: attr.gid };

@@ -13,7 +13,6 @@
 
 use canopy_client::data::{DataRead, DataWrite, Reclaim};
 use canopy_client::shardfs::ShardFs;
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_lock::service::LockDaemon;
 use canopy_proto::msg::INLINE_LIMIT;
@@ -22,6 +21,7 @@ use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
 use canopy_rpc::{InProcTransport, Service};
 use canopy_proto::fid::contents_digest as inline_digest;
+use canopy_testkit::InProcCluster;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

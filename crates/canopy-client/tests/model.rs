@@ -41,10 +41,10 @@
 //! weaker). Symlinks in the middle of a path are never followed: the model treats
 //! them as the non-directories they are.
 
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::attr::{S_ISGID, S_ISVTX};
 use canopy_proto::{Attr, Creds, Errno, FileKind};
+use canopy_testkit::InProcCluster;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::collections::{BTreeMap, HashMap};

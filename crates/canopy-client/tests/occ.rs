@@ -5,11 +5,11 @@
 
 use canopy_client::shardfs::{Step, StepAction, StepHook};
 use canopy_proto::msg::Intent;
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Creds, Errno};
+use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;

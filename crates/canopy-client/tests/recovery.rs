@@ -5,12 +5,12 @@
 //! makes it), exactly the one the commit point says, and fsck must be clean.
 
 use canopy_client::shardfs::{Step, StepAction, StepHook};
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::msg::Intent;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Errno, FileKind};
+use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,11 +5,11 @@
 //! Errors are asserted exactly. Many tests loop over several names so that the
 //! objects involved land on different servers (placement hashes the full path).
 
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::attr::access::{F, R, W, X};
 use canopy_proto::path::NS_PATH_MAX;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
+use canopy_testkit::InProcCluster;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 

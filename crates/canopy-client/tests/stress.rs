@@ -5,9 +5,9 @@
 //! state leaking out). Afterwards every acknowledged create is visible and fsck is
 //! clean.
 
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::FileKind;
+use canopy_testkit::InProcCluster;
 use std::sync::Arc;
 
 const SERVERS: u32 = 4;

@@ -9,13 +9,13 @@
 //! lease of the dead coordinator's transaction.
 
 use canopy_client::shardfs::{Step, StepAction, StepHook};
-use canopy_client::testing::InProcCluster;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::msg::DirLookup;
 use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
 use canopy_server::MetaServer;
+use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -49,7 +49,7 @@ impl Filesystem for CanopyFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Concurrent lookups and creates in one directory, and `ls -l` in one round.
         // HANDLE_KILLPRIV: the servers clear setuid and setgid on a write,
-        // truncate or chown (`setattr::drop_suid`). Without it the kernel asks
+        // truncate or chown (`canopy_posix::setattr::drop_suid`). Without it the kernel asks
         // for that with a chmod by the writer, which a non-owner may not do: a
         // non-owner's write to a setuid file failed with EPERM.
         let wanted = InitFlags::FUSE_PARALLEL_DIROPS

@@ -1,6 +1,6 @@
 //! Reading and writing open files: inline contents through the metadata service,
 //! back-end contents straight from their file, and the spill from one to the
-//! other (see `canopy_server::ops_data` for the server's half).
+//! other (see `canopy-server/src/ops_data.rs` for the server's half).
 
 use crate::convert::io_errno;
 use crate::fs::{Core, R};

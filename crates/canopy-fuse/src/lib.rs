@@ -14,6 +14,9 @@
 //! and attributes is the metadata service's; this crate translates and caches
 //! nothing beyond what the kernel is told it may cache (the entry and attribute
 //! timeouts).
+//!
+//! It reaches the cluster through `canopy-client` alone and never depends on
+//! `canopy-server`, `canopy-lock` or `canopy-store`: a mount links no RocksDB.
 
 pub mod backend;
 pub mod convert;

@@ -7,56 +7,14 @@
 //!
 //! Locking a path means a write lock on it and read locks on its ancestors (seed
 //! 000 §3.3); the table implies the ancestors' read locks, so a lock set names only
-//! the paths themselves ([`path_locks`], [`path_read_locks`]).
+//! the paths themselves. Clients build those sets (`canopy_posix::lockset`); this
+//! crate only grants them.
+//!
+//! Hard rule: the lock service grants locks and keeps records; repairing a
+//! recorded transaction is a client's work (`canopy-client/src/recovery.rs`). It
+//! never depends on `canopy-server`, `canopy-client` or anything above them.
 
 pub mod locktable;
 pub mod service;
 
 pub use service::LockService;
-
-use canopy_proto::msg::LockMode;
-use canopy_proto::path::NsPath;
-
-/// A write lock on each path (read locks on their ancestors are implied).
-pub fn path_locks(paths: &[&NsPath]) -> Vec<(String, LockMode)> {
-    let mut out: Vec<(String, LockMode)> = Vec::new();
-    for path in paths {
-        if !out.iter().any(|(p, _)| p == path.as_str()) {
-            out.push((path.as_str().to_string(), LockMode::Write));
-        }
-    }
-    out
-}
-
-/// A read lock on `path` (and so on every ancestor): what a single-RPC operation's
-/// pessimistic retry holds, so that no directory mutation on its path is in flight.
-pub fn path_read_locks(path: &NsPath) -> Vec<(String, LockMode)> {
-    vec![(path.as_str().to_string(), LockMode::Read)]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_lock_per_path_whatever_its_depth() {
-        let deep = NsPath::parse(&"/d".repeat(2000)).unwrap();
-        let other = NsPath::parse("/a").unwrap();
-        let locks = path_locks(&[&deep, &other, &deep]);
-        assert_eq!(locks, vec![(deep.as_str().into(), LockMode::Write), ("/a".into(), LockMode::Write)]);
-        assert_eq!(path_read_locks(&other), vec![("/a".into(), LockMode::Read)]);
-    }
-
-    /// A lock request for the deepest valid path fits in one frame (listing every
-    /// ancestor made it 4 MB for a 4094-byte path of 2047 components).
-    #[test]
-    fn a_deep_paths_lock_request_fits_in_a_frame() {
-        use canopy_proto::msg::Intent;
-        use canopy_proto::{frame, Creds, Request};
-        let deep = NsPath::parse(&"/d".repeat(canopy_proto::path::NS_PATH_MAX / 2)).unwrap();
-        let req = Request::Lock { locks: path_locks(&[&deep, &deep]), intent: Intent::Rmdir { path: deep.to_string() }, lease_ms: 1, wait_ms: 1 };
-        let mut buf = bytes::BytesMut::new();
-        frame::encode_request(&mut buf, 1, &Creds::root(), &req).unwrap();
-        assert!(buf.len() < 3 * canopy_proto::path::NS_PATH_MAX, "{} bytes", buf.len());
-    }
-}

@@ -19,8 +19,8 @@
 
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
 use crate::server::{Located, MetaServer};
-use crate::setattr;
-use crate::perm::{self, Owner};
+use canopy_posix::perm::{self, Owner};
+use canopy_posix::setattr;
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
 use canopy_proto::path::NsPath;

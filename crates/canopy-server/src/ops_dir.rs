@@ -4,9 +4,9 @@
 
 use crate::dirtable::ROOT_ID;
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
-use crate::perm;
 use crate::server::{Located, MetaServer};
-use crate::setattr;
+use canopy_posix::perm;
+use canopy_posix::setattr;
 use canopy_proto::attr::{access, S_ISGID};
 use canopy_proto::msg::{DirLookup, DirTimes, Record};
 use canopy_proto::path::NsPath;

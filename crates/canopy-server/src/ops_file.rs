@@ -3,9 +3,9 @@
 
 use crate::dirtable::ROOT_ID;
 use crate::keys::{self, DIRTIMES, ENTRIES};
-use crate::perm::{self, Owner};
 use crate::server::{Located, MetaServer};
-use crate::setattr;
+use canopy_posix::perm::{self, Owner};
+use canopy_posix::setattr;
 use canopy_proto::attr::S_ISGID;
 use canopy_proto::msg::{DirTimes, FileData, IfExists, Inode, NewKind, Record};
 use canopy_proto::path::NsPath;

@@ -6,9 +6,9 @@
 //! the client asks the home server.
 
 use crate::keys::{self, ENTRIES, INODES};
-use crate::perm;
 use crate::server::{io, Located, MetaServer};
-use crate::setattr;
+use canopy_posix::perm;
+use canopy_posix::setattr;
 use canopy_proto::msg::{Inode, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Fid, FileKind, Reply, SetAttr};

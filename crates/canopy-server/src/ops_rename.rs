@@ -7,8 +7,8 @@
 
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
 use crate::ops_link::DroppedName;
-use crate::perm;
 use crate::server::{io, Located, MetaServer};
+use canopy_posix::perm;
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
 use canopy_proto::path::{NsPath, NS_PATH_MAX};

@@ -7,7 +7,7 @@
 //! `ENOENT`.
 
 use crate::dirtable::{DirNode, DirTable, ROOT_ID};
-use crate::perm::{self, Owner};
+use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno};

@@ -3,24 +3,22 @@
 //! the semantics suite, the model tests, and simulations larger than the machine.
 //!
 //! As in `canopy server`, each server runs delegated operations
-//! ([`crate::delegate`]) with a cluster-key client of its own; clients reach the
-//! cluster as the cluster key ([`InProcCluster::client`]) or as one user's key
-//! ([`InProcCluster::user_client`]).
+//! ([`canopy_client::delegate`]) with a cluster-key client of its own; clients
+//! reach the cluster as the cluster key ([`InProcCluster::client`]) or as one
+//! user's key ([`InProcCluster::user_client`]).
 
-use crate::delegate::{Delegated, Delegating};
-use crate::shardfs::{ShardFs, StepHook};
-use crate::Client;
+use crate::faulty::FaultyTransport;
+use canopy_client::delegate::{Delegated, Delegating};
+use canopy_client::shardfs::{ShardFs, StepHook};
+use canopy_client::Client;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
 use canopy_proto::auth::Identity;
-use canopy_proto::{Creds, Errno, Request};
-use canopy_rpc::{InProcTransport, RpcResult, Service, Target, Transport};
+use canopy_proto::Creds;
+use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::ALL_CFS;
 use canopy_server::{MetaServer, ServerConfig};
 use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
-use futures::future::BoxFuture;
-use parking_lot::Mutex;
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,71 +103,6 @@ impl InProcCluster {
     /// Runs the lock service's sweep (as `canopy lockd` does) every `every`, until
     /// the returned task is aborted.
     pub fn start_sweeper(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(crate::sweep::sweep_forever(self.fresh_client(), every))
-    }
-}
-
-/// A transport that fails servers as a test says, deterministically:
-/// [`FaultyTransport::down`] refuses every request to a server (`ECONNREFUSED`:
-/// it is not running), and [`FaultyTransport::die_after`] lets the next request
-/// of one kind to a server be applied, then loses its reply (`ENOTCONN`) and takes
-/// the server down: a crash after its commit, before it answered.
-pub struct FaultyTransport {
-    inner: Arc<dyn Transport>,
-    faults: Mutex<Faults>,
-}
-
-#[derive(Default)]
-struct Faults {
-    down: HashSet<u32>,
-    die_after: Option<(u32, &'static str)>,
-}
-
-impl FaultyTransport {
-    pub fn new(inner: Arc<dyn Transport>) -> FaultyTransport {
-        FaultyTransport { inner, faults: Mutex::new(Faults::default()) }
-    }
-
-    pub fn down(&self, server: u32) {
-        self.faults.lock().down.insert(server);
-    }
-
-    pub fn revive(&self, server: u32) {
-        self.faults.lock().down.remove(&server);
-    }
-
-    /// The next request named `op` (as in `Request::name`) to `server` is applied,
-    /// its reply lost, and the server goes down.
-    pub fn die_after(&self, server: u32, op: &'static str) {
-        self.faults.lock().die_after = Some((server, op));
-    }
-}
-
-impl Transport for FaultyTransport {
-    fn servers(&self) -> u32 {
-        self.inner.servers()
-    }
-
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
-        Box::pin(async move {
-            let Target::Server(i) = target else { return self.inner.call(target, creds, req).await };
-            let dies = {
-                let mut f = self.faults.lock();
-                if f.down.contains(&i) {
-                    return Err(Errno::ECONNREFUSED);
-                }
-                let dies = f.die_after == Some((i, req.name()));
-                if dies {
-                    f.die_after = None;
-                    f.down.insert(i);
-                }
-                dies
-            };
-            let r = self.inner.call(target, creds, req).await;
-            if dies {
-                return Err(Errno::ENOTCONN);
-            }
-            r
-        })
+        tokio::spawn(canopy_client::sweep::sweep_forever(self.fresh_client(), every))
     }
 }

@@ -1,0 +1,75 @@
+//! A transport that fails servers on a test's word, so transactions that meet a
+//! dead server can be tested without timing: the failure happens exactly at the
+//! request the test names.
+
+use canopy_proto::{Creds, Errno, Request};
+use canopy_rpc::{RpcResult, Target, Transport};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A transport that fails servers as a test says, deterministically:
+/// [`FaultyTransport::down`] refuses every request to a server (`ECONNREFUSED`:
+/// it is not running), and [`FaultyTransport::die_after`] lets the next request
+/// of one kind to a server be applied, then loses its reply (`ENOTCONN`) and takes
+/// the server down: a crash after its commit, before it answered.
+pub struct FaultyTransport {
+    inner: Arc<dyn Transport>,
+    faults: Mutex<Faults>,
+}
+
+#[derive(Default)]
+struct Faults {
+    down: HashSet<u32>,
+    die_after: Option<(u32, &'static str)>,
+}
+
+impl FaultyTransport {
+    pub fn new(inner: Arc<dyn Transport>) -> FaultyTransport {
+        FaultyTransport { inner, faults: Mutex::new(Faults::default()) }
+    }
+
+    pub fn down(&self, server: u32) {
+        self.faults.lock().down.insert(server);
+    }
+
+    pub fn revive(&self, server: u32) {
+        self.faults.lock().down.remove(&server);
+    }
+
+    /// The next request named `op` (as in `Request::name`) to `server` is applied,
+    /// its reply lost, and the server goes down.
+    pub fn die_after(&self, server: u32, op: &'static str) {
+        self.faults.lock().die_after = Some((server, op));
+    }
+}
+
+impl Transport for FaultyTransport {
+    fn servers(&self) -> u32 {
+        self.inner.servers()
+    }
+
+    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+        Box::pin(async move {
+            let Target::Server(i) = target else { return self.inner.call(target, creds, req).await };
+            let dies = {
+                let mut f = self.faults.lock();
+                if f.down.contains(&i) {
+                    return Err(Errno::ECONNREFUSED);
+                }
+                let dies = f.die_after == Some((i, req.name()));
+                if dies {
+                    f.die_after = None;
+                    f.down.insert(i);
+                }
+                dies
+            };
+            let r = self.inner.call(target, creds, req).await;
+            if dies {
+                return Err(Errno::ENOTCONN);
+            }
+            r
+        })
+    }
+}

@@ -1,0 +1,23 @@
+//! Test support: a whole Canopy cluster inside one process.
+//!
+//! - [`InProcCluster`]: N metadata servers and a lock service over memory or
+//!   RocksDB stores, reached through the in-process transport, with clients as
+//!   the cluster key, as a user key, delegating, or stopping at transaction steps.
+//! - [`FaultyTransport`]: servers that are down, or die right after applying a
+//!   named request, on a test's word.
+//!
+//! It is the one crate that assembles servers, the lock service and clients
+//! without the `canopy` binary, so the client library need not link the server
+//! or RocksDB to be tested: crates use it as a dev-dependency only (the client's
+//! own integration tests too; that dev-dependency cycle is fine, as they link the
+//! same `canopy-client`).
+//!
+//! Hard rule: nothing but tests and simulations depends on this crate; no
+//! `[dependencies]` entry of another crate may name it, and it holds no logic a
+//! running cluster needs (delegation and the sweep stay in `canopy-client`).
+
+mod cluster;
+mod faulty;
+
+pub use cluster::InProcCluster;
+pub use faulty::FaultyTransport;
