@@ -13,33 +13,35 @@ use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{Namespace, Res};
-use crate::shardfs::{unexpected, ShardFs};
+use crate::core::unexpected;
 use crate::Client;
 use canopy_proto::msg::{IfExists, NsCall, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, FileKind, Reply, Request, SetAttr};
-use canopy_rpc::{Handled, Service, Target};
+use canopy_rpc::{Handled, Service, Target, Transport};
 use futures::future::BoxFuture;
 use std::sync::{Arc, OnceLock};
 
-/// The client side: every operation is one `Delegate` request. Administration
-/// (stats, fsck, repair) goes directly, as the servers allow it for this key.
+/// The client side: every operation is one `Delegate` request over `t`.
+/// Administration (stats, fsck, repair) goes through the mode's own client
+/// `direct`, as the servers allow it for this key.
 pub struct Delegated {
-    direct: ShardFs,
+    direct: Arc<dyn Namespace>,
+    t: Arc<dyn Transport>,
 }
 
 impl Delegated {
-    pub fn new(direct: ShardFs) -> Delegated {
-        Delegated { direct }
+    pub(crate) fn new(direct: Arc<dyn Namespace>, t: Arc<dyn Transport>) -> Delegated {
+        Delegated { direct, t }
     }
 
     async fn delegate(&self, c: &Creds, call: NsCall) -> Res<Reply> {
-        // A path that does not parse is refused by the server with the same errno
-        // the caller would get without delegation; any server will do for that.
-        let server = NsPath::parse(call.path()).map_or(0, |p| placement::primary(&p, self.direct.n));
-        self.direct.counters.sent_to_server(server);
-        self.direct.t.call(Target::Server(server), c, Request::Delegate { call }).await
+        // Spread by the operation's path. A path that does not parse is refused
+        // by any server with the errno the caller would get without delegation.
+        let server = NsPath::parse(call.path()).map_or(0, |p| placement::primary(&p, self.t.servers()));
+        self.direct.counters().sent_to_server(server);
+        self.t.call(Target::Server(server), c, Request::Delegate { call }).await
     }
 
     async fn attr(&self, c: &Creds, call: NsCall) -> Res<Attr> {

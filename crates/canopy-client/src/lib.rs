@@ -2,10 +2,14 @@
 //!
 //! [`Client`] is the one API applications, the CLI, the bench and the FUSE mount
 //! use. Behind it a namespace strategy ([`Namespace`]) decides routing,
-//! replication and caching: today [`shardfs::ShardFs`] (seed 000 §3.3); IndexFS and
+//! replication and caching: today ShardFS (`shardfs`, seed 000 §3.3); IndexFS and
 //! Giraffa will be other implementations of the same trait, held to the same
-//! semantics suite.
+//! semantics suite. [`open_namespace`] builds the one a cluster's mode names;
+//! nothing outside it names a mode's type.
 //!
+//! - [`core`]: what every mode's client holds (transport, counters, FIDs, reclaim,
+//!   directory times, options); [`txn`]: transactions under the lock service and
+//!   the named steps tests stop them at.
 //! - [`cluster`]: cluster files (where the servers and lock service listen) and how a
 //!   command finds one.
 //! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
@@ -24,16 +28,21 @@
 
 pub mod blocking;
 pub mod cluster;
+pub mod core;
 pub mod counters;
 pub mod data;
 pub mod delegate;
+mod factory;
 pub mod fsck;
 pub mod keyfile;
-mod namespace;
 mod monotonic;
+mod namespace;
 mod recovery;
-pub mod shardfs;
-pub mod sweep;
+mod shardfs;
 mod shardfs_data;
+pub mod sweep;
+pub mod txn;
 
+pub use crate::core::NsOptions;
+pub use factory::open_namespace;
 pub use namespace::{Client, Namespace};

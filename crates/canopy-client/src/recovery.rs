@@ -22,7 +22,8 @@
 //!   two steps can leave the inode's nlink one too high; fsck reports it).
 
 use crate::namespace::Res;
-use crate::shardfs::{ShardFs, Txn};
+use crate::shardfs::ShardFs;
+use crate::txn::Txn;
 use canopy_proto::msg::{DirLookup, Intent};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};

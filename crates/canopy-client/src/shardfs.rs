@@ -22,11 +22,13 @@
 //! 2; both (and every chown, and every directory rename), fenced: every server
 //! answers single-RPC operations on the affected subtrees EAGAIN until it ends.
 
-use crate::counters::ClientCounters;
-use crate::data::{DataRead, DataWrite, FidGen, Reclaim};
+use crate::core::{pick_error, unexpected, ClientCore, NsOptions};
+use crate::data::{DataRead, DataWrite};
 use crate::fsck::{self, FsckSummary};
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
+use crate::counters::ClientCounters;
+use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
@@ -36,104 +38,32 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::{Target, Transport};
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Lease and wait asked of the lock service for a directory mutation.
-const LOCK_LEASE_MS: u32 = 30_000;
-const LOCK_WAIT_MS: u32 = 30_000;
 /// Objects moved per step of a directory rename's migration.
 const MIGRATE_BATCH: u32 = 1024;
 
+/// The ShardFS client: the mode-generic [`ClientCore`] (reached through `Deref`:
+/// `self.rpc`, `self.counters`, `self.lock_with` below are the core's), and the
+/// ShardFS protocol on top of it.
 pub struct ShardFs {
-    pub(crate) t: Arc<dyn Transport>,
-    pub(crate) n: u32,
-    pub(crate) counters: ClientCounters,
-    hook: Option<Arc<dyn StepHook>>,
-    lease_ms: u32,
-    /// Set when a hook kills this coordinator: it sends nothing more, not even
-    /// its unlocks, like a crashed process.
-    dead: AtomicBool,
-    fids: FidGen,
-    pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
-    /// Update a directory's mtime and ctime when names inside it change (one more
-    /// RPC, to the directory's primary).
-    pub(crate) dir_times: bool,
+    core: ClientCore,
 }
 
-/// Named points of a directory transaction, where tests can stop or kill the
-/// coordinator. Which server is "primary" is per intent: the path's primary for
-/// mkdir, rmdir and setattr; the destination's primary for a rename, whose step
-/// there is its commit point.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
-    /// Locks held and logged, nothing applied.
-    Locked(Intent),
-    /// The primary applied the change.
-    PrimaryDone(Intent),
-    /// One non-primary server applied the change; with a hook installed the
-    /// replicas are applied one at a time, so a kill here leaves some done and
-    /// some not (any partial state of the parallel fan-out).
-    ReplicaDone(Intent, u32),
-    /// Every non-primary server applied the change (before the primary in
-    /// Procedure 2, after it in Procedure 1 and in a directory rename).
-    ReplicasDone(Intent),
-}
+impl std::ops::Deref for ShardFs {
+    type Target = ClientCore;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepAction {
-    Continue,
-    /// The coordinator dies here: no further RPC, no unlock.
-    Die,
-}
-
-/// Called at each [`Step`]; the transaction waits for the returned action.
-pub trait StepHook: Send + Sync + 'static {
-    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction>;
-}
-
-/// A transaction granted by the lock service: its id (which fences carry) and the
-/// ticket that proves ownership to `Renew` and `Unlock`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Txn {
-    pub id: u64,
-    ticket: u64,
+    fn deref(&self) -> &ClientCore {
+        &self.core
+    }
 }
 
 /// Errors that may come from a replica caught mid-way through a directory mutation.
 /// EAGAIN: the server fenced the path off for a non-monotonic transaction.
 fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
-}
-
-/// True when a request may or may not have been applied: its reply was lost (the
-/// peer died or did not answer in time), or a transaction step already reported
-/// so (EIO). `ECONNREFUSED` is certain: the request was never sent.
-pub(crate) fn outcome_unknown(e: &Errno) -> bool {
-    matches!(e, Errno::EIO | Errno::ENOTCONN | Errno::ETIMEDOUT)
-}
-
-/// The first answer among `results` whose outcome is unknown.
-fn first_unknown(results: &[(u32, Res<Reply>)]) -> Option<(u32, Errno)> {
-    results.iter().find_map(|(i, r)| r.as_ref().err().filter(|e| outcome_unknown(e)).map(|e| (*i, *e)))
-}
-
-/// The error of a transaction step that failed after its commit point: the
-/// change is decided but not everywhere, so the transaction is left to recovery
-/// (EIO). `ESTALE` says another client already took the transaction over.
-fn after_commit(what: &str, e: Errno) -> Errno {
-    if e == Errno::ESTALE {
-        return e;
-    }
-    eprintln!("canopy-client: {what} committed but did not finish: {e}; left to recovery");
-    Errno::EIO
-}
-
-pub(crate) fn unexpected(r: Reply) -> Errno {
-    eprintln!("canopy-client: unexpected reply {r:?}");
-    Errno::EPROTO
 }
 
 fn dir_attr_from(l: &DirLookup) -> Attr {
@@ -148,62 +78,11 @@ fn times_part(set: &SetAttr) -> Option<SetAttr> {
     (set.atime.is_some() || set.mtime.is_some()).then(|| SetAttr { atime: set.atime, mtime: set.mtime, ..SetAttr::default() })
 }
 
-/// The error to report when several servers answered: the primary's, else the first.
-fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
-    let errs: Vec<(u32, Errno)> = results.iter().filter_map(|(i, r)| r.as_ref().err().map(|e| (*i, *e))).collect();
-    errs.iter().find(|(i, _)| *i == primary).or(errs.first()).map(|(_, e)| *e)
-}
-
 impl ShardFs {
-    pub fn new(t: Arc<dyn Transport>) -> ShardFs {
-        let n = t.servers();
-        ShardFs {
-            t,
-            n,
-            counters: ClientCounters::new(n),
-            hook: None,
-            lease_ms: LOCK_LEASE_MS,
-            dead: AtomicBool::new(false),
-            fids: FidGen::new(),
-            reclaim: None,
-            dir_times: false,
-        }
-    }
-
-    /// Told of back-end contents whose last name this client removed.
-    pub fn with_reclaim(self, reclaim: Arc<dyn Reclaim>) -> ShardFs {
-        ShardFs { reclaim: Some(reclaim), ..self }
-    }
-
-    /// Keep directories' mtime and ctime as POSIX wants, at one more RPC per
-    /// create, unlink, mkdir, rmdir, link and rename (two for a rename between
-    /// directories).
-    pub fn with_dir_times(self, on: bool) -> ShardFs {
-        ShardFs { dir_times: on, ..self }
-    }
-
-    /// The same, stopping at each [`Step`] of a directory transaction for `hook`.
-    pub fn with_hook(t: Arc<dyn Transport>, hook: Arc<dyn StepHook>) -> ShardFs {
-        ShardFs { hook: Some(hook), ..ShardFs::new(t) }
-    }
-
-    /// The lease asked for the locks of this client's transactions.
-    pub fn with_lease(self, lease_ms: u32) -> ShardFs {
-        ShardFs { lease_ms, ..self }
-    }
-
-    fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::Acquire)
-    }
-
-    async fn step(&self, step: impl FnOnce() -> Step) -> Res<()> {
-        if let Some(h) = &self.hook {
-            if h.reached(step()).await == StepAction::Die {
-                self.dead.store(true, Ordering::Release);
-                return Err(Errno::ENOTCONN);
-            }
-        }
-        Ok(())
+    /// A ShardFS client over `t` (see [`crate::open_namespace`], which callers
+    /// outside this crate use).
+    pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> ShardFs {
+        ShardFs { core: ClientCore::new(t, opts) }
     }
 
     /// Runs `attempt` optimistically; on an error a replica mid-mutation could have
@@ -236,23 +115,6 @@ impl ShardFs {
         placement::primary(p, self.n)
     }
 
-    pub(crate) async fn rpc(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
-        if self.is_dead() {
-            return Err(Errno::ENOTCONN);
-        }
-        self.counters.sent_to_server(server);
-        self.t.call(Target::Server(server), c, req).await
-    }
-
-    /// The same request (made per server by `req`) to each of `servers`, in parallel.
-    pub(crate) async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
-        join_all(servers.map(|i| {
-            let r = req(i);
-            async move { (i, self.rpc(i, c, r).await) }
-        }))
-        .await
-    }
-
     /// Applies a transaction step on every server but `prim`: in parallel, or,
     /// under a test hook, one at a time with a [`Step::ReplicaDone`] after each.
     async fn on_replicas(&self, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
@@ -267,49 +129,15 @@ impl ShardFs {
         Ok(results)
     }
 
-    pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
-        (0..self.n).filter(move |i| *i != skip)
-    }
-
     async fn lock(&self, paths: &[&NsPath], intent: Intent) -> Res<Txn> {
         self.lock_with(path_locks(paths), intent).await
     }
 
-    /// Takes `locks` for a transaction doing `intent`. When the lock service hands
-    /// over a conflicting transaction whose coordinator died, recovers it first.
+    /// Takes `locks` for a transaction doing `intent`, recovering (ShardFS's way)
+    /// a dead coordinator's transaction the lock service hands over.
     pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        loop {
-            if self.is_dead() {
-                return Err(Errno::ENOTCONN);
-            }
-            self.counters.sent_to_lockd();
-            let req = Request::Lock { locks: locks.clone(), intent: intent.clone(), lease_ms: self.lease_ms, wait_ms: LOCK_WAIT_MS };
-            match self.t.call(Target::Lockd, &Creds::root(), req).await? {
-                Reply::Locked { txn, ticket, waited } => {
-                    if waited {
-                        self.counters.waited_for_lock();
-                    }
-                    return Ok(Txn { id: txn, ticket });
-                }
-                Reply::Recover { txn, ticket, was, intent: failed } => {
-                    self.counters.recovered();
-                    let txn = Txn { id: txn, ticket };
-                    self.recover(txn, was, &failed).await?;
-                    self.unlock(txn).await;
-                }
-                other => return Err(unexpected(other)),
-            }
-        }
-    }
-
-    pub(crate) async fn unlock(&self, txn: Txn) {
-        if self.is_dead() {
-            return;
-        }
-        self.counters.sent_to_lockd();
-        if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
-            eprintln!("canopy-client: unlock of transaction {} failed: {e}; its lease will expire", txn.id);
-        }
+        let recover = |txn: Txn, was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, was, &failed).await }) };
+        self.core.lock_with(locks, intent, &recover).await
     }
 
     /// Runs `body` holding the path locks of `paths`.
@@ -318,18 +146,6 @@ impl ShardFs {
         let r = body.await;
         self.finish(txn, &r).await;
         r
-    }
-
-    /// Ends transaction `txn`: unlocks it when its outcome is certain (done, or
-    /// refused, or failed before anything was sent, or fully rolled back). When it
-    /// is not ([`outcome_unknown`]: a server may or may not have applied a step),
-    /// its locks and record stay: the lock service's sweep, or the next
-    /// conflicting client, recovers it from what the servers durably hold.
-    async fn finish<T>(&self, txn: Txn, r: &Res<T>) {
-        match r {
-            Err(e) if outcome_unknown(e) => eprintln!("canopy-client: transaction {} left for recovery after {e}", txn.id),
-            _ => self.unlock(txn).await,
-        }
     }
 
     /// Turns `EREMOTE` (a component is not a directory on the server that
@@ -661,14 +477,6 @@ impl ShardFs {
             self.migrate_from(server, root, txn).await?;
         }
         Ok(())
-    }
-
-    /// Extends transaction `txn`'s lease before more long work. ESTALE: the lease
-    /// ran out and another client may be recovering it, so stop.
-    async fn renew(&self, txn: Txn) -> Res<()> {
-        self.counters.sent_to_lockd();
-        let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
-        self.t.call(Target::Lockd, &Creds::root(), req).await.map(|_| ())
     }
 
     /// Moves the objects below `root` on `server` whose primary changed.

@@ -3,7 +3,8 @@
 
 use crate::data::{DataRead, DataWrite};
 use crate::namespace::Res;
-use crate::shardfs::{unexpected, ShardFs};
+use crate::core::unexpected;
+use crate::shardfs::ShardFs;
 use canopy_proto::msg::FileRef;
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};

@@ -12,14 +12,12 @@
 //! `Backend`), so whole-file contents can be compared with a plain `Vec<u8>`.
 
 use canopy_client::data::{DataRead, DataWrite, Reclaim};
-use canopy_client::shardfs::ShardFs;
+use canopy_client::NsOptions;
 use canopy_client::Client;
-use canopy_lock::service::LockDaemon;
 use canopy_proto::msg::INLINE_LIMIT;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
-use canopy_rpc::{InProcTransport, Service};
 use canopy_proto::fid::contents_digest as inline_digest;
 use canopy_testkit::InProcCluster;
 use std::collections::{HashMap, HashSet};
@@ -38,23 +36,15 @@ struct Kit {
 }
 
 impl Kit {
-    fn transport(&self) -> Arc<InProcTransport> {
-        let services: Vec<Arc<dyn Service>> = self.cluster.servers.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
-        Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(self.cluster.lock.clone()))))
-    }
-
-    /// A root client with its own FID generator, as `ShardFs::new` makes it.
+    /// A root client with its own FID generator.
     fn client(&self) -> Client {
         self.cluster.fresh_client()
     }
 
     /// A root client with a reclaim hook and/or directory times.
     fn client_with(&self, reclaim: Option<Arc<Recorder>>, dir_times: bool) -> Client {
-        let mut ns = ShardFs::new(self.transport()).with_dir_times(dir_times);
-        if let Some(r) = reclaim {
-            ns = ns.with_reclaim(r);
-        }
-        Client::new(Arc::new(ns), canopy_proto::Creds::root())
+        let reclaim = reclaim.map(|r| r as Arc<dyn canopy_client::data::Reclaim>);
+        self.cluster.client_with(NsOptions { reclaim, dir_times, ..NsOptions::default() })
     }
 }
 

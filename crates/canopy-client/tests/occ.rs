@@ -3,7 +3,7 @@
 //! locks, and the retry is counted. A coordinator is held at a transaction step by
 //! a hook so the race is deterministic.
 
-use canopy_client::shardfs::{Step, StepAction, StepHook};
+use canopy_client::txn::{Step, StepAction, StepHook};
 use canopy_proto::msg::Intent;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;

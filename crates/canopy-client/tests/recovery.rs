@@ -4,7 +4,7 @@
 //! the tree before the operation or the tree after it (as a cluster without faults
 //! makes it), exactly the one the commit point says, and fsck must be clean.
 
-use canopy_client::shardfs::{Step, StepAction, StepHook};
+use canopy_client::txn::{Step, StepAction, StepHook};
 use canopy_client::Client;
 use canopy_proto::msg::Intent;
 use canopy_proto::path::NsPath;

@@ -8,7 +8,7 @@
 //! Failures come from `FaultyTransport`: deterministic, no timing involved but the
 //! lease of the dead coordinator's transaction.
 
-use canopy_client::shardfs::{Step, StepAction, StepHook};
+use canopy_client::txn::{Step, StepAction, StepHook};
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;

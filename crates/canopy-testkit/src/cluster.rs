@@ -8,9 +8,10 @@
 //! user's key ([`InProcCluster::user_client`]).
 
 use crate::faulty::FaultyTransport;
-use canopy_client::delegate::{Delegated, Delegating};
-use canopy_client::shardfs::{ShardFs, StepHook};
-use canopy_client::Client;
+use canopy_client::delegate::Delegating;
+use canopy_client::txn::StepHook;
+use canopy_client::{open_namespace, Client, NsOptions};
+use canopy_rpc::Transport;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
 use canopy_proto::auth::Identity;
@@ -22,6 +23,14 @@ use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The mode every in-process cluster runs (the only one this build has).
+const MODE: &str = "shardfs";
+
+/// A root client of `MODE` over `t`.
+fn root_client(t: Arc<dyn Transport>, opts: NsOptions) -> Client {
+    Client::new(open_namespace(MODE, t, opts).expect("a known mode"), Creds::root())
+}
 
 pub struct InProcCluster {
     pub servers: Vec<Arc<MetaServer>>,
@@ -57,23 +66,33 @@ impl InProcCluster {
         let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
         for d in &delegating {
-            d.set_client(Client::new(Arc::new(ShardFs::new(inproc.clone())), Creds::root()));
+            d.set_client(root_client(inproc.clone(), NsOptions::default()));
         }
         let transport = Arc::new(FaultyTransport::new(inproc.clone()));
-        let client = Client::new(Arc::new(ShardFs::new(transport.clone())), Creds::root());
+        let client = root_client(transport.clone(), NsOptions::default());
         InProcCluster { servers, lock, transport, inproc, client }
     }
 
     /// A root client with its own counters that stops at each transaction step
     /// for `hook`, asking for leases of `lease_ms`.
     pub fn client_with_hook(&self, hook: Arc<dyn StepHook>, lease_ms: u32) -> Client {
-        let ns = ShardFs::with_hook(self.transport.clone(), hook).with_lease(lease_ms);
-        Client::new(Arc::new(ns), Creds::root())
+        root_client(self.transport.clone(), NsOptions { hook: Some(hook), lease_ms: Some(lease_ms), ..NsOptions::default() })
     }
 
     /// A root client with its own counters.
     pub fn fresh_client(&self) -> Client {
-        Client::new(Arc::new(ShardFs::new(self.transport.clone())), Creds::root())
+        self.client_with(NsOptions::default())
+    }
+
+    /// A root client with its own counters, set up as `opts` says.
+    pub fn client_with(&self, opts: NsOptions) -> Client {
+        root_client(self.transport.clone(), opts)
+    }
+
+    /// This cluster's transport (with its faults), for callers that build their
+    /// own clients.
+    pub fn transport(&self) -> Arc<dyn Transport> {
+        self.transport.clone()
     }
 
     /// A client acting as root.
@@ -85,14 +104,15 @@ impl InProcCluster {
     /// whatever they claim, and its operations are delegated to the servers.
     pub fn user_client(&self, creds: Creds) -> Client {
         let t = Arc::new(self.inproc.as_peer(Identity::User(creds.clone())));
-        Client::new(Arc::new(Delegated::new(ShardFs::new(t))), creds)
+        let ns = open_namespace(MODE, t, NsOptions { delegate: true, ..NsOptions::default() }).expect("a known mode");
+        Client::new(ns, creds)
     }
 
     /// A root client holding the cluster key whose operations are delegated to
     /// the servers (what a user-key client does), so the semantics suite covers
     /// delegation too.
     pub fn delegating_client(&self) -> Client {
-        Client::new(Arc::new(Delegated::new(ShardFs::new(self.transport.clone()))), Creds::root())
+        self.client_with(NsOptions { delegate: true, ..NsOptions::default() })
     }
 
     /// Server failures for every client of this cluster.

@@ -6,10 +6,8 @@
 //! (`canopy_client::delegate`).
 
 use canopy_client::cluster::{self, ClusterFile};
-use canopy_client::delegate::Delegated;
 use canopy_client::keyfile::{self, Loaded};
-use canopy_client::shardfs::ShardFs;
-use canopy_client::{Client, Namespace};
+use canopy_client::{open_namespace, Client, Namespace, NsOptions};
 use canopy_proto::auth::Identity;
 use canopy_proto::Creds;
 use canopy_rpc::{ClientAuth, TcpTransport};
@@ -80,24 +78,19 @@ pub fn cluster_key(c: &ClusterFile, what: &str) -> Result<Loaded, String> {
 
 /// A client for `c` acting as `creds`, proving `key`; call inside a Tokio runtime.
 pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, String> {
-    let ns: Arc<dyn Namespace> = match key.identity {
-        Identity::Cluster => Arc::new(namespace(c, key)?),
-        Identity::User(_) => Arc::new(Delegated::new(namespace(c, key)?)),
-    };
-    Ok(Client::new(ns, creds))
+    Ok(Client::new(namespace(c, key, NsOptions::default())?, creds))
 }
 
-/// The namespace strategy of `c` over TCP, for callers that configure it further.
-pub fn namespace(c: &ClusterFile, key: &Loaded) -> Result<ShardFs, String> {
-    cluster::check_mode(&c.mode)?;
+/// The namespace client of `c`'s mode over TCP, proving `key`, set up as `opts`
+/// says. A user key's operations are delegated (its client cannot send the
+/// internal requests a transaction needs).
+pub fn namespace(c: &ClusterFile, key: &Loaded, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
     let me = ClientAuth { identity: key.identity.clone(), key: key.key.clone() };
     let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, me, RPC_TIMEOUT));
-    let mut ns = ShardFs::new(transport);
-    if let Some(ms) = std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()) {
-        // How long a crashed client's locks block others before recovery.
-        ns = ns.with_lease(ms);
-    }
-    Ok(ns)
+    // How long a crashed client's locks block others before recovery.
+    let lease_ms = opts.lease_ms.or_else(|| std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()));
+    let delegate = matches!(key.identity, Identity::User(_));
+    open_namespace(&c.mode, transport, NsOptions { lease_ms, delegate, ..opts })
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -113,8 +113,8 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // The mount checks its callers' rights itself and asserts their
         // credentials per request: that needs the cluster key.
         let key = connect::cluster_key(&c, "mount")?;
-        let ns = connect::namespace(&c, &key)?.with_reclaim(handles.clone()).with_dir_times(opts.dir_times);
-        Client::new(Arc::new(ns), Creds::root())
+        let ns_opts = canopy_client::NsOptions { reclaim: Some(handles.clone()), dir_times: opts.dir_times, ..Default::default() };
+        Client::new(connect::namespace(&c, &key, ns_opts)?, Creds::root())
     };
     rt.block_on(client.stat("/")).map_err(|e| format!("cluster {} does not answer: {e}", cluster_file.display()))?;
     unmount_on_signal(&rt, &args.mountpoint);

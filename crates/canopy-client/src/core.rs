@@ -1,0 +1,104 @@
+//! What every namespace strategy's client needs, whatever its mode: the transport
+//! and the cluster's size, RPC counters, FIDs for new files, the reclaim hook,
+//! whether to keep directory times, the lease its transactions ask for, and the
+//! step hook tests stop transactions with. A mode's client holds one
+//! [`ClientCore`]; transactions (`txn.rs`) are methods on it.
+
+use crate::counters::ClientCounters;
+use crate::data::{FidGen, Reclaim};
+use crate::namespace::Res;
+use crate::txn::StepHook;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_rpc::{Target, Transport};
+use futures::future::join_all;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Lease asked of the lock service for a transaction's locks, by default.
+pub const LOCK_LEASE_MS: u32 = 30_000;
+
+/// How a namespace client is set up (see [`crate::open_namespace`]).
+#[derive(Clone, Default)]
+pub struct NsOptions {
+    /// Told of back-end contents whose last name this client removed.
+    pub reclaim: Option<Arc<dyn Reclaim>>,
+    /// Keep directories' mtime and ctime as POSIX wants, at one more RPC per
+    /// create, unlink, mkdir, rmdir, link and rename (two for a rename between
+    /// directories).
+    pub dir_times: bool,
+    /// The lease asked for the locks of this client's transactions
+    /// ([`LOCK_LEASE_MS`] when `None`).
+    pub lease_ms: Option<u32>,
+    /// Stop at each step of a transaction for this hook (tests).
+    pub hook: Option<Arc<dyn StepHook>>,
+    /// Send every operation whole to a server, which runs it as the caller
+    /// (`crate::delegate`): what a client holding only a user key must do.
+    pub delegate: bool,
+}
+
+pub struct ClientCore {
+    pub(crate) t: Arc<dyn Transport>,
+    pub(crate) n: u32,
+    pub(crate) counters: ClientCounters,
+    pub(crate) hook: Option<Arc<dyn StepHook>>,
+    pub(crate) lease_ms: u32,
+    /// Set when a hook kills this coordinator: it sends nothing more, not even
+    /// its unlocks, like a crashed process.
+    pub(crate) dead: AtomicBool,
+    pub(crate) fids: FidGen,
+    pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
+    pub(crate) dir_times: bool,
+}
+
+impl ClientCore {
+    pub fn new(t: Arc<dyn Transport>, opts: &NsOptions) -> ClientCore {
+        let n = t.servers();
+        ClientCore {
+            t,
+            n,
+            counters: ClientCounters::new(n),
+            hook: opts.hook.clone(),
+            lease_ms: opts.lease_ms.unwrap_or(LOCK_LEASE_MS),
+            dead: AtomicBool::new(false),
+            fids: FidGen::new(),
+            reclaim: opts.reclaim.clone(),
+            dir_times: opts.dir_times,
+        }
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub(crate) async fn rpc(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
+        if self.is_dead() {
+            return Err(Errno::ENOTCONN);
+        }
+        self.counters.sent_to_server(server);
+        self.t.call(Target::Server(server), c, req).await
+    }
+
+    /// The same request (made per server by `req`) to each of `servers`, in parallel.
+    pub(crate) async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
+        join_all(servers.map(|i| {
+            let r = req(i);
+            async move { (i, self.rpc(i, c, r).await) }
+        }))
+        .await
+    }
+
+    pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
+        (0..self.n).filter(move |i| *i != skip)
+    }
+}
+
+/// The error to report when several servers answered: `primary`'s, else the first.
+pub(crate) fn pick_error(results: &[(u32, Res<Reply>)], primary: u32) -> Option<Errno> {
+    let errs: Vec<(u32, Errno)> = results.iter().filter_map(|(i, r)| r.as_ref().err().map(|e| (*i, *e))).collect();
+    errs.iter().find(|(i, _)| *i == primary).or(errs.first()).map(|(_, e)| *e)
+}
+
+pub(crate) fn unexpected(r: Reply) -> Errno {
+    eprintln!("canopy-client: unexpected reply {r:?}");
+    Errno::EPROTO
+}
