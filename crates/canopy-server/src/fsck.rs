@@ -9,7 +9,7 @@ use canopy_proto::{Errno, Reply};
 
 impl MetaServer {
     pub(crate) fn fsck(&self) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let table = self.table.read();
         let me = self.cfg.index;
         let mut r = FsckReport { server: me, dir_digest: table.digest(), dirs: table.len() as u64, ..FsckReport::default() };

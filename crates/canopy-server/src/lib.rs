@@ -21,6 +21,7 @@ pub mod dirtable;
 mod fsck;
 mod ids;
 pub mod keys;
+mod mutlock;
 pub mod ops_data;
 mod ops_dir;
 mod ops_file;
@@ -29,4 +30,4 @@ mod ops_rename;
 pub mod resolve;
 mod server;
 
-pub use server::{MetaServer, ServerConfig};
+pub use server::{MetaServer, MutationHook, ServerConfig};

@@ -152,7 +152,15 @@ impl MetaServer {
         at: &FileRef,
         change: impl FnOnce(&mut Inode) -> Result<Option<Reply>, Errno>,
     ) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let path = match at {
+            FileRef::Path(raw) => Some(NsPath::parse(raw)?),
+            FileRef::Ino(_) => None,
+        };
+        // A path may name a hard-linked file whose inode is shared: both locks.
+        let _g = match &path {
+            Some(p) => self.lock_entries(&[p], true),
+            None => self.lock_inodes(),
+        };
         let (slot, mut inode) = match self.data_target(creds, at, access::W)? {
             Ok(found) => found,
             Err(redirect) => return Ok(redirect),
@@ -211,7 +219,7 @@ impl MetaServer {
     /// A name was added to or removed from the directory at `path`: its mtime and
     /// ctime become now. Only the directory's primary keeps its times.
     pub(crate) fn touch_dir(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], false);
         let id = match self.locate(creds, path)? {
             Located::Root => crate::dirtable::ROOT_ID,
             Located::Dir { id, .. } => id,

@@ -18,7 +18,7 @@ pub const MAX_PAGE: u32 = 4096;
 
 impl MetaServer {
     pub(crate) fn mkdir(&self, creds: &Creds, path: &NsPath, mode: u32, assign: Option<DirLookup>) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let (parent, name) = match self.locate(creds, path)? {
             Located::Dir { id, .. } if assign.as_ref().is_some_and(|a| a.id == id) => {
                 // A replayed replica step: already applied.
@@ -50,7 +50,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rmdir(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let (parent, name, id) = match self.locate(creds, path)? {
             Located::Root => return Err(Errno::EBUSY),
             Located::File { .. } => return Err(Errno::ENOTDIR),
@@ -78,7 +78,7 @@ impl MetaServer {
         if set.size.is_some() {
             return Err(Errno::EISDIR);
         }
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let (key, id) = match self.locate(creds, path)? {
             Located::Root => (keys::entry_key(0, ""), ROOT_ID),
             Located::Dir { parent, name, id } => (keys::entry_key(parent, &name), id),
@@ -157,7 +157,7 @@ impl MetaServer {
     /// Makes this server's directory state at `path` equal `want`: insert, update
     /// or remove. Idempotent, so recovery can run it any number of times.
     pub(crate) fn dir_sync(&self, path: &NsPath, want: Option<DirLookup>) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let (parent, name, current) = match path.split() {
             None => (0, String::new(), Some(ROOT_ID)),
             Some((parent_path, name)) => {

@@ -95,7 +95,7 @@ impl MetaServer {
             (IfExists::Open { access }, NewKind::File { .. }) => Some(access),
             _ => None,
         };
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], false);
         let (parent, name) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } if open.is_some() => return Err(Errno::EISDIR),
             Located::Root | Located::Dir { .. } => return Err(Errno::EEXIST),
@@ -133,7 +133,7 @@ impl MetaServer {
     }
 
     pub(crate) fn unlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], true);
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
             Located::Absent { .. } => return Err(Errno::ENOENT),
@@ -150,7 +150,7 @@ impl MetaServer {
     }
 
     pub(crate) fn set_attr(&self, creds: &Creds, path: &NsPath, set: &SetAttr) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], false);
         match self.locate(creds, path)? {
             Located::Absent { .. } => Err(Errno::ENOENT),
             Located::Root => self.set_dir_times(creds, ROOT_ID, set),

@@ -71,7 +71,7 @@ impl MetaServer {
     }
 
     pub(crate) fn link_share(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], true);
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EPERM),
             Located::Absent { .. } => return Err(Errno::ENOENT),
@@ -106,7 +106,7 @@ impl MetaServer {
         if home >= self.cfg.servers {
             return Err(Errno::EINVAL);
         }
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[path], true);
         let (parent, name) = match self.locate(creds, path)? {
             Located::Absent { parent, name } => (parent, name),
             _ => return Err(Errno::EEXIST),
@@ -123,7 +123,7 @@ impl MetaServer {
     }
 
     pub(crate) fn inode_set_attr(&self, creds: &Creds, ino: u64, set: &SetAttr) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_inodes();
         self.inode_set_attr_locked(creds, ino, set)
     }
 
@@ -138,7 +138,7 @@ impl MetaServer {
     }
 
     pub(crate) fn inode_link_delta(&self, ino: u64, delta: i32) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_inodes();
         let mut b = Batch::new();
         let inode = self.link_delta_into(&mut b, ino, delta)?;
         self.write(b)?;

@@ -79,7 +79,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_local(&self, creds: &Creds, src: &NsPath, dst: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[src, dst], true);
         let (sp, sname, record) = self.rename_out_check(creds, src, dst)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
@@ -93,7 +93,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_out(&self, creds: &Creds, src: &NsPath, dst: &NsPath) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[src, dst], false);
         let (_, _, record) = self.rename_out_check(creds, src, dst)?;
         Ok(Reply::Record(record))
     }
@@ -101,7 +101,7 @@ impl MetaServer {
     /// Answers `Unit` when source and destination are one file (the client must
     /// then leave the source alone), `Dropped` when inserted.
     pub(crate) fn rename_in(&self, creds: &Creds, _src: &NsPath, dst: &NsPath, record: Record) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[dst], true);
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
             InOutcome::SameFile => Ok(Reply::Unit),
@@ -113,7 +113,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_out_commit(&self, src: &NsPath, ino: u64) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_entries(&[src], true);
         if let Located::File { parent, name, record } = self.locate(&Creds::root(), src)? {
             if record_ino(&record) == ino {
                 let mut b = Batch::new();
@@ -128,7 +128,7 @@ impl MetaServer {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let (sp, sname, sid) = match self.locate(creds, src)? {
             Located::Dir { parent, name, id } => (parent, name, id),
             Located::File { .. } => return Err(Errno::ENOTDIR),
@@ -211,7 +211,7 @@ impl MetaServer {
     /// Up to `limit` objects below directory `root` (its current path) held here
     /// whose primary is now another server.
     pub(crate) fn migrate(&self, root: &NsPath, limit: u32) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let limit = limit.clamp(1, crate::ops_dir::MAX_PAGE) as usize;
         let table = self.table.read();
         let root_id = crate::resolve::resolve_dir(&table, &Creds::root(), root).map_err(|_| Errno::ENOENT)?;
@@ -258,7 +258,7 @@ impl MetaServer {
     }
 
     pub(crate) fn adopt(&self, items: Vec<MovedItem>) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let mut b = Batch::new();
         for item in items {
             match item {
@@ -271,7 +271,7 @@ impl MetaServer {
     }
 
     pub(crate) fn release(&self, items: Vec<MovedItem>) -> Result<Reply, Errno> {
-        let _g = self.lock_mutations();
+        let _g = self.lock_structure();
         let mut b = Batch::new();
         for item in items {
             match item {

@@ -1,8 +1,10 @@
 //! The server object: its state, start-up (loading the directory table), the
 //! dispatcher, and the lookups every operation shares.
 //!
-//! Concurrency: reads take the table's read lock; every mutation holds `mutate` for
-//! its whole check-then-write, so checks and writes on one server are atomic.
+//! Concurrency: reads take the table's read lock and no mutation lock; a mutation
+//! holds the locks `mutlock.rs` describes (its directory's stripe, or the whole
+//! structure) for its whole check-then-write, so checks and writes of one name
+//! are atomic while mutations in different directories run at once.
 
 use crate::counters::Counters;
 use crate::dirtable::{DirTable, ROOT_ID};
@@ -16,10 +18,14 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_store::{Batch, Change, SharedStore};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use crate::mutlock::{MutGuard, MutationLocks};
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use canopy_proto::clock::{SharedClock, SystemClock};
+
+/// See [`MetaServer::set_mutation_hook`].
+pub type MutationHook = std::sync::Arc<dyn Fn(&[&str]) + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -33,7 +39,9 @@ pub struct MetaServer {
     pub(crate) cfg: ServerConfig,
     pub(crate) store: SharedStore,
     pub(crate) table: RwLock<DirTable>,
-    mutate: Mutex<()>,
+    locks: MutationLocks,
+    /// A test's hook, called with a mutation's paths once its locks are held.
+    mutation_hook: RwLock<Option<MutationHook>>,
     pub(crate) ids: Mutex<IdAlloc>,
     counters: Counters,
     /// Subtrees fenced off by non-monotonic transactions in flight, by txn. In
@@ -91,7 +99,8 @@ impl MetaServer {
             cfg,
             store,
             table: RwLock::new(table),
-            mutate: Mutex::new(()),
+            locks: MutationLocks::default(),
+            mutation_hook: RwLock::new(None),
             ids: Mutex::new(ids),
             counters: Counters::default(),
             fences: RwLock::new(Vec::new()),
@@ -202,9 +211,41 @@ impl MetaServer {
         ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs, files }
     }
 
-    /// Serialises mutations on this server.
-    pub(crate) fn lock_mutations(&self) -> MutexGuard<'_, ()> {
-        self.mutate.lock()
+    /// For mutations that change the directory table or move objects between
+    /// directories: excludes every other mutation.
+    pub(crate) fn lock_structure(&self) -> MutGuard<'_> {
+        self.locks.structure()
+    }
+
+    /// For a mutation of the entries at `paths`: their parents' stripes (and the
+    /// shared-inode lock if `inodes`).
+    pub(crate) fn lock_entries(&self, paths: &[&NsPath], inodes: bool) -> MutGuard<'_> {
+        let g = self.locks.entries(|| self.parent_ids(paths), inodes);
+        if let Some(hook) = self.mutation_hook.read().clone() {
+            hook(&paths.iter().map(|p| p.as_str()).collect::<Vec<_>>());
+        }
+        g
+    }
+
+    /// For a mutation of shared inodes only.
+    pub(crate) fn lock_inodes(&self) -> MutGuard<'_> {
+        self.locks.entries(Vec::new, true)
+    }
+
+    /// The directory ids of `paths`' parents, as far as they resolve (0 where
+    /// not: the operation will fail, and any stripe will do for that).
+    fn parent_ids(&self, paths: &[&NsPath]) -> Vec<u64> {
+        let table = self.table.read();
+        paths
+            .iter()
+            .map(|p| p.split().and_then(|(parent, _)| resolve::resolve_dir(&table, &Creds::root(), &parent).ok()).unwrap_or(0))
+            .collect()
+    }
+
+    /// Tests: call `hook` with a mutation's paths each time one holds its locks
+    /// (it may block, holding them).
+    pub fn set_mutation_hook(&self, hook: Option<MutationHook>) {
+        *self.mutation_hook.write() = hook;
     }
 
     pub(crate) fn is_primary(&self, path: &NsPath) -> bool {

@@ -64,3 +64,62 @@ fn file_times_come_from_the_injected_clock() {
     let Ok(Reply::Attr(a)) = s.handle(&root, Request::SetAttr { path: "/f".into(), set: canopy_proto::SetAttr::size(3) }) else { panic!("truncate") };
     assert_eq!((a.mtime, a.ctime), (2_500_000_000, 2_500_000_000));
 }
+
+/// A mutation held inside the server (its locks taken) blocks neither a stat nor
+/// a mutation in another directory; one in its own directory waits for it.
+#[test]
+fn a_held_mutation_blocks_only_its_own_directory() {
+    use canopy_proto::msg::{IfExists, NewKind};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let s = Arc::new(server());
+    let root = Creds::root();
+    let dir = |id: u64| Request::DirSync { path: format!("/d{id}"), want: Some(DirLookup { id, mode: 0o777, uid: 0, gid: 0 }) };
+    s.handle(&root, dir(100)).unwrap();
+    s.handle(&root, dir(101)).unwrap();
+    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    // The hook parks the first mutation of /d100 until released.
+    let (parked_tx, parked_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(Some((parked_tx, release_rx)));
+    s.set_mutation_hook(Some(Arc::new(move |paths: &[&str]| {
+        if paths.iter().any(|p| p.starts_with("/d100/")) {
+            if let Some((parked, release)) = gate.lock().unwrap().take() {
+                parked.send(()).unwrap();
+                release.recv().unwrap();
+            }
+        }
+    })));
+    let held = {
+        let s = s.clone();
+        std::thread::spawn(move || s.handle(&Creds::root(), create("/d100/held")))
+    };
+    parked_rx.recv_timeout(Duration::from_secs(5)).expect("the first create holds its locks");
+    // Another directory: a mutation and a stat complete while it is held.
+    let (done_tx, done_rx) = mpsc::channel();
+    let other = {
+        let (s, done_tx) = (s.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let r = s.handle(&Creds::root(), create("/d101/free"));
+            let st = s.handle(&Creds::root(), Request::Stat { path: "/d101/free".into() });
+            done_tx.send((r.is_ok(), st.is_ok())).unwrap();
+        })
+    };
+    assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok((true, true)), "blocked by another directory's mutation");
+    // Its own directory: a second create waits until the first is released.
+    let same = {
+        let (s, done_tx) = (s.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let r = s.handle(&Creds::root(), create("/d100/second"));
+            done_tx.send((r.is_ok(), true)).unwrap();
+        })
+    };
+    assert!(done_rx.recv_timeout(Duration::from_millis(200)).is_err(), "one directory's mutations take turns");
+    release_tx.send(()).unwrap();
+    assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok((true, true)));
+    assert!(held.join().unwrap().is_ok());
+    other.join().unwrap();
+    same.join().unwrap();
+    let Ok(Reply::Fsck(report)) = s.handle(&root, Request::Fsck) else { panic!("fsck") };
+    assert_eq!((report.files, report.problems.len()), (3, 0), "{:?}", report.problems);
+}
