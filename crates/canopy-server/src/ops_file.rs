@@ -117,7 +117,7 @@ impl MetaServer {
         let mut b = Batch::new();
         let inode = Inode { attr: attr.clone(), target, data };
         b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
-        self.write(b)?;
+        self.write_new_entry(b)?;
         Ok(Reply::Attr(attr))
     }
 

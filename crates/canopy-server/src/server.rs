@@ -279,6 +279,15 @@ impl MetaServer {
         Ok(())
     }
 
+    /// Writes `batch`, which adds exactly one file entry that this mutation found
+    /// absent under its lock: the count needs no look-up (the hot path of a
+    /// create; fsck checks the count, so a wrong caller shows).
+    pub(crate) fn write_new_entry(&self, batch: Batch) -> Result<(), Errno> {
+        self.store.write(batch).map_err(io)?;
+        self.entries.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// How many file entries `batch` adds (negative: removes), from what each
     /// key it changes holds now and will hold after.
     fn entry_delta(&self, batch: &Batch) -> Result<i64, Errno> {
