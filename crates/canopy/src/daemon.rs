@@ -162,14 +162,26 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
     connect::client(cluster, &loaded, canopy_proto::Creds::root())
 }
 
+/// The metadata server of the cluster's mode, over its RocksDB store. The one
+/// place the daemon chooses by mode (the cluster file's mode was checked when it
+/// was loaded).
+fn metadata_server(mode: &str, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<dyn Service>, String> {
+    match mode {
+        "shardfs" => {
+            let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
+            Ok(Arc::new(MetaServer::open(cfg, store)?))
+        }
+        other => Err(format!("mode {other} has no server in this build")),
+    }
+}
+
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
     let addr = cluster.servers.get(args.index as usize).ok_or_else(|| format!("the cluster file has no server {}", args.index))?.clone();
     let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
-    let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let server = Arc::new(Delegating::new(Arc::new(MetaServer::open(cfg, store)?)));
+    let server = Arc::new(Delegating::new(metadata_server(&cluster.mode, cfg, args)?));
     let client = cluster_client(&cluster, &opts)?;
     let delegating = server.clone();
     let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));

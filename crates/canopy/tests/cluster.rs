@@ -194,3 +194,18 @@ fn chown_refuses_the_no_change_ids() {
     c.ok(&["chown", "4294967294:4294967294", "/f"]);
     assert!(c.ok(&["stat", "/f"]).contains("Uid: 4294967294  Gid: 4294967294"));
 }
+
+/// The mode a cluster runs is chosen at `canopy up`; an unknown one, in the flag
+/// or in a cluster file, is an error naming the known ones.
+#[test]
+fn an_unknown_mode_is_named_with_the_known_ones() {
+    let c = up(2);
+    c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs");
+    c.fails(&["up", "--mode", "shardfs", "--servers", "3"], &format!("canopy: the cluster in {} has 2 servers, not 3; `canopy down` and remove it to change", c.dir().display()));
+    let file = c.dir().join("cluster.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"mode\": \"shardfs\""), "{text}");
+    std::fs::write(&file, text.replace("\"shardfs\"", "\"giraffa\"")).unwrap();
+    c.fails(&["ls", "/"], &format!("canopy: cluster file {}: unknown namespace mode \"giraffa\": this build knows shardfs", file.display()));
+    std::fs::write(&file, text).unwrap();
+}
