@@ -37,13 +37,10 @@ impl Default for FidGen {
 
 /// 64 random bits from the kernel; the clock and process id if that fails.
 fn random_client_id() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
-        return u64::from_le_bytes(b);
-    }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    canopy_proto::placement::mix64(t ^ ((std::process::id() as u64) << 32))
+    canopy_rpc::random::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        canopy_proto::placement::mix64(t ^ ((std::process::id() as u64) << 32))
+    })
 }
 
 /// What a read of file contents found.

@@ -13,7 +13,6 @@
 use canopy_proto::auth::{Identity, Key, KEY_LEN};
 use canopy_proto::Creds;
 use serde::{Deserialize, Serialize};
-use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -41,8 +40,7 @@ impl Loaded {
 
 /// A fresh cluster key, from the kernel's randomness.
 pub fn new_cluster_key() -> Result<Key, String> {
-    let mut b = [0u8; KEY_LEN];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).map_err(|e| format!("no randomness for a key: {e}"))?;
+    let b = canopy_rpc::random::bytes::<KEY_LEN>().map_err(|e| format!("no randomness for a key: {e}"))?;
     Ok(Key::from_bytes(b))
 }
 
