@@ -112,6 +112,16 @@ impl Identity {
     pub fn is_cluster(&self) -> bool {
         matches!(self, Identity::Cluster)
     }
+
+    /// The credentials a request from this peer acts with: a user key speaks for
+    /// its own identity whatever the request claims; the cluster key may assert
+    /// any caller's.
+    pub fn acting_as(&self, claimed: Creds) -> Creds {
+        match self {
+            Identity::User(own) => own.clone(),
+            Identity::Cluster => claimed,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

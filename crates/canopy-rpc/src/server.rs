@@ -249,12 +249,7 @@ fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -
         .map(|(id, op, decoded)| match decoded {
             Err(e) => Answer::Now(id, op, Err(e)),
             Ok((creds, req)) => {
-                // A user key speaks for its own identity, whatever the frame claims.
-                let creds = match peer {
-                    Identity::User(own) => own.clone(),
-                    Identity::Cluster => creds,
-                };
-                match service.call(peer, creds, req) {
+                match service.call(peer, peer.acting_as(creds), req) {
                     Handled::Now(r) => Answer::Now(id, op, r),
                     Handled::Later(f) => Answer::Later(id, op, f),
                 }

@@ -121,11 +121,8 @@ impl Transport for InProcTransport {
             Target::Lockd => Some(self.lockd.clone()),
         };
         let Some(service) = service else { return Box::pin(async { unknown_target() }) };
-        // As over TCP: a user key speaks for its own identity.
-        let creds = match &self.peer {
-            Identity::User(own) => own.clone(),
-            Identity::Cluster => creds.clone(),
-        };
+        // As over TCP.
+        let creds = self.peer.acting_as(creds.clone());
         Box::pin(async move {
             // A message on a network is a point where other tasks run: yield, so
             // concurrent clients interleave here as they would over TCP.
