@@ -36,6 +36,11 @@ impl Loaded {
     pub fn is_cluster(&self) -> bool {
         self.identity.is_cluster()
     }
+
+    /// What a connection proves with this key.
+    pub fn client_auth(&self) -> canopy_rpc::ClientAuth {
+        canopy_rpc::ClientAuth { identity: self.identity.clone(), key: self.key.clone() }
+    }
 }
 
 /// A fresh cluster key, from the kernel's randomness.

@@ -10,7 +10,7 @@ use canopy_client::keyfile::{self, Loaded};
 use canopy_client::{open_namespace, Client, Namespace, NsOptions};
 use canopy_proto::auth::Identity;
 use canopy_proto::Creds;
-use canopy_rpc::{ClientAuth, TcpTransport};
+use canopy_rpc::TcpTransport;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,8 +85,7 @@ pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, Str
 /// says. A user key's operations are delegated (its client cannot send the
 /// internal requests a transaction needs).
 pub fn namespace(c: &ClusterFile, key: &Loaded, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
-    let me = ClientAuth { identity: key.identity.clone(), key: key.key.clone() };
-    let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, me, RPC_TIMEOUT));
+    let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT));
     // How long a crashed client's locks block others before recovery.
     let lease_ms = opts.lease_ms.or_else(|| std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()));
     let delegate = matches!(key.identity, Identity::User(_));

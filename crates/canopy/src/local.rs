@@ -168,8 +168,7 @@ async fn ping(addr: &str, me: &ClientAuth) -> Result<Reply, canopy_proto::Errno>
 
 /// How this process proves itself to the cluster `c`.
 fn auth(c: &ClusterFile) -> Result<ClientAuth, String> {
-    let k = connect::key(c)?;
-    Ok(ClientAuth { identity: k.identity, key: k.key })
+    Ok(connect::key(c)?.client_auth())
 }
 
 /// The cluster key beside the cluster file of a cluster this process started
@@ -181,8 +180,7 @@ fn own_key(c: &ClusterFile) -> Result<canopy_client::keyfile::Loaded, String> {
 /// Waits until every daemon answers a ping.
 pub fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
     let rt = connect::runtime()?;
-    let k = own_key(c)?;
-    let me = ClientAuth { identity: k.identity, key: k.key };
+    let me = own_key(c)?.client_auth();
     let deadline = Instant::now() + timeout;
     let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
     for addr in addrs {
