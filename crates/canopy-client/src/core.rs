@@ -11,6 +11,9 @@ use crate::txn::StepHook;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Target, Transport};
 use futures::future::join_all;
+use canopy_proto::clock::{SharedClock, SystemClock};
+use std::sync::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +37,8 @@ pub struct NsOptions {
     /// Send every operation whole to a server, which runs it as the caller
     /// (`crate::delegate`): what a client holding only a user key must do.
     pub delegate: bool,
+    /// Where the client reads time (lease renewal); the system clock when `None`.
+    pub clock: Option<SharedClock>,
 }
 
 pub struct ClientCore {
@@ -48,6 +53,10 @@ pub struct ClientCore {
     pub(crate) fids: FidGen,
     pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
     pub(crate) dir_times: bool,
+    pub(crate) clock: SharedClock,
+    /// When each of this client's open transactions last had its lease granted
+    /// or renewed (clock milliseconds), so long work renews only when due.
+    pub(crate) renewed: Mutex<HashMap<u64, u64>>,
 }
 
 impl ClientCore {
@@ -63,6 +72,8 @@ impl ClientCore {
             fids: FidGen::new(),
             reclaim: opts.reclaim.clone(),
             dir_times: opts.dir_times,
+            clock: opts.clock.clone().unwrap_or_else(SystemClock::shared),
+            renewed: Mutex::new(HashMap::new()),
         }
     }
 

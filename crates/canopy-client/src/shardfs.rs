@@ -173,7 +173,7 @@ impl ShardFs {
     async fn classify_missing(&self, c: &Creds, path: &NsPath) -> Errno {
         let mut cur = path.split().map(|(p, _)| p);
         while let Some(p) = cur {
-            match self.rpc(self.primary(&p), c, Request::Stat { path: p.to_string() }).await {
+            match self.rpc(self.primary(&p), c, Request::Stat { at: p.to_string().into() }).await {
                 Ok(Reply::Attr(a)) if a.kind == FileKind::Dir => return Errno::ENOENT,
                 Ok(Reply::Attr(_)) | Ok(Reply::Redirect { .. }) => return Errno::ENOTDIR,
                 Err(Errno::ENOENT) | Err(Errno::EREMOTE) => cur = p.split().map(|(q, _)| q),
@@ -223,7 +223,7 @@ impl ShardFs {
     }
 
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
-        let reply = self.single(c, p, Request::Stat { path: p.to_string() }).await?;
+        let reply = self.single(c, p, Request::Stat { at: p.to_string().into() }).await?;
         self.attr_or_follow(reply).await
     }
 
@@ -233,7 +233,7 @@ impl ShardFs {
         let path_s = p.to_string();
         let after_s = after.map(str::to_string);
         let results = self
-            .fan_out(0..self.n, c, |i| Request::ReadDir { path: path_s.clone(), after: after_s.clone(), limit, with_dirs: i == prim })
+            .fan_out(0..self.n, c, |i| Request::ReadDir { at: path_s.clone().into(), after: after_s.clone(), limit, with_dirs: i == prim })
             .await;
         if let Some(e) = pick_error(&results, prim) {
             return Err(e);
@@ -332,7 +332,7 @@ impl ShardFs {
     /// The error of an rmdir whose replicas found no directory: they know only
     /// directories, so a file of that name (ENOTDIR) lives on the primary alone.
     async fn rmdir_absent(&self, c: &Creds, p: &NsPath) -> Errno {
-        match self.rpc(self.primary(p), c, Request::Stat { path: p.to_string() }).await {
+        match self.rpc(self.primary(p), c, Request::Stat { at: p.to_string().into() }).await {
             Ok(Reply::Attr(_) | Reply::Redirect { .. }) => Errno::ENOTDIR,
             _ => Errno::ENOENT,
         }
@@ -483,7 +483,7 @@ impl ShardFs {
     async fn migrate_from(&self, server: u32, root: &NsPath, txn: Txn) -> Res<()> {
         let root_s = root.to_string();
         loop {
-            self.renew(txn).await?;
+            self.keep_alive(txn).await?;
             let moved = match self.rpc(server, &Creds::root(), Request::Migrate { root: root_s.clone(), limit: MIGRATE_BATCH }).await? {
                 Reply::Moved(m) => m,
                 other => return Err(unexpected(other)),
@@ -534,7 +534,7 @@ impl ShardFs {
         }
         // The transaction holds this path's locks: no optimistic retry here (it would
         // wait for its own locks); an EREMOTE is settled after unlocking.
-        let reply = self.rpc(self.primary(src), c, Request::Stat { path: src.to_string() }).await?;
+        let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
         let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
             // Non-monotonic: everything below both names changes its path.
@@ -568,7 +568,7 @@ impl ShardFs {
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
-        match self.single(c, p, Request::SetAttr { path: p.to_string(), set: set.clone() }).await {
+        match self.single(c, p, Request::SetAttr { at: p.to_string().into(), set: set.clone() }).await {
             Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
                 Reply::Attr(a) => Ok(a),
                 other => Err(unexpected(other)),
@@ -583,7 +583,7 @@ impl ShardFs {
                 match times_part(set) {
                     None => Ok(attr),
                     Some(times) => {
-                        let r = self.rpc(self.primary(p), c, Request::SetAttr { path: p.to_string(), set: times }).await?;
+                        let r = self.rpc(self.primary(p), c, Request::SetAttr { at: p.to_string().into(), set: times }).await?;
                         self.attr_or_follow(r).await
                     }
                 }
@@ -624,7 +624,7 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             let kind = NewKind::File { fid: self.fids.next() };
-            let reply = self.single(c, &p, Request::Create { path: p.to_string(), mode, kind, if_exists }).await?;
+            let reply = self.single(c, &p, Request::Create { at: p.to_string().into(), mode, kind, if_exists }).await?;
             let redirected = matches!(reply, Reply::Redirect { .. });
             let attr = self.attr_or_follow(reply).await?;
             if let (true, IfExists::Open { access }) = (redirected, if_exists) {
@@ -642,7 +642,7 @@ impl Namespace for ShardFs {
     fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let req = Request::Create { path: p.to_string(), mode, kind: NewKind::Special { kind, rdev }, if_exists: IfExists::Fail };
+            let req = Request::Create { at: p.to_string().into(), mode, kind: NewKind::Special { kind, rdev }, if_exists: IfExists::Fail };
             let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)
@@ -652,7 +652,7 @@ impl Namespace for ShardFs {
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let reply = self.single(c, &p, Request::Unlink { path: p.to_string() }).await?;
+            let reply = self.single(c, &p, Request::Unlink { at: p.to_string().into() }).await?;
             self.drop_remote(reply).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(())
@@ -708,7 +708,7 @@ impl Namespace for ShardFs {
     fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let req = Request::Create { path: p.to_string(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), if_exists: IfExists::Fail };
+            let req = Request::Create { at: p.to_string().into(), mode: 0o777, kind: NewKind::Symlink(target.to_string()), if_exists: IfExists::Fail };
             let attr = self.attr_or_follow(self.single(c, &p, req).await?).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)
@@ -718,7 +718,7 @@ impl Namespace for ShardFs {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            match self.single(c, &p, Request::Readlink { path: p.to_string() }).await? {
+            match self.single(c, &p, Request::Readlink { at: p.to_string().into() }).await? {
                 Reply::Target(t) => Ok(t),
                 other => Err(unexpected(other)),
             }
@@ -738,7 +738,7 @@ impl Namespace for ShardFs {
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            match self.single(c, &p, Request::Access { path: p.to_string(), mask }).await? {
+            match self.single(c, &p, Request::Access { at: p.to_string().into(), mask }).await? {
                 Reply::Unit => Ok(()),
                 Reply::Redirect { ino, home } => {
                     let a = self.inode_stat(ino, home).await?;

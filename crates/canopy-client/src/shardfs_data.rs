@@ -62,7 +62,7 @@ impl ShardFs {
         let mut parents: Vec<NsPath> = paths.iter().filter_map(|p| p.split().map(|(parent, _)| parent)).collect();
         parents.dedup();
         for parent in parents {
-            let r = self.rpc(self.primary(&parent), c, Request::TouchDir { path: parent.to_string() }).await;
+            let r = self.rpc(self.primary(&parent), c, Request::TouchDir { at: parent.to_string().into() }).await;
             if let Err(e) = r {
                 if e != Errno::ENOENT {
                     eprintln!("canopy-client: could not update the times of {parent}: {e}");

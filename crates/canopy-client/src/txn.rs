@@ -104,16 +104,19 @@ impl ClientCore {
             }
             self.counters.sent_to_lockd();
             let req = Request::Lock { locks: locks.clone(), intent: intent.clone(), lease_ms: self.lease_ms, wait_ms: LOCK_WAIT_MS };
+            let asked = self.clock.now_ms();
             match self.t.call(Target::Lockd, &Creds::root(), req).await? {
                 Reply::Locked { txn, ticket, waited } => {
                     if waited {
                         self.counters.waited_for_lock();
                     }
+                    self.lease_granted(txn, asked);
                     return Ok(Txn { id: txn, ticket });
                 }
                 Reply::Recover { txn, ticket, was, intent: failed } => {
                     self.counters.recovered();
                     let txn = Txn { id: txn, ticket };
+                    self.lease_granted(txn.id, asked);
                     recover(txn, was, failed).await?;
                     self.unlock(txn).await;
                 }
@@ -123,6 +126,7 @@ impl ClientCore {
     }
 
     pub(crate) async fn unlock(&self, txn: Txn) {
+        self.forget_lease(txn.id);
         if self.is_dead() {
             return;
         }
@@ -139,16 +143,108 @@ impl ClientCore {
     /// conflicting client, recovers it from what the servers durably hold.
     pub(crate) async fn finish<T>(&self, txn: Txn, r: &Res<T>) {
         match r {
-            Err(e) if outcome_unknown(e) => eprintln!("canopy-client: transaction {} left for recovery after {e}", txn.id),
+            Err(e) if outcome_unknown(e) => {
+                self.forget_lease(txn.id);
+                eprintln!("canopy-client: transaction {} left for recovery after {e}", txn.id)
+            }
             _ => self.unlock(txn).await,
         }
     }
 
-    /// Extends transaction `txn`'s lease before more long work. ESTALE: the lease
-    /// ran out and another client may be recovering it, so stop.
-    pub(crate) async fn renew(&self, txn: Txn) -> Res<()> {
+    /// Before more long work under transaction `txn`: renews its lease once a
+    /// third of it has passed since it was granted or last renewed (by this
+    /// client's clock), so a renewal is always well ahead of expiry and a fast
+    /// job sends none. ESTALE: the lease ran out and another client may be
+    /// recovering it, so stop.
+    pub(crate) async fn keep_alive(&self, txn: Txn) -> Res<()> {
+        let now = self.clock.now_ms();
+        let due = match self.renewed.lock().unwrap_or_else(|p| p.into_inner()).get(&txn.id) {
+            Some(at) => now.saturating_sub(*at) >= renew_after_ms(self.lease_ms),
+            None => true,
+        };
+        if !due {
+            return Ok(());
+        }
         self.counters.sent_to_lockd();
         let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
-        self.t.call(Target::Lockd, &Creds::root(), req).await.map(|_| ())
+        self.t.call(Target::Lockd, &Creds::root(), req).await?;
+        self.lease_granted(txn.id, now);
+        Ok(())
+    }
+
+    /// Records that `txn`'s lease runs from no earlier than `asked` (when the
+    /// request that granted it was sent).
+    fn lease_granted(&self, txn: u64, asked: u64) {
+        self.renewed.lock().unwrap_or_else(|p| p.into_inner()).insert(txn, asked);
+    }
+
+    fn forget_lease(&self, txn: u64) {
+        self.renewed.lock().unwrap_or_else(|p| p.into_inner()).remove(&txn);
+    }
+}
+
+/// How long after a grant a lease of `lease_ms` is renewed.
+fn renew_after_ms(lease_ms: u32) -> u64 {
+    lease_ms as u64 / 3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{ClientCore, NsOptions};
+    use canopy_proto::clock::ManualClock;
+    use canopy_rpc::RpcResult;
+    use futures::future::BoxFuture;
+    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+
+    /// A lock service that grants every lock and counts renewals.
+    #[derive(Default)]
+    struct Lockd {
+        renews: AtomicU32,
+    }
+
+    impl canopy_rpc::Transport for Lockd {
+        fn servers(&self) -> u32 {
+            1
+        }
+
+        fn call<'a>(&'a self, _: Target, _: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+            let reply = match req {
+                Request::Lock { .. } => Ok(Reply::Locked { txn: 9, ticket: 1, waited: false }),
+                Request::Renew { .. } => {
+                    self.renews.fetch_add(1, Ordering::SeqCst);
+                    Ok(Reply::Unit)
+                }
+                _ => Ok(Reply::Unit),
+            };
+            Box::pin(async move { reply })
+        }
+    }
+
+    #[tokio::test]
+    async fn long_work_renews_a_lease_by_the_clients_clock_only_when_due() {
+        let lockd = Arc::new(Lockd::default());
+        let clock = ManualClock::new();
+        let opts = NsOptions { lease_ms: Some(3_000), clock: Some(clock.clone()), ..NsOptions::default() };
+        let core = ClientCore::new(lockd.clone(), &opts);
+        let recover: Recover<'_> = &|_, _, _| Box::pin(async { Ok(()) });
+        let txn = core.lock_with(vec![("/a".into(), LockMode::Write)], Intent::Retry { path: "/a".into() }, recover).await.unwrap();
+        let renews = || lockd.renews.load(Ordering::SeqCst);
+        core.keep_alive(txn).await.unwrap();
+        assert_eq!(renews(), 0, "just granted");
+        clock.advance(999);
+        core.keep_alive(txn).await.unwrap();
+        assert_eq!(renews(), 0, "a third of the lease has not passed");
+        clock.advance(1);
+        core.keep_alive(txn).await.unwrap();
+        assert_eq!(renews(), 1, "due");
+        core.keep_alive(txn).await.unwrap();
+        assert_eq!(renews(), 1, "the renewal restarted the lease");
+        clock.advance(5_000);
+        core.keep_alive(txn).await.unwrap();
+        assert_eq!(renews(), 2);
+        core.unlock(txn).await;
+        assert!(core.renewed.lock().unwrap().is_empty(), "an ended transaction is forgotten");
     }
 }

@@ -24,7 +24,8 @@ use bytes::{Buf, BufMut, BytesMut};
 
 pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 2: the key handshake (`crate::auth`) and lock sets that name paths only.
-pub const VERSION: u16 = 2;
+/// Version 3: requests name an entry by path or by (directory id, name) (`msg::At`).
+pub const VERSION: u16 = 3;
 pub const HANDSHAKE_LEN: usize = 6;
 pub const HANDSHAKE_REPLY_LEN: usize = 8;
 /// Bytes after the length field that every frame has.
@@ -188,8 +189,8 @@ mod tests {
 
     #[test]
     fn requests_round_trip() {
-        roundtrip(Request::Stat { path: "/a".into() });
-        roundtrip(Request::SetAttr { path: "/a".into(), set: SetAttr::mode(0o755) });
+        roundtrip(Request::Stat { at: "/a".into() });
+        roundtrip(Request::SetAttr { at: "/a".into(), set: SetAttr::mode(0o755) });
         roundtrip(Request::Unlock { txn: 9, ticket: 3 });
         roundtrip(Request::Ping);
     }
@@ -197,7 +198,7 @@ mod tests {
     #[test]
     fn incomplete_is_not_malformed() {
         let mut buf = BytesMut::new();
-        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { path: "/x".into() }).unwrap();
+        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { at: "/x".into() }).unwrap();
         for cut in 0..buf.len() {
             assert_eq!(check(&buf[..cut]), Err(FrameError::Incomplete), "cut {cut}");
         }
@@ -220,12 +221,12 @@ mod tests {
         assert_eq!(decode_request(&garbage), Err(Errno::EPROTO));
         // A valid Stat payload sent under the Ping opcode is inconsistent.
         let mut buf = BytesMut::new();
-        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { path: "/".into() }).unwrap();
+        encode_request(&mut buf, 1, &Creds::root(), &Request::Stat { at: "/".into() }).unwrap();
         let mut frame = parse(&mut buf).unwrap();
         frame.op = Request::Ping.opcode();
         assert_eq!(decode_request(&frame), Err(Errno::EPROTO));
         // Trailing bytes after a valid payload.
-        frame.op = Request::Stat { path: String::new() }.opcode();
+        frame.op = Request::Stat { at: "".into() }.opcode();
         frame.payload.push(0);
         assert_eq!(decode_request(&frame), Err(Errno::EPROTO));
     }
@@ -244,8 +245,9 @@ mod tests {
         assert!(!ok, "another version is refused");
         assert_eq!(check_handshake_reply(&reply), Err(Errno::EPROTO));
         let mut newer = reply;
-        newer[4..6].copy_from_slice(&3u16.to_be_bytes());
-        assert!(describe_handshake_reply(&newer).contains("version 3, this program version 2"));
+        newer[4..6].copy_from_slice(&(VERSION + 1).to_be_bytes());
+        let said = describe_handshake_reply(&newer);
+        assert!(said.contains(&format!("version {}, this program version {VERSION}", VERSION + 1)), "{said}");
     }
 
     proptest::proptest! {

@@ -85,12 +85,45 @@ pub enum IfExists {
     Open { access: u32 },
 }
 
-/// How a data request names its file: by path on the path's primary, or by a
+/// How a request names an entry. By full path, which the server resolves,
+/// checking search permission on every ancestor (ShardFS); or by the id of its
+/// directory and its name, for a client that resolved the directory itself
+/// (IndexFS's clients, from their lease cache). Either way the server checks the
+/// caller's rights on what it finds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum At {
+    Path(String),
+    Entry { dir: u64, name: String },
+}
+
+impl From<String> for At {
+    fn from(path: String) -> At {
+        At::Path(path)
+    }
+}
+
+impl From<&str> for At {
+    fn from(path: &str) -> At {
+        At::Path(path.to_string())
+    }
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Path(p) => f.write_str(p),
+            At::Entry { dir, name } => write!(f, "{name:?} in directory {dir:#x}"),
+        }
+    }
+}
+
+/// How a data request names its file: as [`At`] does (`Path`, `Entry`), or by a
 /// shared (hard-linked) inode on its home server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileRef {
     Path(String),
     Ino(u64),
+    Entry { dir: u64, name: String },
 }
 
 /// Non-replicated attributes of a directory, kept on its primary server.
@@ -295,20 +328,20 @@ requests! {
     /// Liveness and identity check.
     Ping = 0x0001,
     /// Attributes of the object at `path` (a file on its primary, or a directory).
-    Stat { path: String } = 0x0002,
+    Stat { at: At } = 0x0002,
     /// Create a file, symlink or special file at `path`; `if_exists` says what
     /// to do if the name is taken.
-    Create { path: String, mode: u32, kind: NewKind, if_exists: IfExists } = 0x0003,
+    Create { at: At, mode: u32, kind: NewKind, if_exists: IfExists } = 0x0003,
     /// Remove a file or symlink.
-    Unlink { path: String } = 0x0004,
+    Unlink { at: At } = 0x0004,
     /// Change attributes of a file, or the times of a directory on its primary.
-    SetAttr { path: String, set: SetAttr } = 0x0005,
-    Readlink { path: String } = 0x0006,
+    SetAttr { at: At, set: SetAttr } = 0x0005,
+    Readlink { at: At } = 0x0006,
     /// Check `mask` (R/W/X bits, 0 for existence) against the caller.
-    Access { path: String, mask: u32 } = 0x0007,
+    Access { at: At, mask: u32 } = 0x0007,
     /// A page of a directory: names strictly after `after`, at most `limit`.
     /// `with_dirs` includes subdirectories (asked of one server only).
-    ReadDir { path: String, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
+    ReadDir { at: At, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
     LinkShare { path: String } = 0x0009,
     /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
@@ -375,7 +408,7 @@ requests! {
     Extend { at: FileRef, end: u64, kill_suid: bool } = 0x0015,
     /// Set a directory's mtime and ctime to now, on its primary: the effect of a
     /// name added or removed inside it (entries live on other servers).
-    TouchDir { path: String } = 0x0016,
+    TouchDir { at: At } = 0x0016,
     Stats = 0x0017,
     Fsck = 0x0018,
     /// Lock service: take `locks` for a transaction described by `intent`.
@@ -498,7 +531,7 @@ mod tests {
         assert_eq!(op_name(0x0300), None, "IndexFS's family is still empty");
         // The opcode names the payload's variant: a request's postcard tag is its
         // position in the table.
-        let stat = Request::Stat { path: "/".into() };
+        let stat = Request::Stat { at: "/".into() };
         assert_eq!((stat.opcode(), stat.index(), stat.name()), (0x0002, 1, "Stat"));
         assert_eq!(postcard::to_stdvec(&stat).unwrap()[0] as usize, stat.index());
         let delegate = Request::Delegate { call: NsCall::Stat { path: "/".into() } };

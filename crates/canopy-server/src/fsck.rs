@@ -1,62 +1,31 @@
-//! One server's consistency report: every file entry under a known directory and on
-//! its primary, directory times only on their primary, hard-link references listed
-//! for the cluster-wide nlink check, and a digest of the replicated table.
+//! One server's consistency report. What every mode checks: every file entry
+//! decodes, hard-link references are listed for the cluster-wide nlink check, the
+//! entry count `Stats` keeps is right. The mode adds its own (ShardFS: the
+//! table's digest, and every object on its primary).
 
-use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
-use crate::server::{io, MetaServer};
+use crate::core::{decode_entry, io};
+use crate::keys::{self, ENTRIES, INODES};
+use crate::server::MetaServer;
 use canopy_proto::msg::{FsckReport, Inode, Record};
 use canopy_proto::{Errno, Reply};
 
 impl MetaServer {
     pub(crate) fn fsck(&self) -> Result<Reply, Errno> {
         let _g = self.lock_structure();
-        let table = self.table.read();
         let me = self.cfg.index;
-        let mut r = FsckReport { server: me, dir_digest: table.digest(), dirs: table.len() as u64, ..FsckReport::default() };
+        let mut r = FsckReport { server: me, ..FsckReport::default() };
         let mut problems = self.problems();
         self.store
             .for_each(ENTRIES, b"", &mut |k, v| {
                 r.files += 1;
-                let Some(((parent, name), record)) = keys::split_entry_key(k).zip(keys::decode::<Record>(v)) else {
-                    problems.push(format!("server {me}: undecodable entry {k:?}"));
-                    return true;
-                };
-                let Some(path) = table.path_of(parent).and_then(|p| p.join(&name).ok()) else {
-                    problems.push(format!("server {me}: entry {name:?} in missing directory {parent:#x}"));
-                    return true;
-                };
-                if self.primary_of(&path) != me {
-                    problems.push(format!("server {me}: {path} belongs on server {}", self.primary_of(&path)));
-                }
-                if table.child(parent, &name).is_some() {
-                    problems.push(format!("server {me}: {path} is both a file and a directory"));
-                }
-                if let Record::Linked { ino, home } = record {
-                    r.links.push((ino, home));
-                }
-                true
-            })
-            .map_err(io)?;
-        self.store
-            .for_each(DIRTIMES, b"", &mut |k, _| {
-                let id = k.try_into().map(u64::from_be_bytes).unwrap_or(0);
-                match table.path_of(id) {
-                    None => problems.push(format!("server {me}: times of missing directory {id:#x}")),
-                    Some(p) if self.primary_of(&p) != me => {
-                        problems.push(format!("server {me}: times of {p} belong on server {}", self.primary_of(&p)))
-                    }
+                match decode_entry(k, v) {
+                    None => problems.push(format!("server {me}: undecodable entry {k:?}")),
+                    Some((_, Record::Linked { ino, home })) => r.links.push((ino, home)),
                     Some(_) => {}
                 }
                 true
             })
             .map_err(io)?;
-        for id in table.ids() {
-            if let Some(p) = table.path_of(id) {
-                if self.primary_of(&p) == me && self.load_dir_times(id)?.is_none() {
-                    problems.push(format!("server {me}: directory {p} has no times on its primary"));
-                }
-            }
-        }
         self.store
             .for_each(INODES, b"", &mut |k, v| {
                 let ino = k.try_into().map(u64::from_be_bytes).unwrap_or(0);
@@ -67,11 +36,12 @@ impl MetaServer {
                 true
             })
             .map_err(io)?;
-        let kept = self.stats().files;
+        let kept = self.entry_count();
         if kept != r.files {
             problems.push(format!("server {me}: Stats counts {kept} files, the store holds {}", r.files));
         }
         r.problems = problems;
+        self.mode().fsck(self, &mut r)?;
         Ok(Reply::Fsck(r))
     }
 }

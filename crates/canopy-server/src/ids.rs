@@ -6,6 +6,9 @@
 use crate::keys::{self, META, META_NEXT_ID};
 use canopy_store::{Batch, Store};
 
+/// The root directory's id, in every mode.
+pub const ROOT_ID: u64 = 1;
+
 const BLOCK: u64 = 4096;
 
 pub struct IdAlloc {

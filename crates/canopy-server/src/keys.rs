@@ -27,6 +27,8 @@ pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META];
 pub const LAYOUT_VERSION: u32 = 1;
 pub const META_IDENTITY: &[u8] = b"identity";
 pub const META_NEXT_ID: &[u8] = b"next_id";
+/// The mode (`shardfs`, ...) of the server that made the store, as UTF-8.
+pub const META_MODE: &[u8] = b"mode";
 
 pub fn entry_key(parent: u64, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + name.len());

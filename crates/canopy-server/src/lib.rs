@@ -2,32 +2,36 @@
 //!
 //! [`MetaServer::handle`] takes a caller's credentials and a decoded request and
 //! returns the reply; the transport (TCP or in-process) lives in `canopy-rpc`.
-//! Decisions are pure modules kept apart from the store:
-//! - [`dirtable`]: the replicated directory lookup state in memory;
-//! - [`resolve`]: path resolution with search checks (the permission rules
-//!   themselves, and those of setattr, are `canopy-posix`'s, shared with clients);
-//! - [`ops_data`]: inline file contents and their spill to back-end storage.
 //!
-//! The operations (`ops_*`) read and write the [`canopy_store::Store`] through the
-//! key layouts in [`keys`]. A server holds the whole directory table (ShardFS) and
-//! the file entries whose primary it is.
+//! The server is a mode-independent [`core::Core`] plus a [`mode::Mode`]:
+//! - the generic operations (`ops_*`: files, symlinks, special files, hard links,
+//!   data, file renames, setattr, readdir of entries) act on an entry the mode
+//!   located, with the permission rules of `canopy-posix`;
+//! - a mode decides how a path or a (directory id, name) resolves, where objects
+//!   live, which directory a mutation serialises on, and serves its own requests.
+//!   [`shardfs`] is the replicated directory table of seed 000 §3.3.
 //!
-//! Hard rule: no I/O but the store; a request never panics the server. It never
-//! depends on the lock service, the client or anything above them; it names
-//! `canopy-rpc` only to implement its `Service` trait.
+//! The operations read and write the [`canopy_store::Store`] through the key
+//! layouts in [`keys`]. Hard rule: no I/O but the store; a request never panics
+//! the server. It never depends on the lock service, the client or anything
+//! above them; it names `canopy-rpc` only to implement its `Service` trait.
 
+pub mod core;
 pub mod counters;
-pub mod dirtable;
 mod fsck;
 mod ids;
 pub mod keys;
+pub mod mode;
 mod mutlock;
 pub mod ops_data;
-mod ops_dir;
 mod ops_file;
 mod ops_link;
+mod ops_readdir;
 mod ops_rename;
-pub mod resolve;
 mod server;
+pub mod shardfs;
 
-pub use server::{MetaServer, MutationHook, ServerConfig};
+pub use crate::core::{MutationHook, ServerConfig};
+pub use ids::ROOT_ID;
+pub use mode::Target;
+pub use server::{MetaServer, MODES};

@@ -18,12 +18,12 @@
 //! The byte-level rules are pure functions at the top of this file.
 
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES};
-use crate::server::{Located, MetaServer};
+use crate::mode::{Located, Target};
+use crate::server::MetaServer;
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::access;
 use canopy_proto::msg::{DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
-use canopy_proto::path::NsPath;
 use canopy_proto::fid::contents_digest;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
@@ -100,9 +100,10 @@ impl MetaServer {
     /// The inode `at` names, if `creds` may access it as `want` (R or W), or
     /// `Redirect` to the home server of a shared inode (which checks it there).
     fn data_target(&self, creds: &Creds, at: &FileRef, want: u32) -> Result<Result<(Slot, Inode), Reply>, Errno> {
-        let (slot, inode) = match at {
-            FileRef::Ino(ino) => (Slot::Shared { ino: *ino }, self.load_inode(*ino)?),
-            FileRef::Path(raw) => match self.locate(creds, &NsPath::parse(raw)?)? {
+        let (slot, inode) = match (at, Target::of_file(at)?) {
+            (FileRef::Ino(ino), _) => (Slot::Shared { ino: *ino }, self.load_inode(*ino)?),
+            (_, None) => return Err(Errno::EINVAL),
+            (_, Some(target)) => match self.locate(creds, &target)? {
                 Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
                 Located::Absent { .. } => return Err(Errno::ENOENT),
                 Located::File { parent, name, record: Record::Inode(i) } => (Slot::Entry { parent, name }, i),
@@ -152,10 +153,7 @@ impl MetaServer {
         at: &FileRef,
         change: impl FnOnce(&mut Inode) -> Result<Option<Reply>, Errno>,
     ) -> Result<Reply, Errno> {
-        let path = match at {
-            FileRef::Path(raw) => Some(NsPath::parse(raw)?),
-            FileRef::Ino(_) => None,
-        };
+        let path = Target::of_file(at)?;
         // A path may name a hard-linked file whose inode is shared: both locks.
         let _g = match &path {
             Some(p) => self.lock_entries(&[p], true),
@@ -218,14 +216,9 @@ impl MetaServer {
 
     /// A name was added to or removed from the directory at `path`: its mtime and
     /// ctime become now. Only the directory's primary keeps its times.
-    pub(crate) fn touch_dir(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn touch_dir(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], false);
-        let id = match self.locate(creds, path)? {
-            Located::Root => crate::dirtable::ROOT_ID,
-            Located::Dir { id, .. } => id,
-            Located::File { .. } => return Err(Errno::ENOTDIR),
-            Located::Absent { .. } => return Err(Errno::ENOENT),
-        };
+        let id = self.dir_id(creds, path)?;
         let now = self.now_ns();
         let atime = self.load_dir_times(id)?.map_or(now, |t| t.atime);
         let mut b = Batch::new();

@@ -1,14 +1,14 @@
 //! Single-RPC operations on files and symlinks, run on the path's primary server:
 //! stat, create, unlink, setattr, readlink, access.
 
-use crate::dirtable::ROOT_ID;
+use crate::ROOT_ID;
 use crate::keys::{self, DIRTIMES, ENTRIES};
-use crate::server::{Located, MetaServer};
+use crate::mode::{Located, Target};
+use crate::server::MetaServer;
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::S_ISGID;
 use canopy_proto::msg::{DirTimes, FileData, IfExists, Inode, NewKind, Record};
-use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
 
@@ -28,30 +28,6 @@ fn check_target(target: &str) -> Result<(), Errno> {
 }
 
 impl MetaServer {
-    /// A directory's attributes: lookup state from the table, times if this server
-    /// is its primary (zero otherwise), nlink = 2 + subdirectories.
-    pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
-        let (lookup, subdirs) = {
-            let table = self.table.read();
-            let node = table.get(id).ok_or(Errno::ENOENT)?;
-            (node.lookup.clone(), node.subdirs.len() as u32)
-        };
-        let times = self.load_dir_times(id)?.unwrap_or(DirTimes { atime: 0, mtime: 0, ctime: 0 });
-        Ok(Attr {
-            ino: lookup.id,
-            kind: FileKind::Dir,
-            mode: lookup.mode,
-            uid: lookup.uid,
-            gid: lookup.gid,
-            size: 0,
-            nlink: 2 + subdirs,
-            rdev: 0,
-            atime: times.atime,
-            mtime: times.mtime,
-            ctime: times.ctime,
-        })
-    }
-
     /// The attributes behind a file record, or where to find them.
     pub(crate) fn record_attr(&self, record: &Record) -> Result<Reply, Errno> {
         match record {
@@ -74,7 +50,7 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn stat(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn stat(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         match self.locate(creds, path)? {
             Located::Root => self.dir_attr(ROOT_ID).map(Reply::Attr),
             Located::Dir { id, .. } => self.dir_attr(id).map(Reply::Attr),
@@ -83,7 +59,7 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn create(&self, creds: &Creds, path: &NsPath, mode: u32, kind: NewKind, if_exists: IfExists) -> Result<Reply, Errno> {
+    pub(crate) fn create(&self, creds: &Creds, path: &Target, mode: u32, kind: NewKind, if_exists: IfExists) -> Result<Reply, Errno> {
         // Bad arguments are reported before the path is looked at (as a bad path is).
         match &kind {
             NewKind::Symlink(target) => check_target(target)?,
@@ -104,7 +80,7 @@ impl MetaServer {
         };
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
-        let ino = self.ids.lock().allocate(&*self.store).map_err(crate::server::io)?;
+        let ino = self.new_id()?;
         let now = self.now_ns();
         let (file_kind, mode, rdev, target, data) = match kind {
             NewKind::File { fid } => (FileKind::File, mode & 0o7777, 0, None, Some(FileData { fid, inline: Some(Vec::new()) })),
@@ -132,7 +108,7 @@ impl MetaServer {
         Ok(reply)
     }
 
-    pub(crate) fn unlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn unlink(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], true);
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
@@ -149,7 +125,7 @@ impl MetaServer {
         Ok(dropped.into_reply())
     }
 
-    pub(crate) fn set_attr(&self, creds: &Creds, path: &NsPath, set: &SetAttr) -> Result<Reply, Errno> {
+    pub(crate) fn set_attr(&self, creds: &Creds, path: &Target, set: &SetAttr) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], false);
         match self.locate(creds, path)? {
             Located::Absent { .. } => Err(Errno::ENOENT),
@@ -187,7 +163,7 @@ impl MetaServer {
         Ok(Reply::Attr(attr))
     }
 
-    pub(crate) fn readlink(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn readlink(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         match self.locate(creds, path)? {
             Located::Absent { .. } => Err(Errno::ENOENT),
             Located::File { record: Record::Inode(Inode { target: Some(t), .. }), .. } => Ok(Reply::Target(t)),
@@ -195,7 +171,7 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn access(&self, creds: &Creds, path: &NsPath, mask: u32) -> Result<Reply, Errno> {
+    pub(crate) fn access(&self, creds: &Creds, path: &Target, mask: u32) -> Result<Reply, Errno> {
         let attr = match self.stat(creds, path)? {
             Reply::Attr(a) => a,
             other => return Ok(other),

@@ -6,11 +6,11 @@
 //! the client asks the home server.
 
 use crate::keys::{self, ENTRIES, INODES};
-use crate::server::{io, Located, MetaServer};
+use crate::mode::{Located, Target};
+use crate::server::MetaServer;
 use canopy_posix::perm;
 use canopy_posix::setattr;
 use canopy_proto::msg::{Inode, Record};
-use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Fid, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
 
@@ -35,11 +35,6 @@ pub(crate) fn backend_fid(inode: &Inode) -> Option<Fid> {
 }
 
 impl MetaServer {
-    pub(crate) fn load_inode(&self, ino: u64) -> Result<Inode, Errno> {
-        let v = self.store.get(INODES, &keys::id_key(ino)).map_err(io)?.ok_or(Errno::ESTALE)?;
-        keys::decode(&v).ok_or(Errno::EIO)
-    }
-
     /// Adds to `b` the effect of dropping one name of `record`; returns what the
     /// client must finish (a remote inode to decrement, back-end data to delete).
     pub(crate) fn drop_link(&self, b: &mut Batch, record: &Record) -> Result<DroppedName, Errno> {
@@ -70,7 +65,7 @@ impl MetaServer {
         Ok(inode)
     }
 
-    pub(crate) fn link_share(&self, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn link_share(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], true);
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EPERM),
@@ -102,7 +97,7 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn link_insert(&self, creds: &Creds, path: &NsPath, ino: u64, home: u32) -> Result<Reply, Errno> {
+    pub(crate) fn link_insert(&self, creds: &Creds, path: &Target, ino: u64, home: u32) -> Result<Reply, Errno> {
         if home >= self.cfg.servers {
             return Err(Errno::EINVAL);
         }

@@ -28,7 +28,7 @@ fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
     assert_eq!(s.handle(&root, mkdir), Err(Errno::EEXIST));
     // Resolution through every name still works, and fsck sees one tree.
     for p in ["/a/x", "/b/x", "/c/x", "/d/x", "/a/a/x"] {
-        let r = s.handle(&root, Request::Stat { path: p.into() });
+        let r = s.handle(&root, Request::Stat { at: p.into() });
         assert!(matches!(r, Err(Errno::ENOENT | Errno::EREMOTE)), "{p}: {r:?}");
     }
     let Ok(Reply::Fsck(report)) = s.handle(&root, Request::Fsck) else { panic!("fsck") };
@@ -57,11 +57,11 @@ fn file_times_come_from_the_injected_clock() {
     clock.advance(1_000);
     let s = MetaServer::open_with_clock(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), clock.clone()).unwrap();
     let root = Creds::root();
-    let create = Request::Create { path: "/f".into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
     let Ok(Reply::Attr(a)) = s.handle(&root, create) else { panic!("create") };
     assert_eq!((a.mtime, a.ctime), (1_000_000_000, 1_000_000_000));
     clock.advance(1_500);
-    let Ok(Reply::Attr(a)) = s.handle(&root, Request::SetAttr { path: "/f".into(), set: canopy_proto::SetAttr::size(3) }) else { panic!("truncate") };
+    let Ok(Reply::Attr(a)) = s.handle(&root, Request::SetAttr { at: "/f".into(), set: canopy_proto::SetAttr::size(3) }) else { panic!("truncate") };
     assert_eq!((a.mtime, a.ctime), (2_500_000_000, 2_500_000_000));
 }
 
@@ -77,12 +77,12 @@ fn a_held_mutation_blocks_only_its_own_directory() {
     let dir = |id: u64| Request::DirSync { path: format!("/d{id}"), want: Some(DirLookup { id, mode: 0o777, uid: 0, gid: 0 }) };
     s.handle(&root, dir(100)).unwrap();
     s.handle(&root, dir(101)).unwrap();
-    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = |p: &str| Request::Create { at: p.into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
     // The hook parks the first mutation of /d100 until released.
     let (parked_tx, parked_rx) = mpsc::channel::<()>();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let gate = std::sync::Mutex::new(Some((parked_tx, release_rx)));
-    s.set_mutation_hook(Some(Arc::new(move |paths: &[&str]| {
+    s.set_mutation_hook(Some(Arc::new(move |paths: &[String]| {
         if paths.iter().any(|p| p.starts_with("/d100/")) {
             if let Some((parked, release)) = gate.lock().unwrap().take() {
                 parked.send(()).unwrap();
@@ -101,7 +101,7 @@ fn a_held_mutation_blocks_only_its_own_directory() {
         let (s, done_tx) = (s.clone(), done_tx.clone());
         std::thread::spawn(move || {
             let r = s.handle(&Creds::root(), create("/d101/free"));
-            let st = s.handle(&Creds::root(), Request::Stat { path: "/d101/free".into() });
+            let st = s.handle(&Creds::root(), Request::Stat { at: "/d101/free".into() });
             done_tx.send((r.is_ok(), st.is_ok())).unwrap();
         })
     };
@@ -122,4 +122,55 @@ fn a_held_mutation_blocks_only_its_own_directory() {
     same.join().unwrap();
     let Ok(Reply::Fsck(report)) = s.handle(&root, Request::Fsck) else { panic!("fsck") };
     assert_eq!((report.files, report.problems.len()), (3, 0), "{:?}", report.problems);
+}
+
+/// A request may name an entry by (directory id, name) instead of its path: it
+/// finds the same entry, with the same search checks on the directory's
+/// ancestors, and a bad id or name is an errno.
+#[test]
+fn an_entry_is_reached_by_directory_id_and_name_as_by_path() {
+    use canopy_proto::msg::{At, IfExists, NewKind};
+    let s = MetaServer::open(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS))).unwrap();
+    let root = Creds::root();
+    let Ok(Reply::Dir(top)) = s.handle(&root, Request::Mkdir { path: "/top".into(), mode: 0o700, assign: None }) else { panic!("mkdir") };
+    let Ok(Reply::Dir(sub)) = s.handle(&root, Request::Mkdir { path: "/top/sub".into(), mode: 0o777, assign: None }) else { panic!("mkdir") };
+    let entry = |name: &str| At::Entry { dir: sub.id, name: name.into() };
+    let create = Request::Create { at: entry("f"), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let Ok(Reply::Attr(made)) = s.handle(&root, create) else { panic!("create by entry") };
+    let Ok(Reply::Attr(by_path)) = s.handle(&root, Request::Stat { at: "/top/sub/f".into() }) else { panic!("stat by path") };
+    assert_eq!(made, by_path);
+    let Ok(Reply::Attr(by_entry)) = s.handle(&root, Request::Stat { at: entry("f") }) else { panic!("stat by entry") };
+    assert_eq!(by_entry, by_path);
+    let Ok(Reply::Attr(d)) = s.handle(&root, Request::Stat { at: At::Entry { dir: top.id, name: "sub".into() } }) else { panic!("dir") };
+    assert_eq!(d.ino, sub.id);
+    // /top is 0700 root's: a user may not search it, however the entry is named.
+    let user = Creds::user(1000, 1000);
+    assert_eq!(s.handle(&user, Request::Stat { at: "/top/sub/f".into() }), Err(Errno::EACCES));
+    assert_eq!(s.handle(&user, Request::Stat { at: entry("f") }), Err(Errno::EACCES));
+    assert_eq!(s.handle(&user, Request::Unlink { at: entry("f") }), Err(Errno::EACCES));
+    assert_eq!(s.handle(&root, Request::Stat { at: At::Entry { dir: 0xdead, name: "f".into() } }), Err(Errno::ENOENT));
+    for bad in ["", ".", "..", "a/b"] {
+        assert_eq!(s.handle(&root, Request::Stat { at: entry(bad) }), Err(Errno::EINVAL), "{bad:?}");
+    }
+    assert_eq!(s.handle(&root, Request::Unlink { at: entry("f") }).map(|_| ()), Ok(()));
+    assert_eq!(s.handle(&root, Request::Stat { at: "/top/sub/f".into() }), Err(Errno::ENOENT));
+}
+
+/// A store remembers the mode that made it; a server of another mode, or of a
+/// mode this build does not know, refuses to start and says why.
+#[test]
+fn a_store_of_another_mode_and_an_unknown_mode_are_refused() {
+    use canopy_proto::clock::SystemClock;
+    let cfg = ServerConfig { index: 0, servers: 1 };
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let s = MetaServer::open_mode("shardfs", cfg, store.clone(), SystemClock::shared()).unwrap();
+    assert_eq!(s.mode_name(), "shardfs");
+    drop(s);
+    let err = MetaServer::open_mode("giraffe", cfg, store.clone(), SystemClock::shared()).err().unwrap();
+    assert!(err.contains("unknown namespace mode \"giraffe\"") && err.contains("shardfs"), "{err}");
+    let mut b = canopy_store::Batch::new();
+    b.put(canopy_server::keys::META, canopy_server::keys::META_MODE.to_vec(), b"indexfs".to_vec());
+    canopy_store::Store::write(&*store, b).unwrap();
+    let err = MetaServer::open_mode("shardfs", cfg, store, SystemClock::shared()).err().unwrap();
+    assert!(err.contains("made by a server of mode indexfs, not shardfs"), "{err}");
 }

@@ -9,6 +9,7 @@ use canopy_client::keyfile;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::Service;
 use canopy_server::keys::ALL_CFS;
+use canopy_proto::clock::SystemClock;
 use canopy_server::{MetaServer, ServerConfig};
 use canopy_store::{Durability, RocksStore, SharedStore};
 use clap::Args;
@@ -162,17 +163,12 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
     connect::client(cluster, &loaded, canopy_proto::Creds::root())
 }
 
-/// The metadata server of the cluster's mode, over its RocksDB store. The one
-/// place the daemon chooses by mode (the cluster file's mode was checked when it
-/// was loaded).
+/// The metadata server of the cluster's mode, over its RocksDB store (the
+/// server picks the mode's half of itself; it refuses a mode it does not know
+/// and a store another mode made).
 fn metadata_server(mode: &str, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<dyn Service>, String> {
-    match mode {
-        "shardfs" => {
-            let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
-            Ok(Arc::new(MetaServer::open(cfg, store)?))
-        }
-        other => Err(format!("mode {other} has no server in this build")),
-    }
+    let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
+    Ok(Arc::new(MetaServer::open_mode(mode, cfg, store, SystemClock::shared())?))
 }
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {

@@ -87,7 +87,7 @@ async fn still_serves(addr: &str) {
     let conn = connect(addr, &admin()).await;
     let r = conn.call(&Creds::root(), &Request::Ping, T).await.unwrap();
     assert_eq!(r, Reply::Pong { server: 0, servers: 1 });
-    assert!(matches!(conn.call(&Creds::root(), &Request::Stat { path: "/".into() }, T).await, Ok(Reply::Attr(_))));
+    assert!(matches!(conn.call(&Creds::root(), &Request::Stat { at: "/".into() }, T).await, Ok(Reply::Attr(_))));
 }
 
 fn raw_frame(id: u64, op: u16, payload: &[u8]) -> Vec<u8> {
@@ -155,12 +155,12 @@ async fn unknown_opcode_and_garbage_payload_get_errors_and_the_connection_goes_o
     s.write_all(&raw_frame(7, 9999, b"")).await.unwrap();
     let f = read_frame(&mut s).await.unwrap();
     assert_eq!((f.id, frame::decode_response(&f)), (7, Err(Errno::ENOSYS)));
-    s.write_all(&raw_frame(8, Request::Stat { path: String::new() }.opcode(), &[0xff; 9])).await.unwrap();
+    s.write_all(&raw_frame(8, Request::Stat { at: "".into() }.opcode(), &[0xff; 9])).await.unwrap();
     let f = read_frame(&mut s).await.unwrap();
     assert_eq!((f.id, frame::decode_response(&f)), (8, Err(Errno::EPROTO)));
     // A valid request on the same connection still works.
     let mut buf = BytesMut::new();
-    frame::encode_request(&mut buf, 9, &Creds::root(), &Request::Stat { path: "/".into() }).unwrap();
+    frame::encode_request(&mut buf, 9, &Creds::root(), &Request::Stat { at: "/".into() }).unwrap();
     s.write_all(&buf).await.unwrap();
     let f = read_frame(&mut s).await.unwrap();
     assert!(matches!(frame::decode_response(&f), Ok(Reply::Attr(_))));
@@ -170,7 +170,8 @@ async fn unknown_opcode_and_garbage_payload_get_errors_and_the_connection_goes_o
 async fn hostile_paths_get_errnos() {
     let addr = start_server().await;
     let conn = connect(&addr, &admin()).await;
-    let stat = |p: String| Request::Stat { path: p };
+    let stat = |p: String| Request::Stat { at: p.into() };
+    let entry = |dir: u64, name: &str| Request::Stat { at: canopy_proto::msg::At::Entry { dir, name: name.into() } };
     let cases = vec![
         (stat(String::new()), Errno::EINVAL),
         (stat("relative".into()), Errno::EINVAL),
@@ -182,6 +183,13 @@ async fn hostile_paths_get_errnos() {
         (stat("/../../etc/passwd".into()), Errno::ENOENT),
         (Request::Mkdir { path: "/".into(), mode: 0o777, assign: None }, Errno::EEXIST),
         (Request::LinkInsert { path: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
+        // Entries named by (directory id, name): an unknown id, and names no path could hold.
+        (entry(u64::MAX, "f"), Errno::ENOENT),
+        (entry(1, ".."), Errno::EINVAL),
+        (entry(1, "a/b"), Errno::EINVAL),
+        (entry(1, "a\0b"), Errno::EINVAL),
+        (entry(1, &"n".repeat(1 << 16)), Errno::ENAMETOOLONG),
+        (Request::ReadData { at: canopy_proto::msg::FileRef::Entry { dir: 0, name: "f".into() }, offset: 0, len: 1 }, Errno::ENOENT),
         (Request::Lock { locks: vec![], intent: canopy_proto::msg::Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 }, Errno::ENOSYS),
     ];
     for (req, want) in cases {
@@ -254,7 +262,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::InodeLinkDelta { ino: 5, delta: 1 },
         Request::InodeSetAttr { ino: 5, set: SetAttr::mode(0o777) },
         Request::RenameOutCommit { src: "/f".into(), ino: 5 },
-        Request::TouchDir { path: "/".into() },
+        Request::TouchDir { at: "/".into() },
         Request::Fsck,
         Request::Lock { locks: vec![("/".into(), LockMode::Write)], intent: Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 },
         Request::Unlock { txn: 1, ticket: 1 },
@@ -274,15 +282,15 @@ async fn internal_requests_need_the_cluster_key() {
 async fn forged_credentials_are_replaced_by_the_keys() {
     let addr = start_server().await;
     let root = connect(&addr, &admin()).await;
-    let create = |p: &str| Request::Create { path: p.into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };
+    let create = |p: &str| Request::Create { at: p.into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };
     assert!(root.call(&Creds::root(), &create("/roots"), T).await.is_ok());
     let alice = connect(&addr, &user(1000)).await;
     // `/` is root's and 0755: creating there needs root, which alice claims.
     assert_eq!(alice.call(&Creds::root(), &create("/mine"), T).await, Err(Errno::EACCES));
-    assert_eq!(alice.call(&Creds::root(), &Request::SetAttr { path: "/roots".into(), set: SetAttr::mode(0o777) }, T).await, Err(Errno::EPERM));
+    assert_eq!(alice.call(&Creds::root(), &Request::SetAttr { at: "/roots".into(), set: SetAttr::mode(0o777) }, T).await, Err(Errno::EPERM));
     // A chmod of / by the cluster key acting as alice is alice's too.
-    assert_eq!(root.call(&Creds::user(1000, 1000), &Request::Unlink { path: "/roots".into() }, T).await, Err(Errno::EACCES));
-    let Ok(Reply::Attr(a)) = alice.call(&Creds::root(), &Request::Stat { path: "/roots".into() }, T).await else { panic!("stat") };
+    assert_eq!(root.call(&Creds::user(1000, 1000), &Request::Unlink { at: "/roots".into() }, T).await, Err(Errno::EACCES));
+    let Ok(Reply::Attr(a)) = alice.call(&Creds::root(), &Request::Stat { at: "/roots".into() }, T).await else { panic!("stat") };
     assert_eq!((a.uid, a.mode & 0o777), (0, 0o644));
 }
 
@@ -385,7 +393,7 @@ async fn oversized_offsets_allocate_nothing() {
     let root = connect(&addr, &admin()).await;
     root.call(&Creds::root(), &Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) }, T).await.unwrap();
     let fid = canopy_proto::Fid::new(1, 1);
-    let create = Request::Create { path: "/f".into(), mode: 0o644, kind: NewKind::File { fid }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File { fid }, if_exists: IfExists::Fail };
     alice.call(&Creds::root(), &create, T).await.unwrap();
     for offset in [1u64 << 30, u64::MAX - 1] {
         let write = Request::WriteData { at: FileRef::Path("/f".into()), offset, data: vec![1; 16], inline_max: u32::MAX, kill_suid: false };
@@ -398,11 +406,11 @@ async fn oversized_offsets_allocate_nothing() {
     let read = Request::ReadData { at: FileRef::Path("/f".into()), offset: 0, len: u32::MAX };
     assert!(matches!(alice.call(&Creds::root(), &read, T).await, Ok(Reply::Data(d)) if d.is_empty()));
     let start = std::time::Instant::now();
-    let Ok(Reply::Attr(a)) = alice.call(&Creds::root(), &Request::Stat { path: "/f".into() }, T).await else { panic!("stat") };
+    let Ok(Reply::Attr(a)) = alice.call(&Creds::root(), &Request::Stat { at: "/f".into() }, T).await else { panic!("stat") };
     assert_eq!(a.size, 0);
     assert!(start.elapsed() < Duration::from_secs(1));
     // Bob's key cannot read or write Alice's 0600 file.
-    root.call(&Creds::root(), &Request::SetAttr { path: "/f".into(), set: SetAttr::mode(0o600) }, T).await.unwrap();
+    root.call(&Creds::root(), &Request::SetAttr { at: "/f".into(), set: SetAttr::mode(0o600) }, T).await.unwrap();
     let bob = connect(&addr, &user(2000)).await;
     assert_eq!(bob.call(&Creds::root(), &read, T).await, Err(Errno::EACCES));
     let write = Request::WriteData { at: FileRef::Path("/f".into()), offset: 0, data: vec![1], inline_max: 100, kill_suid: false };

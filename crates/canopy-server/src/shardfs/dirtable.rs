@@ -12,7 +12,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement::{fnv1a64, mix64};
 use std::collections::{BTreeMap, HashMap};
 
-pub const ROOT_ID: u64 = 1;
+pub use crate::ids::ROOT_ID;
 
 #[derive(Debug, Clone)]
 pub struct DirNode {

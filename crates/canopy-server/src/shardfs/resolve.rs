@@ -6,7 +6,7 @@
 //! [`Miss`]; the caller, which may hold the file entry, turns it into `ENOTDIR` or
 //! `ENOENT`.
 
-use crate::dirtable::{DirNode, DirTable, ROOT_ID};
+use super::dirtable::{DirNode, DirTable, ROOT_ID};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::path::NsPath;

@@ -1,0 +1,117 @@
+//! The seam between what every mode's server does and what a mode decides.
+//!
+//! The generic operations (`ops_*`: files, symlinks, special files, hard links,
+//! data, setattr, readdir of entries, directory times) act on a [`Located`]
+//! entry and never ask where it came from. A [`Mode`] decides the rest: how a
+//! [`Target`] (a path, or a directory id and a name) resolves on this server and
+//! with which search checks, what this server knows of a directory's lookup state,
+//! which directory a mutation serialises on, and the mode's own requests
+//! (ShardFS: replicated directory transactions, fences, migration). Adding a mode
+//! means implementing this trait (see `docs/architecture.md`, "Adding a mode").
+
+use crate::core::Core;
+use canopy_proto::msg::{At, DirLookup, FileRef, FsckReport, Record};
+use canopy_proto::path::{check_name, NsPath};
+use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
+
+/// Where a target led on this server.
+#[derive(Debug, Clone)]
+pub(crate) enum Located {
+    Root,
+    Dir { parent: u64, name: String, id: u64 },
+    File { parent: u64, name: String, record: Record },
+    Absent { parent: u64, name: String },
+}
+
+/// A request's [`At`], checked: a parsed path, or a directory id and a valid name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Path(NsPath),
+    Entry { dir: u64, name: String },
+}
+
+impl Target {
+    pub fn parse(at: &At) -> Result<Target, Errno> {
+        match at {
+            At::Path(p) => NsPath::parse(p).map(Target::Path),
+            At::Entry { dir, name } => Target::entry(*dir, name),
+        }
+    }
+
+    /// A data request's file, unless it names a shared inode.
+    pub fn of_file(at: &FileRef) -> Result<Option<Target>, Errno> {
+        match at {
+            FileRef::Path(p) => NsPath::parse(p).map(|p| Some(Target::Path(p))),
+            FileRef::Entry { dir, name } => Target::entry(*dir, name).map(Some),
+            FileRef::Ino(_) => Ok(None),
+        }
+    }
+
+    fn entry(dir: u64, name: &str) -> Result<Target, Errno> {
+        check_name(name)?;
+        if name == "." || name == ".." {
+            return Err(Errno::EINVAL);
+        }
+        Ok(Target::Entry { dir, name: name.to_string() })
+    }
+}
+
+impl From<NsPath> for Target {
+    fn from(p: NsPath) -> Target {
+        Target::Path(p)
+    }
+}
+
+/// What a mode decides on a server. Methods that touch the store get the
+/// server's [`Core`]; none may panic on input.
+pub(crate) trait Mode: Send + Sync {
+    /// The mode's name, as cluster files spell it.
+    fn name(&self) -> &'static str;
+
+    /// What this server knows of the entry `at` names, with the search checks
+    /// the mode owes on the way (`EACCES`), or the errno that explains why it
+    /// cannot tell (`ENOENT`, `ENOTDIR`, `EREMOTE`: ask another server).
+    fn locate(&self, core: &Core, creds: &Creds, at: &Target) -> Result<Located, Errno>;
+
+    /// `EAGAIN` if `at` may not be served now (ShardFS: a transaction fenced
+    /// it off; the client retries under locks).
+    fn admit(&self, at: &Target) -> Result<(), Errno>;
+
+    /// The lookup state of directory `id` and how many subdirectories it has,
+    /// if this server knows it.
+    fn dir(&self, id: u64) -> Option<(DirLookup, u32)>;
+
+    /// The ids of the directories holding `targets` (0 where unknown), which a
+    /// mutation of them serialises on.
+    fn parent_ids(&self, targets: &[&Target]) -> Vec<u64>;
+
+    /// Subdirectories of `id` this server lists in a readdir, names after
+    /// `after`, at most `limit`.
+    fn subdirs(&self, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno>;
+
+    /// How many directories this server holds (for `Stats`).
+    fn dirs(&self) -> u64;
+
+    /// The mode's own requests; `ENOSYS` for any other.
+    fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno>;
+
+    /// The mode's part of fsck: its own state and where entries belong.
+    fn fsck(&self, core: &Core, report: &mut FsckReport) -> Result<(), Errno>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_checked_as_paths_are() {
+        assert_eq!(Target::parse(&At::Path("/a/b".into())), Ok(Target::Path(NsPath::parse("/a/b").unwrap())));
+        assert_eq!(Target::parse(&At::Path("a".into())), Err(Errno::EINVAL));
+        assert_eq!(Target::parse(&At::Entry { dir: 7, name: "x".into() }), Ok(Target::Entry { dir: 7, name: "x".into() }));
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            assert!(Target::parse(&At::Entry { dir: 7, name: bad.into() }).is_err(), "{bad:?}");
+        }
+        assert_eq!(Target::parse(&At::Entry { dir: 7, name: "n".repeat(256) }), Err(Errno::ENAMETOOLONG));
+        assert_eq!(Target::of_file(&FileRef::Ino(3)), Ok(None));
+    }
+}

@@ -1,0 +1,74 @@
+//! Fences: subtrees a non-monotonic transaction (rmdir, a removing chmod, a
+//! directory rename) has fenced off while it runs, so a single-RPC operation
+//! below one answers `EAGAIN` and the client retries it under locks, which waits
+//! for the transaction to end. In memory only: the lock service's record outlives
+//! a restart and its recovery ends the transaction.
+
+use canopy_proto::path::NsPath;
+use canopy_proto::{Errno, Reply};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[derive(Default)]
+pub(crate) struct Fences {
+    by_txn: RwLock<Vec<(u64, NsPath)>>,
+    /// How many fences there are, read without the lock on every request.
+    count: AtomicUsize,
+}
+
+impl Fences {
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    /// `EAGAIN` if `path` is within a fenced subtree.
+    pub(crate) fn admit(&self, path: &NsPath) -> Result<(), Errno> {
+        if self.by_txn.read().iter().any(|(_, f)| path.is_within(f)) {
+            return Err(Errno::EAGAIN);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fence(&self, txn: u64, paths: &[String]) -> Result<Reply, Errno> {
+        let parsed = paths.iter().map(|p| NsPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
+        let mut fences = self.by_txn.write();
+        for p in parsed {
+            if !fences.iter().any(|(t, f)| *t == txn && *f == p) {
+                fences.push((txn, p));
+            }
+        }
+        self.count.store(fences.len(), Ordering::Release);
+        Ok(Reply::Unit)
+    }
+
+    pub(crate) fn unfence(&self, txn: u64) -> Result<Reply, Errno> {
+        let mut fences = self.by_txn.write();
+        fences.retain(|(t, _)| *t != txn);
+        self.count.store(fences.len(), Ordering::Release);
+        Ok(Reply::Unit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_covers_its_subtree_until_its_transaction_unfences() {
+        let f = Fences::default();
+        let p = |s: &str| NsPath::parse(s).unwrap();
+        assert!(!f.any());
+        f.fence(7, &["/a".into()]).unwrap();
+        f.fence(7, &["/a".into()]).unwrap();
+        assert!(f.any());
+        assert_eq!(f.admit(&p("/a/b")), Err(Errno::EAGAIN));
+        assert_eq!(f.admit(&p("/a")), Err(Errno::EAGAIN));
+        assert_eq!(f.admit(&p("/ab")), Ok(()));
+        f.unfence(8).unwrap();
+        assert!(f.any());
+        f.unfence(7).unwrap();
+        assert!(!f.any());
+        assert_eq!(f.admit(&p("/a/b")), Ok(()));
+        assert_eq!(f.fence(9, &["rel".into()]), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,89 @@
+//! Migration after a directory rename: objects below the renamed directory whose
+//! primary changed are listed (`Migrate`), copied to their new primary (`Adopt`)
+//! and dropped here (`Release`), in batches the client drives under the rename's
+//! locks. Each step is idempotent, so recovery can repeat it.
+
+use super::ShardFs;
+use crate::core::{io, Core};
+use crate::keys::{self, DIRTIMES, ENTRIES};
+use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Errno, Reply};
+use canopy_store::Batch;
+
+impl ShardFs {
+    /// Up to `limit` objects below directory `root` (its current path) held here
+    /// whose primary is now another server.
+    pub(crate) fn migrate(&self, core: &Core, root: &NsPath, limit: u32) -> Result<Reply, Errno> {
+        let _g = core.lock_structure();
+        let limit = limit.clamp(1, crate::ops_readdir::MAX_PAGE) as usize;
+        let table = self.table.read();
+        let root_id = super::resolve::resolve_dir(&table, &Creds::root(), root).map_err(|_| Errno::ENOENT)?;
+        let mut out = Vec::new();
+        for id in table.subtree(root_id) {
+            let dir_path = table.path_of(id).ok_or(Errno::EIO)?;
+            if let Some(times) = core.load_dir_times(id)? {
+                let target = self.primary_of(core, &dir_path);
+                if target != core.cfg.index {
+                    out.push(Moved { target, item: MovedItem::DirTimes { id, times } });
+                }
+            }
+            let mut failed = None;
+            core.store
+                .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
+                    if out.len() >= limit {
+                        return false;
+                    }
+                    let parsed = keys::split_entry_key(k).zip(keys::decode::<Record>(v));
+                    let Some(((_, name), record)) = parsed else {
+                        failed = Some(Errno::EIO);
+                        return false;
+                    };
+                    match dir_path.join(&name) {
+                        Ok(p) => {
+                            let target = self.primary_of(core, &p);
+                            if target != core.cfg.index {
+                                out.push(Moved { target, item: MovedItem::File { parent: id, name, record } });
+                            }
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                    failed.is_none()
+                })
+                .map_err(io)?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(Reply::Moved(out))
+    }
+
+    pub(crate) fn adopt(&self, core: &Core, items: Vec<MovedItem>) -> Result<Reply, Errno> {
+        let _g = core.lock_structure();
+        let mut b = Batch::new();
+        for item in items {
+            match item {
+                MovedItem::File { parent, name, record } => b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&record)),
+                MovedItem::DirTimes { id, times } => b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode::<DirTimes>(&times)),
+            }
+        }
+        core.write(b)?;
+        Ok(Reply::Unit)
+    }
+
+    pub(crate) fn release(&self, core: &Core, items: Vec<MovedItem>) -> Result<Reply, Errno> {
+        let _g = core.lock_structure();
+        let mut b = Batch::new();
+        for item in items {
+            match item {
+                MovedItem::File { parent, name, .. } => b.delete(ENTRIES, keys::entry_key(parent, &name)),
+                MovedItem::DirTimes { id, .. } => b.delete(DIRTIMES, keys::id_key(id).to_vec()),
+            }
+        }
+        core.write(b)?;
+        Ok(Reply::Unit)
+    }
+}

@@ -1,0 +1,243 @@
+//! ShardFS on a server (seed 000, §3.3): every server holds the whole directory
+//! lookup table and resolves any path against it without asking another; file
+//! entries live on the primary of their path (`placement::primary`); directory
+//! mutations are transactions the client drives across every server, with fences
+//! on the subtrees a non-monotonic one changes and migration of the objects whose
+//! primary a directory rename changed.
+//!
+//! - [`dirtable`], [`resolve`]: the replicated table and path resolution (pure);
+//! - `dirs`: mkdir, rmdir, directory setattr, `DirProbe`, `DirSync`;
+//! - `rename_dir`, `migrate`, `fence`: directory renames and what they move;
+//! - `fsck`: the table's digest and where every object belongs.
+
+pub mod dirtable;
+mod dirs;
+mod fence;
+mod fsck;
+mod migrate;
+mod rename_dir;
+pub mod resolve;
+
+use crate::core::Core;
+use crate::keys::{self, DIRS, DIRTIMES};
+use crate::mode::{Located, Mode, Target};
+use canopy_posix::perm::Owner;
+use canopy_proto::msg::{DirLookup, DirTimes, FsckReport};
+use canopy_proto::path::NsPath;
+use canopy_proto::placement;
+use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
+use canopy_store::{Batch, Store};
+use dirtable::{DirTable, ROOT_ID};
+use parking_lot::RwLock;
+use resolve::Miss;
+use std::collections::HashMap;
+
+pub(crate) struct ShardFs {
+    table: RwLock<DirTable>,
+    fences: fence::Fences,
+}
+
+impl ShardFs {
+    /// Loads the replicated directory table; creates the root on a new store.
+    pub(crate) fn open(core: &Core) -> Result<ShardFs, String> {
+        let table = load_table(core)?;
+        Ok(ShardFs { table: RwLock::new(table), fences: fence::Fences::default() })
+    }
+
+    fn primary_of(&self, core: &Core, path: &NsPath) -> u32 {
+        placement::primary(path, core.cfg.servers)
+    }
+
+    fn is_primary(&self, core: &Core, path: &NsPath) -> bool {
+        self.primary_of(core, path) == core.cfg.index
+    }
+
+    /// The path an (directory id, name) target names, from the table.
+    fn entry_path(&self, dir: u64, name: &str) -> Result<NsPath, Errno> {
+        self.table.read().path_of(dir).ok_or(Errno::ENOENT)?.join(name)
+    }
+
+    fn target_path(&self, at: &Target) -> Result<NsPath, Errno> {
+        match at {
+            Target::Path(p) => Ok(p.clone()),
+            Target::Entry { dir, name } => self.entry_path(*dir, name),
+        }
+    }
+
+    /// Resolves `path` to what this server knows of it.
+    pub(crate) fn locate_path(&self, core: &Core, creds: &Creds, path: &NsPath) -> Result<Located, Errno> {
+        if path.is_root() {
+            return Ok(Located::Root);
+        }
+        let (parent, name) = {
+            let table = self.table.read();
+            let (parent, name) = resolve::resolve_parent(&table, creds, path).map_err(|m| self.miss(core, &table, m))?;
+            if let Some(id) = table.child(parent, name) {
+                return Ok(Located::Dir { parent, name: name.to_string(), id });
+            }
+            (parent, name.to_string())
+        };
+        match core.load_entry(parent, &name)? {
+            Some(record) => Ok(Located::File { parent, name, record }),
+            None => Ok(Located::Absent { parent, name }),
+        }
+    }
+
+    /// Turns a resolution miss into an errno: a missing intermediate component is
+    /// `ENOTDIR` if this server holds a file of that name, `ENOENT` if this server
+    /// is that name's primary and holds nothing, else `EREMOTE` (only its primary
+    /// can tell). Callers pass the table they resolved against and still hold: a
+    /// second read lock could wait behind a queued writer and deadlock.
+    fn miss(&self, core: &Core, table: &DirTable, miss: Miss) -> Errno {
+        if let Miss::Broken { id } = &miss {
+            core.problem(format!("directory {id:#x} is listed but missing from the table"));
+        }
+        if let Miss::NotADir { parent, name } = &miss {
+            if let Ok(Some(_)) = core.load_entry(*parent, name) {
+                return Errno::ENOTDIR;
+            }
+            let path = table.path_of(*parent).and_then(|p| p.join(name).ok());
+            if path.is_some_and(|p| self.is_primary(core, &p)) {
+                return Errno::ENOENT;
+            }
+        }
+        resolve::miss_errno(&miss)
+    }
+
+    fn dir_owner(&self, id: u64) -> Result<Owner, Errno> {
+        self.table.read().get(id).map(resolve::owner).ok_or(Errno::ENOENT)
+    }
+
+    fn dir_lookup(&self, id: u64) -> Result<DirLookup, Errno> {
+        self.table.read().get(id).map(|n| n.lookup.clone()).ok_or(Errno::ENOENT)
+    }
+
+    fn has_subdirs(&self, id: u64) -> bool {
+        self.table.read().get(id).is_some_and(|n| !n.subdirs.is_empty())
+    }
+}
+
+impl Mode for ShardFs {
+    fn name(&self) -> &'static str {
+        "shardfs"
+    }
+
+    fn locate(&self, core: &Core, creds: &Creds, at: &Target) -> Result<Located, Errno> {
+        match at {
+            Target::Path(p) => self.locate_path(core, creds, p),
+            Target::Entry { dir, name } => self.locate_path(core, creds, &self.entry_path(*dir, name)?),
+        }
+    }
+
+    fn admit(&self, at: &Target) -> Result<(), Errno> {
+        if !self.fences.any() {
+            return Ok(());
+        }
+        self.fences.admit(&self.target_path(at)?)
+    }
+
+    fn dir(&self, id: u64) -> Option<(DirLookup, u32)> {
+        self.table.read().get(id).map(|n| (n.lookup.clone(), n.subdirs.len() as u32))
+    }
+
+    /// Resolved as root: the ids only pick lock stripes, and a target that does
+    /// not resolve fails its operation under any stripe.
+    fn parent_ids(&self, targets: &[&Target]) -> Vec<u64> {
+        let table = self.table.read();
+        targets
+            .iter()
+            .map(|t| match t {
+                Target::Entry { dir, .. } => *dir,
+                Target::Path(p) => {
+                    p.split().and_then(|(parent, _)| resolve::resolve_dir(&table, &Creds::root(), &parent).ok()).unwrap_or(0)
+                }
+            })
+            .collect()
+    }
+
+    fn subdirs(&self, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno> {
+        let table = self.table.read();
+        let node = table.get(id).ok_or(Errno::ENOENT)?;
+        let range = match after {
+            Some(a) => node.subdirs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            None => node.subdirs.range::<str, _>(..),
+        };
+        Ok(range.take(limit).map(|(n, id)| DirEntry { name: n.clone(), ino: *id, kind: FileKind::Dir }).collect())
+    }
+
+    fn dirs(&self) -> u64 {
+        self.table.read().len() as u64
+    }
+
+    fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {
+        let parse = NsPath::parse;
+        match req {
+            Request::Fence { txn, paths } => self.fences.fence(txn, &paths),
+            Request::Unfence { txn } => self.fences.unfence(txn),
+            Request::Mkdir { path, mode, assign } => self.mkdir(core, creds, &parse(&path)?, mode, assign),
+            Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
+            Request::DirSetAttr { path, set } => self.dir_set_attr(core, creds, &parse(&path)?, &set),
+            Request::RenameDir { src, dst, check_only } => self.rename_dir(core, creds, &parse(&src)?, &parse(&dst)?, check_only),
+            Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
+            Request::DirSync { path, want } => self.dir_sync(core, &parse(&path)?, want),
+            Request::Migrate { root, limit } => self.migrate(core, &parse(&root)?, limit),
+            Request::Adopt { items } => self.adopt(core, items),
+            Request::Release { items } => self.release(core, items),
+            _ => Err(Errno::ENOSYS),
+        }
+    }
+
+    fn fsck(&self, core: &Core, report: &mut FsckReport) -> Result<(), Errno> {
+        self.check(core, report)
+    }
+}
+
+/// Loads the replicated directory table, parents before children; creates the
+/// root on an empty store.
+fn load_table(core: &Core) -> Result<DirTable, String> {
+    let store: &dyn Store = &*core.store;
+    let mut by_parent: HashMap<u64, Vec<(String, DirLookup)>> = HashMap::new();
+    let mut root = None;
+    let mut corrupt = None;
+    store
+        .for_each(DIRS, b"", &mut |k, v| {
+            match (keys::split_entry_key(k), keys::decode::<DirLookup>(v)) {
+                (Some((0, name)), Some(l)) if name.is_empty() => root = Some(l),
+                (Some((parent, name)), Some(l)) => by_parent.entry(parent).or_default().push((name, l)),
+                _ => corrupt = Some(k.to_vec()),
+            }
+            true
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(k) = corrupt {
+        return Err(format!("corrupt directory record {k:?}"));
+    }
+    let root = match root {
+        Some(r) => r,
+        None => init_root(core)?,
+    };
+    let mut table = DirTable::new(root);
+    let mut pending = vec![ROOT_ID];
+    while let Some(parent) = pending.pop() {
+        for (name, lookup) in by_parent.remove(&parent).unwrap_or_default() {
+            pending.push(lookup.id);
+            table.insert(parent, &name, lookup);
+        }
+    }
+    if !by_parent.is_empty() {
+        return Err(format!("{} directory records have no parent", by_parent.values().map(Vec::len).sum::<usize>()));
+    }
+    Ok(table)
+}
+
+fn init_root(core: &Core) -> Result<DirLookup, String> {
+    let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
+    let now = core.now_ns();
+    let mut b = Batch::new();
+    b.put(DIRS, keys::entry_key(0, ""), keys::encode(&root));
+    if placement::primary(&NsPath::root(), core.cfg.servers) == core.cfg.index {
+        b.put(DIRTIMES, keys::id_key(ROOT_ID).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+    }
+    core.store.write(b).map_err(|e| e.to_string())?;
+    Ok(root)
+}
