@@ -62,6 +62,8 @@ fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
         total.retries += s.retries;
         total.lock_waits += s.lock_waits;
         total.recoveries += s.recoveries;
+        total.cache_hits += s.cache_hits;
+        total.cache_misses += s.cache_misses;
     }
     total
 }

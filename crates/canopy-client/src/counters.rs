@@ -9,6 +9,8 @@ pub struct ClientCounters {
     retries: AtomicU64,
     lock_waits: AtomicU64,
     recoveries: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
 }
 
 /// A copy of the counters at one moment; subtract two to measure a phase.
@@ -20,6 +22,9 @@ pub struct CounterSnapshot {
     pub lock_waits: u64,
     /// Transactions of dead coordinators this client recovered.
     pub recoveries: u64,
+    /// Path components found in (and missing from) a lookup cache (IndexFS).
+    pub cache_hits: u64,
+    pub cache_misses: u64,
 }
 
 impl CounterSnapshot {
@@ -34,6 +39,8 @@ impl CounterSnapshot {
             retries: self.retries - earlier.retries,
             lock_waits: self.lock_waits - earlier.lock_waits,
             recoveries: self.recoveries - earlier.recoveries,
+            cache_hits: self.cache_hits - earlier.cache_hits,
+            cache_misses: self.cache_misses - earlier.cache_misses,
         }
     }
 }
@@ -46,6 +53,8 @@ impl ClientCounters {
             retries: AtomicU64::new(0),
             lock_waits: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
         }
     }
 
@@ -71,6 +80,14 @@ impl ClientCounters {
         self.recoveries.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn cache_hit(&self) {
+        self.cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn cache_miss(&self) {
+        self.cache_misses.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> CounterSnapshot {
         CounterSnapshot {
             per_server: self.per_server.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
@@ -78,6 +95,8 @@ impl ClientCounters {
             retries: self.retries.load(Ordering::Relaxed),
             lock_waits: self.lock_waits.load(Ordering::Relaxed),
             recoveries: self.recoveries.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            cache_misses: self.cache_misses.load(Ordering::Relaxed),
         }
     }
 }

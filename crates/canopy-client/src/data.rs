@@ -20,6 +20,11 @@ impl FidGen {
         FidGen::with_client(random_client_id())
     }
 
+    /// The random id of the client these FIDs belong to.
+    pub fn client(&self) -> u64 {
+        self.client
+    }
+
     pub fn with_client(client: u64) -> FidGen {
         FidGen { client, next: AtomicU64::new(0) }
     }

@@ -3,7 +3,8 @@
 //! A directory mutation's steps (replica updates, fences, migration, recovery)
 //! are internal requests that need the cluster key, which ordinary users do not
 //! hold. So a user's client sends each operation whole to one server
-//! (`Request::Delegate`), chosen by the operation's path so the load spreads; that
+//! (`Request::Delegate`), chosen by the operation's path so the load spreads (in
+//! IndexFS, one server per client, whose lookup cache it then uses); that
 //! server runs it with its own cluster-key client ([`Delegating`]), acting as the
 //! caller, whose credentials the connection's key fixed. The cost is one more hop
 //! per operation for such clients; mounts, the bench and the administrator hold
@@ -29,17 +30,21 @@ use std::sync::{Arc, OnceLock};
 pub struct Delegated {
     direct: Arc<dyn Namespace>,
     t: Arc<dyn Transport>,
+    /// The one server this client delegates to, for a mode whose servers cache
+    /// (IndexFS: one lookup cache, whose leases its own mutations need not wait
+    /// for); `None`: each operation to its path's ShardFS primary.
+    sticky: Option<u32>,
 }
 
 impl Delegated {
-    pub(crate) fn new(direct: Arc<dyn Namespace>, t: Arc<dyn Transport>) -> Delegated {
-        Delegated { direct, t }
+    pub(crate) fn new(direct: Arc<dyn Namespace>, t: Arc<dyn Transport>, sticky: Option<u32>) -> Delegated {
+        Delegated { direct, t, sticky }
     }
 
     async fn delegate(&self, c: &Creds, call: NsCall) -> Res<Reply> {
         // Spread by the operation's path. A path that does not parse is refused
         // by any server with the errno the caller would get without delegation.
-        let server = NsPath::parse(call.path()).map_or(0, |p| placement::primary(&p, self.t.servers()));
+        let server = self.sticky.unwrap_or_else(|| NsPath::parse(call.path()).map_or(0, |p| placement::primary(&p, self.t.servers())));
         self.direct.counters().sent_to_server(server);
         self.t.call(Target::Server(server), c, Request::Delegate { call }).await
     }

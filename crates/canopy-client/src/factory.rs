@@ -6,6 +6,7 @@ use crate::cluster;
 use crate::core::NsOptions;
 use crate::delegate::Delegated;
 use crate::namespace::Namespace;
+use crate::indexfs::IndexFs;
 use crate::shardfs::ShardFs;
 use canopy_rpc::Transport;
 use std::sync::Arc;
@@ -16,9 +17,13 @@ pub fn open_namespace(mode: &str, t: Arc<dyn Transport>, opts: NsOptions) -> Res
     cluster::check_mode(mode)?;
     let direct: Arc<dyn Namespace> = match mode {
         "shardfs" => Arc::new(ShardFs::open(t.clone(), &opts)),
+        "indexfs" => Arc::new(IndexFs::open(t.clone(), &opts)),
         other => return Err(format!("mode {other} has no client in this build")),
     };
-    Ok(if opts.delegate { Arc::new(Delegated::new(direct, t)) } else { direct })
+    // IndexFS: every delegated operation of this client to one server, picked
+    // at random, so its lookups and its mutations share one cache.
+    let sticky = (mode == "indexfs").then(|| (canopy_rpc::random::u64().unwrap_or(0) % t.servers().max(1) as u64) as u32);
+    Ok(if opts.delegate { Arc::new(Delegated::new(direct, t, sticky)) } else { direct })
 }
 
 #[cfg(test)]

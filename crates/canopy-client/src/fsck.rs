@@ -23,10 +23,20 @@ impl FsckSummary {
     }
 }
 
+/// How the servers hold directories: every one all of them (ShardFS: their
+/// replicas must be identical), or each its own share (IndexFS: counts add up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirLayout {
+    Replicated,
+    Partitioned,
+}
+
 /// Combines the servers' reports and the lock service's open transactions.
-pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo]) -> FsckSummary {
+pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo], layout: DirLayout) -> FsckSummary {
     let mut s = FsckSummary { servers: reports.len() as u32, ..FsckSummary::default() };
-    if let Some(first) = reports.first() {
+    if layout == DirLayout::Partitioned {
+        s.dirs = reports.iter().map(|r| r.dirs).sum();
+    } else if let Some(first) = reports.first() {
         s.dirs = first.dirs;
         for r in reports {
             if r.dir_digest != first.dir_digest || r.dirs != first.dirs {
@@ -83,7 +93,7 @@ mod tests {
         let mut b = report(1, 7);
         b.links = vec![(9, 1)];
         b.inodes = vec![(9, 2)];
-        assert!(summarise(&[a, b], &[]).is_clean());
+        assert!(summarise(&[a, b], &[], DirLayout::Replicated).is_clean());
     }
 
     #[test]
@@ -91,14 +101,23 @@ mod tests {
         let mut b = report(1, 8);
         b.inodes = vec![(9, 2)];
         let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
-        let s = summarise(&[report(0, 7), b], &[txn]);
+        let s = summarise(&[report(0, 7), b], &[txn], DirLayout::Replicated);
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
+    }
+
+    #[test]
+    fn partitioned_directories_add_up_and_are_not_compared() {
+        let mut b = report(1, 0);
+        b.dirs = 5;
+        let s = summarise(&[report(0, 0), b], &[], DirLayout::Partitioned);
+        assert!(s.is_clean(), "{:?}", s.problems);
+        assert_eq!(s.dirs, 8);
     }
 
     #[test]
     fn a_live_transaction_is_in_flight_not_a_problem() {
         let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
-        let s = summarise(&[report(0, 7)], &[txn]);
+        let s = summarise(&[report(0, 7)], &[txn], DirLayout::Replicated);
         assert!(s.is_clean(), "{:?}", s.problems);
         assert_eq!(s.in_flight, vec!["transaction 4 in flight: rmdir /x; recovered after 2.5 s if its client is gone"]);
     }

@@ -33,6 +33,8 @@ pub mod counters;
 pub mod data;
 pub mod delegate;
 mod factory;
+mod follow;
+mod indexfs;
 pub mod fsck;
 pub mod keyfile;
 mod monotonic;

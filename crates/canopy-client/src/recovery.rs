@@ -112,7 +112,7 @@ impl ShardFs {
     async fn recover_file_rename(&self, src: &NsPath, dst: &NsPath) -> Res<()> {
         if let (Some(a), Some(b)) = (self.ino_at(src).await?, self.ino_at(dst).await?) {
             if a == b {
-                let req = Request::RenameOutCommit { src: src.to_string(), ino: a };
+                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a };
                 self.rpc(self.primary(src), &Creds::root(), req).await?;
             }
         }
@@ -121,7 +121,7 @@ impl ShardFs {
 
     /// The inode at `path` on its primary, if a file is there.
     async fn ino_at(&self, path: &NsPath) -> Res<Option<u64>> {
-        match self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { path: path.to_string() }).await {
+        match self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { at: path.to_string().into() }).await {
             Ok(Reply::Attr(a)) => Ok(Some(a.ino)),
             Ok(Reply::Redirect { ino, .. }) => Ok(Some(ino)),
             Ok(_) => Err(Errno::EPROTO),

@@ -24,20 +24,19 @@
 
 use crate::core::{pick_error, unexpected, ClientCore, NsOptions};
 use crate::data::{DataRead, DataWrite};
-use crate::fsck::{self, FsckSummary};
+use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
 use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
-use canopy_posix::perm::{self, Owner};
+use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::attr::access;
-use canopy_proto::msg::{DirLookup, FsckReport, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::msg::{DirLookup, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
-use canopy_rpc::{Target, Transport};
+use canopy_rpc::Transport;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -182,44 +181,6 @@ impl ShardFs {
             }
         }
         Errno::ENOENT
-    }
-
-    async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
-        match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
-            Reply::Attr(a) => Ok(a),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
-        match self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await? {
-            Reply::Dropped { freed, .. } => self.reclaim(freed),
-            Reply::Attr(_) => {}
-            other => return Err(unexpected(other)),
-        }
-        Ok(())
-    }
-
-    /// Finishes dropping the name an unlink or rename removed or replaced: a
-    /// remote inode reference to decrement, back-end contents to reclaim.
-    async fn drop_remote(&self, reply: Reply) -> Res<()> {
-        match reply {
-            Reply::Dropped { remote: Some((ino, home)), .. } => self.link_delta(ino, home, -1).await,
-            Reply::Dropped { remote: None, freed } => {
-                self.reclaim(freed);
-                Ok(())
-            }
-            Reply::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attr_or_follow(&self, reply: Reply) -> Res<Attr> {
-        match reply {
-            Reply::Attr(a) => Ok(a),
-            Reply::Redirect { ino, home } => self.inode_stat(ino, home).await,
-            other => Err(unexpected(other)),
-        }
     }
 
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
@@ -506,10 +467,10 @@ impl ShardFs {
         let (a, b) = (self.primary(src), self.primary(dst));
         let (s, d) = (src.to_string(), dst.to_string());
         if a == b {
-            let r = self.rpc(a, c, Request::RenameLocal { src: s, dst: d }).await?;
+            let r = self.rpc(a, c, Request::RenameLocal { src: s.into(), dst: d.into() }).await?;
             return self.drop_remote(r).await;
         }
-        let record = match self.rpc(a, c, Request::RenameOut { src: s.clone(), dst: d.clone() }).await? {
+        let record = match self.rpc(a, c, Request::RenameOut { src: s.clone().into(), dst: d.clone().into() }).await? {
             Reply::Record(r) => r,
             other => return Err(unexpected(other)),
         };
@@ -519,12 +480,12 @@ impl ShardFs {
         };
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(|| Step::Locked(intent())).await?;
-        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone(), dst: d.clone(), record }).await?;
+        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone().into(), dst: d.clone().into(), record }).await?;
         if inserted == Reply::Unit {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }
         self.step(|| Step::PrimaryDone(intent())).await?;
-        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s, ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s.into(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 
@@ -551,7 +512,7 @@ impl ShardFs {
     }
 
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
-        let (ino, home) = match self.rpc(self.primary(src), c, Request::LinkShare { path: src.to_string() }).await? {
+        let (ino, home) = match self.rpc(self.primary(src), c, Request::LinkShare { at: src.to_string().into() }).await? {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
                 self.link_delta(ino, home, 1).await?;
@@ -559,7 +520,7 @@ impl ShardFs {
             }
             other => return Err(unexpected(other)),
         };
-        let r = self.rpc(self.primary(dst), c, Request::LinkInsert { path: dst.to_string(), ino, home }).await;
+        let r = self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await;
         if let Err(e) = r {
             self.link_delta(ino, home, -1).await?;
             return Err(e);
@@ -738,60 +699,22 @@ impl Namespace for ShardFs {
     fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            match self.single(c, &p, Request::Access { at: p.to_string().into(), mask }).await? {
-                Reply::Unit => Ok(()),
-                Reply::Redirect { ino, home } => {
-                    let a = self.inode_stat(ino, home).await?;
-                    let owner = Owner::of_attr(&a);
-                    if mask & 7 == access::F || perm::allows(c, owner, false, mask & 7) {
-                        Ok(())
-                    } else {
-                        Err(Errno::EACCES)
-                    }
-                }
-                other => Err(unexpected(other)),
-            }
+            let reply = self.single(c, &p, Request::Access { at: p.to_string().into(), mask }).await?;
+            self.access_or_follow(c, reply, mask).await
         })
     }
 
     fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>> {
-        Box::pin(async move {
-            let mut out = Vec::new();
-            for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Stats).await {
-                match r? {
-                    Reply::Stats(s) => out.push(s),
-                    other => return Err(unexpected(other)),
-                }
-            }
-            Ok(out)
-        })
+        Box::pin(self.all_stats())
     }
 
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>> {
-        Box::pin(async move {
-            let mut reports: Vec<FsckReport> = Vec::new();
-            for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Fsck).await {
-                match r? {
-                    Reply::Fsck(f) => reports.push(f),
-                    other => return Err(unexpected(other)),
-                }
-            }
-            self.counters.sent_to_lockd();
-            let txns = match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
-                Reply::Txns(t) => t,
-                other => return Err(unexpected(other)),
-            };
-            Ok(fsck::summarise(&reports, &txns))
-        })
+        Box::pin(self.fsck_all(crate::fsck::DirLayout::Replicated))
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
         Box::pin(async move {
-            self.counters.sent_to_lockd();
-            let txns = match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
-                Reply::Txns(t) => t,
-                other => return Err(unexpected(other)),
-            };
+            let txns = self.list_txns().await?;
             let before = self.counters.snapshot().recoveries;
             for t in txns.into_iter().filter(|t| t.expires_in_ms < 0) {
                 // Asking for the dead transaction's own locks makes the lock

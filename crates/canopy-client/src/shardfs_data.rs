@@ -7,7 +7,7 @@ use crate::core::unexpected;
 use crate::shardfs::ShardFs;
 use canopy_proto::msg::FileRef;
 use canopy_proto::path::NsPath;
-use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
+use canopy_proto::{Attr, Creds, Errno, Reply, Request};
 
 impl ShardFs {
     /// Sends the data request `make(at)` for the file at `path`, following a
@@ -68,13 +68,6 @@ impl ShardFs {
                     eprintln!("canopy-client: could not update the times of {parent}: {e}");
                 }
             }
-        }
-    }
-
-    /// Reports back-end contents whose last name went away.
-    pub(crate) fn reclaim(&self, freed: Option<Fid>) {
-        if let (Some(fid), Some(r)) = (freed, &self.reclaim) {
-            r.freed(fid);
         }
     }
 }

@@ -15,7 +15,12 @@ use std::time::Duration;
 
 /// Every namespace strategy the suite holds to the same semantics.
 fn each_mode() -> Vec<(&'static str, Client)> {
-    vec![("shardfs", InProcCluster::memory(4).client()), ("shardfs, delegated", InProcCluster::memory(4).delegating_client())]
+    vec![
+        ("shardfs", InProcCluster::memory(4).client()),
+        ("shardfs, delegated", InProcCluster::memory(4).delegating_client()),
+        ("indexfs", InProcCluster::memory_mode("indexfs", 4).client()),
+        ("indexfs, delegated", InProcCluster::memory_mode("indexfs", 4).delegating_client()),
+    ]
 }
 
 /// One `#[tokio::test]` per case, running it against every mode.

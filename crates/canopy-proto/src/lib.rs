@@ -22,6 +22,7 @@ pub mod creds;
 pub mod errno;
 pub mod fid;
 pub mod frame;
+pub mod giga;
 pub mod msg;
 pub mod path;
 pub mod placement;

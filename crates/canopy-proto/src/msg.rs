@@ -94,6 +94,9 @@ pub enum IfExists {
 pub enum At {
     Path(String),
     Entry { dir: u64, name: String },
+    /// A directory by its id, on a server holding one of its partitions
+    /// (IndexFS: its attributes live on its home, its entry elsewhere).
+    Dir(u64),
 }
 
 impl From<String> for At {
@@ -113,6 +116,7 @@ impl std::fmt::Display for At {
         match self {
             At::Path(p) => f.write_str(p),
             At::Entry { dir, name } => write!(f, "{name:?} in directory {dir:#x}"),
+            At::Dir(id) => write!(f, "directory {id:#x}"),
         }
     }
 }
@@ -343,21 +347,21 @@ requests! {
     /// `with_dirs` includes subdirectories (asked of one server only).
     ReadDir { at: At, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
-    LinkShare { path: String } = 0x0009,
+    LinkShare { at: At } = 0x0009,
     /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
-    LinkInsert { path: String, ino: u64, home: u32 } = 0x000A,
+    LinkInsert { at: At, ino: u64, home: u32 } = 0x000A,
     /// Operations on a shared inode on its home server.
     InodeStat { ino: u64 } = 0x000B,
     InodeSetAttr { ino: u64, set: SetAttr } = 0x000C,
     InodeLinkDelta { ino: u64, delta: i32 } = 0x000D,
     /// Rename of a file within one server.
-    RenameLocal { src: String, dst: String } = 0x000E,
+    RenameLocal { src: At, dst: At } = 0x000E,
     /// Rename of a file across servers, on the source's primary: check, return the record.
-    RenameOut { src: String, dst: String } = 0x000F,
+    RenameOut { src: At, dst: At } = 0x000F,
     /// ...on the destination's primary: check, replace, insert the record.
-    RenameIn { src: String, dst: String, record: Record } = 0x0010,
+    RenameIn { src: At, dst: At, record: Record } = 0x0010,
     /// ...on the source's primary: remove the source entry if it is still `ino`.
-    RenameOutCommit { src: String, ino: u64 } = 0x0011,
+    RenameOutCommit { src: At, ino: u64 } = 0x0011,
     /// Directory mutation applied on every server. `assign` is None on the primary
     /// (which allocates the id) and the primary's answer on the replicas.
     Mkdir { path: String, mode: u32, assign: Option<DirLookup> } = 0x0101,
@@ -373,7 +377,7 @@ requests! {
     DirProbe { path: String } = 0x0106,
     /// What `path` holds here, as root and through any fence: recovery's view of a
     /// half-applied file rename.
-    RecoveryStat { path: String } = 0x0107,
+    RecoveryStat { at: At } = 0x0107,
     /// Make this server's directory state at `path` equal `want` (recovery).
     DirSync { path: String, want: Option<DirLookup> } = 0x0108,
     /// Fence off single-RPC operations on `paths` and below for transaction `txn`
@@ -424,6 +428,44 @@ requests! {
     /// Run a namespace operation here, as the caller (a user key's connection:
     /// as that user), with this server's own cluster-key client.
     Delegate { call: NsCall } = 0x0019,
+    /// IndexFS, on the server of `name`'s partition of directory `dir`: the
+    /// subdirectory `name` (at `depth` below the root) for the client's lookup
+    /// cache, with a lease. `dir` 0 and name "" ask the root's home. `client`
+    /// (random, per client) lets a mutation by the only holder of live leases
+    /// on an entry skip the wait: it dropped its own copy.
+    IxLookup { dir: u64, name: String, depth: u32, client: u64 } = 0x0301,
+    /// IndexFS: make subdirectory `name` of `dir` (its entry; the commit point).
+    IxMkdir { dir: u64, name: String, mode: u32 } = 0x0302,
+    /// IndexFS, on a new directory's home: its header (partition 0) and times.
+    /// Idempotent.
+    IxMkHeader { lookup: DirLookup, parent: u64, depth: u32 } = 0x0303,
+    /// IndexFS, on a directory's home: refuse (`seal`) or admit again new names
+    /// in `dir`; sealing answers `ENOTEMPTY` if it holds any.
+    IxSeal { dir: u64, seal: bool } = 0x0304,
+    /// IndexFS: remove subdirectory `name` of `dir` (its entry; the commit
+    /// point), once no lease on it is live; `check_only`: only the caller's
+    /// rights. Its emptiness was checked by sealing it (`IxSeal`).
+    IxRmdir { dir: u64, name: String, check_only: bool, client: u64 } = 0x0305,
+    /// IndexFS, on a directory's home: drop its header and times. Idempotent.
+    IxDropHeader { dir: u64 } = 0x0306,
+    /// IndexFS: chmod/chown of subdirectory `name` of `dir` (its entry), once no
+    /// lease on it is live.
+    IxDirSetAttr { dir: u64, name: String, set: SetAttr, client: u64 } = 0x0307,
+    /// IndexFS, on a directory's home: copy its entry's lookup state into its
+    /// header. Idempotent.
+    IxHeaderSet { lookup: DirLookup } = 0x0308,
+    /// IndexFS: rename subdirectory `src` to `dst` (both on this server), once no
+    /// lease on it is live; `dst` may be an empty directory it replaces.
+    IxRenameDir { src: At, dst: At, client: u64 } = 0x0309,
+    /// IndexFS, a directory rename between two servers, on the source's: check
+    /// the caller may move subdirectory `src`; answers its lookup state.
+    IxRenameDirOut { src: At, dst: At } = 0x030A,
+    /// ...on the destination's: insert the entry `lookup` at `dst` (the commit
+    /// point), replacing an empty directory sealed on its home beforehand.
+    IxRenameDirIn { dst: At, lookup: DirLookup } = 0x030B,
+    /// ...on the source's: once no lease on it is live, drop the entry `src`
+    /// if it still names directory `id`. Idempotent.
+    IxRenameDirCommit { src: At, id: u64, client: u64 } = 0x030C,
 }
 
 /// The successful answer to a request.
@@ -464,6 +506,9 @@ pub enum Reply {
     /// Copy these inline contents (`size` bytes long, the rest zeros) to the
     /// back-end file `fid`, then send `Spilled`.
     Spill { fid: Fid, data: Vec<u8>, size: u64 },
+    /// IndexFS: a directory entry for the client's lookup cache, valid for
+    /// `lease_ms` (0: do not cache), and the partitions of the directory known.
+    IxEntry { lookup: DirLookup, depth: u32, parts: crate::giga::PartMap, lease_ms: u32 },
 }
 
 #[cfg(test)]
@@ -514,6 +559,18 @@ mod tests {
         ("Unlock", 0x0203),
         ("ListTxns", 0x0204),
         ("Delegate", 0x0019),
+        ("IxLookup", 0x0301),
+        ("IxMkdir", 0x0302),
+        ("IxMkHeader", 0x0303),
+        ("IxSeal", 0x0304),
+        ("IxRmdir", 0x0305),
+        ("IxDropHeader", 0x0306),
+        ("IxDirSetAttr", 0x0307),
+        ("IxHeaderSet", 0x0308),
+        ("IxRenameDir", 0x0309),
+        ("IxRenameDirOut", 0x030A),
+        ("IxRenameDirIn", 0x030B),
+        ("IxRenameDirCommit", 0x030C),
     ];
 
     #[test]
@@ -528,7 +585,7 @@ mod tests {
             assert!(matches!(op >> 8, 0x00..=0x05), "{name}: {op:#06x} is in no family");
             assert_eq!(op_name(*op), Some(*name));
         }
-        assert_eq!(op_name(0x0300), None, "IndexFS's family is still empty");
+        assert_eq!(op_name(0x0300), None, "no request is 0x0300");
         // The opcode names the payload's variant: a request's postcard tag is its
         // position in the table.
         let stat = Request::Stat { at: "/".into() };
@@ -562,6 +619,7 @@ mod tests {
             Reply::Data(_) => 17,
             Reply::Backend { .. } => 18,
             Reply::Spill { .. } => 19,
+            Reply::IxEntry { .. } => 20,
         }
     }
 
@@ -591,6 +649,7 @@ mod tests {
             Reply::Data(vec![]),
             Reply::Backend { fid, size: 0 },
             Reply::Spill { fid, data: vec![], size: 0 },
+            Reply::IxEntry { lookup: DirLookup { id: 1, mode: 0, uid: 0, gid: 0 }, depth: 1, parts: crate::giga::PartMap::new(), lease_ms: 1 },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

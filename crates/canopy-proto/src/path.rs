@@ -141,6 +141,21 @@ impl std::fmt::Display for NsPath {
     }
 }
 
+/// A symlink target, as symlink(2) checks it: not empty (`ENOENT`), not longer
+/// than a path (`ENAMETOOLONG`), no NUL (`EINVAL`).
+pub fn check_symlink_target(target: &str) -> Result<(), Errno> {
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.len() > PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if target.contains('\0') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// Checks one name: not empty, at most NAME_MAX bytes, no `/` and no NUL.
 pub fn check_name(name: &str) -> Result<(), Errno> {
     if name.is_empty() || name.contains('/') || name.as_bytes().contains(&0) {

@@ -117,8 +117,9 @@ impl Core {
         *self.mutation_hook.write() = hook;
     }
 
-    pub(crate) fn load_entry(&self, parent: u64, name: &str) -> Result<Option<Record>, Errno> {
-        match self.store.get(ENTRIES, &keys::entry_key(parent, name)).map_err(io)? {
+    /// The file entry stored at `key` (a mode's entry key).
+    pub(crate) fn load_record(&self, key: &[u8]) -> Result<Option<Record>, Errno> {
+        match self.store.get(ENTRIES, key).map_err(io)? {
             Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
             None => Ok(None),
         }
@@ -222,6 +223,7 @@ fn describe(t: &crate::Target) -> String {
     match t {
         crate::Target::Path(p) => p.to_string(),
         crate::Target::Entry { dir, name } => format!("{dir:#x}/{name}"),
+        crate::Target::Dir(id) => format!("{id:#x}"),
     }
 }
 
@@ -272,7 +274,7 @@ fn check_identity(cfg: &ServerConfig, store: &dyn Store, mode: &str, fresh: bool
     }
 }
 
-/// The one record file entries hold, decoded; what fsck and scans share.
+/// The one record file entries hold, decoded with ShardFS's key (parent ‖ name).
 pub(crate) fn decode_entry(k: &[u8], v: &[u8]) -> Option<((u64, String), Record)> {
     keys::split_entry_key(k).zip(keys::decode::<Record>(v))
 }

@@ -3,7 +3,7 @@
 //! entry count `Stats` keeps is right. The mode adds its own (ShardFS: the
 //! table's digest, and every object on its primary).
 
-use crate::core::{decode_entry, io};
+use crate::core::io;
 use crate::keys::{self, ENTRIES, INODES};
 use crate::server::MetaServer;
 use canopy_proto::msg::{FsckReport, Inode, Record};
@@ -18,9 +18,9 @@ impl MetaServer {
         self.store
             .for_each(ENTRIES, b"", &mut |k, v| {
                 r.files += 1;
-                match decode_entry(k, v) {
+                match keys::decode::<Record>(v) {
                     None => problems.push(format!("server {me}: undecodable entry {k:?}")),
-                    Some((_, Record::Linked { ino, home })) => r.links.push((ino, home)),
+                    Some(Record::Linked { ino, home }) => r.links.push((ino, home)),
                     Some(_) => {}
                 }
                 true

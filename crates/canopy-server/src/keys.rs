@@ -8,9 +8,12 @@
 //! | `inodes` (shared inodes of hard-linked files homed here) | ino (u64 BE) | `Inode` |
 //! | `meta` (server-local state) | ASCII name | value |
 //!
-//! Keying by (parent id, name) makes a directory listing a prefix scan, and a
-//! directory rename leaves its children's keys alone. The root's lookup state is
-//! stored under parent 0 and the empty name. Values are postcard.
+//! That is ShardFS's layout. Keying by (parent id, name) makes a directory
+//! listing a prefix scan, and a directory rename leaves its children's keys
+//! alone. The root's lookup state is stored under parent 0 and the empty name.
+//! IndexFS keeps the same families with keys of its own (`indexfs/mod.rs`:
+//! parent id ‖ name hash ‖ name, and `parts` for its directory partitions); the
+//! store records which mode made it. Values are postcard.
 
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -19,7 +22,9 @@ pub const ENTRIES: &str = "entries";
 pub const DIRTIMES: &str = "dirtimes";
 pub const INODES: &str = "inodes";
 pub const META: &str = "meta";
-pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META];
+/// IndexFS: directory partitions held here (`indexfs::Header`).
+pub const PARTS: &str = "parts";
+pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META, PARTS];
 
 /// The version of the layout this file describes, recorded in `meta` and checked
 /// at open (`canopy_store::check_layout`). Bump it when a key or value changes

@@ -9,7 +9,8 @@
 //!   located, with the permission rules of `canopy-posix`;
 //! - a mode decides how a path or a (directory id, name) resolves, where objects
 //!   live, which directory a mutation serialises on, and serves its own requests.
-//!   [`shardfs`] is the replicated directory table of seed 000 §3.3.
+//!   [`shardfs`] is the replicated directory table of seed 000 §3.3;
+//!   [`indexfs`] the directory partitions and leases of seed 000 §3.1.
 //!
 //! The operations read and write the [`canopy_store::Store`] through the key
 //! layouts in [`keys`]. Hard rule: no I/O but the store; a request never panics
@@ -20,6 +21,7 @@ pub mod core;
 pub mod counters;
 mod fsck;
 mod ids;
+pub mod indexfs;
 pub mod keys;
 pub mod mode;
 mod mutlock;
@@ -34,4 +36,4 @@ pub mod shardfs;
 pub use crate::core::{MutationHook, ServerConfig};
 pub use ids::ROOT_ID;
 pub use mode::Target;
-pub use server::{MetaServer, MODES};
+pub use server::{MetaServer, ModeOptions, MODES};

@@ -18,6 +18,7 @@ use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
 #[derive(Debug, Clone)]
 pub(crate) enum Located {
     Root,
+    /// A directory; `parent` and `name` are 0 and "" when it was named by id.
     Dir { parent: u64, name: String, id: u64 },
     File { parent: u64, name: String, record: Record },
     Absent { parent: u64, name: String },
@@ -28,6 +29,7 @@ pub(crate) enum Located {
 pub enum Target {
     Path(NsPath),
     Entry { dir: u64, name: String },
+    Dir(u64),
 }
 
 impl Target {
@@ -35,7 +37,13 @@ impl Target {
         match at {
             At::Path(p) => NsPath::parse(p).map(Target::Path),
             At::Entry { dir, name } => Target::entry(*dir, name),
+            At::Dir(id) => Ok(Target::Dir(*id)),
         }
+    }
+
+    /// Whether the target names its entry by a directory id rather than a path.
+    pub fn by_id(&self) -> bool {
+        !matches!(self, Target::Path(_))
     }
 
     /// A data request's file, unless it names a shared inode.
@@ -73,13 +81,28 @@ pub(crate) trait Mode: Send + Sync {
     /// cannot tell (`ENOENT`, `ENOTDIR`, `EREMOTE`: ask another server).
     fn locate(&self, core: &Core, creds: &Creds, at: &Target) -> Result<Located, Errno>;
 
+    /// Where file entry `name` of directory `dir` is kept in the `entries`
+    /// column family; every key of a directory starts with its id (big-endian).
+    fn entry_key(&self, dir: u64, name: &str) -> Vec<u8>;
+
+    /// The name an entry key holds.
+    fn entry_name(&self, key: &[u8]) -> Option<String>;
+
+    /// Whether a directory's entry keys sort as their names do (readdir pages
+    /// are in name order; otherwise a page is sorted from the whole directory).
+    fn keys_in_name_order(&self) -> bool;
+
+    /// Whether `locate` checks search permission on every ancestor of an entry
+    /// named by directory id (a user key's requests may then name entries so).
+    fn checks_ancestors(&self) -> bool;
+
     /// `EAGAIN` if `at` may not be served now (ShardFS: a transaction fenced
     /// it off; the client retries under locks).
     fn admit(&self, at: &Target) -> Result<(), Errno>;
 
     /// The lookup state of directory `id` and how many subdirectories it has,
     /// if this server knows it.
-    fn dir(&self, id: u64) -> Option<(DirLookup, u32)>;
+    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno>;
 
     /// The ids of the directories holding `targets` (0 where unknown), which a
     /// mutation of them serialises on.
@@ -87,10 +110,17 @@ pub(crate) trait Mode: Send + Sync {
 
     /// Subdirectories of `id` this server lists in a readdir, names after
     /// `after`, at most `limit`.
-    fn subdirs(&self, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno>;
+    fn subdirs(&self, core: &Core, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno>;
+
+    /// Whether `req`, one of the mode's own, may wait (a lease): it then runs
+    /// off the reactor.
+    fn blocks(&self, req: &Request) -> bool;
 
     /// How many directories this server holds (for `Stats`).
     fn dirs(&self) -> u64;
+
+    /// The mode's own counters, reported with the RPC counts in `Stats`.
+    fn counters(&self) -> Vec<(String, u64)>;
 
     /// The mode's own requests; `ENOSYS` for any other.
     fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno>;

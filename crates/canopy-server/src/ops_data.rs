@@ -124,7 +124,7 @@ impl MetaServer {
         let mut b = Batch::new();
         match slot {
             Slot::Entry { parent, name } => {
-                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode.clone())))
+                b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Inode(inode.clone())))
             }
             Slot::Shared { ino } => b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(inode)),
         }

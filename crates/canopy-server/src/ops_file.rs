@@ -12,21 +12,6 @@ use canopy_proto::msg::{DirTimes, FileData, IfExists, Inode, NewKind, Record};
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
 use canopy_store::Batch;
 
-/// A symlink target, as symlink(2) checks it: not empty, not longer than a path
-/// (`ENAMETOOLONG`, like a path), no NUL.
-fn check_target(target: &str) -> Result<(), Errno> {
-    if target.is_empty() {
-        return Err(Errno::ENOENT);
-    }
-    if target.len() > canopy_proto::path::PATH_MAX {
-        return Err(Errno::ENAMETOOLONG);
-    }
-    if target.contains('\0') {
-        return Err(Errno::EINVAL);
-    }
-    Ok(())
-}
-
 impl MetaServer {
     /// The attributes behind a file record, or where to find them.
     pub(crate) fn record_attr(&self, record: &Record) -> Result<Reply, Errno> {
@@ -62,7 +47,7 @@ impl MetaServer {
     pub(crate) fn create(&self, creds: &Creds, path: &Target, mode: u32, kind: NewKind, if_exists: IfExists) -> Result<Reply, Errno> {
         // Bad arguments are reported before the path is looked at (as a bad path is).
         match &kind {
-            NewKind::Symlink(target) => check_target(target)?,
+            NewKind::Symlink(target) => canopy_proto::path::check_symlink_target(target)?,
             NewKind::Special { kind, .. } if !kind.is_special() => return Err(Errno::EINVAL),
             _ => {}
         }
@@ -92,7 +77,7 @@ impl MetaServer {
         let attr = Attr { ino, kind: file_kind, mode, uid: creds.uid, gid, size, nlink: 1, rdev, atime: now, mtime: now, ctime: now };
         let mut b = Batch::new();
         let inode = Inode { attr: attr.clone(), target, data };
-        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
+        b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
         self.write_new_entry(b)?;
         Ok(Reply::Attr(attr))
     }
@@ -119,7 +104,7 @@ impl MetaServer {
         perm::require_dir_write(creds, dir)?;
         perm::check_sticky(creds, dir, self.record_uid(&record))?;
         let mut b = Batch::new();
-        b.delete(ENTRIES, keys::entry_key(parent, &name));
+        b.delete(ENTRIES, self.entry_key(parent, &name));
         let dropped = self.drop_link(&mut b, &record)?;
         self.write(b)?;
         Ok(dropped.into_reply())
@@ -136,7 +121,7 @@ impl MetaServer {
                 crate::ops_data::fit_inline_to_size(&mut inode);
                 let attr = inode.attr.clone();
                 let mut b = Batch::new();
-                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
+                b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
                 self.write(b)?;
                 Ok(Reply::Attr(attr))
             }
@@ -151,7 +136,7 @@ impl MetaServer {
     /// so is mode or ownership, which are replicated state: the client answers that
     /// EISDIR with a DirSetAttr transaction.
     fn set_dir_times(&self, creds: &Creds, id: u64, set: &SetAttr) -> Result<Reply, Errno> {
-        if set.touches_lookup_state() {
+        if set.touches_lookup_state() || set.size.is_some() {
             return Err(Errno::EISDIR);
         }
         let mut attr = self.dir_attr(id)?;

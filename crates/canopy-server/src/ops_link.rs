@@ -84,7 +84,7 @@ impl MetaServer {
                 inode.attr.nlink += 1;
                 inode.attr.ctime = self.now_ns();
                 b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
-                b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Linked { ino, home: me }));
+                b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Linked { ino, home: me }));
                 self.write(b)?;
                 Ok(Reply::Shared { ino, home: me })
             }
@@ -108,7 +108,7 @@ impl MetaServer {
         };
         perm::require_dir_write(creds, self.dir_owner(parent)?)?;
         let mut b = Batch::new();
-        b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&Record::Linked { ino, home }));
+        b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Linked { ino, home }));
         self.write(b)?;
         Ok(Reply::Unit)
     }

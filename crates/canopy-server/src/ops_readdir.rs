@@ -1,5 +1,7 @@
 //! readdir: each server lists the entries it holds in a directory; the mode adds
 //! the subdirectories it lists (ShardFS: the directory's primary, from the table).
+//! A page is in the mode's key order; `after` names the last entry of the page
+//! before.
 
 use crate::core::io;
 use crate::keys::{self, ENTRIES};
@@ -24,17 +26,21 @@ impl MetaServer {
         }
     }
 
-    /// One page of this server's part of a directory, names after `after`.
+    /// One page of this server's part of a directory, names after `after`, in
+    /// name order.
     pub(crate) fn read_dir(&self, creds: &Creds, at: &Target, after: Option<&str>, limit: u32, with_dirs: bool) -> Result<Reply, Errno> {
         let id = self.dir_id(creds, at)?;
         perm::require(creds, self.dir_owner(id)?, true, access::R)?;
         let limit = limit.clamp(1, MAX_PAGE) as usize;
+        if !self.mode().keys_in_name_order() {
+            return self.read_dir_sorted(id, after, limit, with_dirs);
+        }
         let prefix = id.to_be_bytes();
-        let after_key = after.map(|a| keys::entry_key(id, a));
+        let after_key = after.map(|a| self.entry_key(id, a));
         let files = self.store.scan(ENTRIES, &prefix, after_key.as_deref(), limit).map_err(io)?;
         let mut entries: Vec<DirEntry> = Vec::with_capacity(files.len());
         for (k, v) in &files {
-            let (_, name) = keys::split_entry_key(k).ok_or(Errno::EIO)?;
+            let name = self.mode().entry_name(k).ok_or(Errno::EIO)?;
             let record: Record = keys::decode(v).ok_or(Errno::EIO)?;
             let (ino, kind) = match &record {
                 Record::Inode(i) => (i.attr.ino, i.attr.kind),
@@ -44,15 +50,53 @@ impl MetaServer {
         }
         let mut more = files.len() == limit;
         if with_dirs {
-            let dirs = self.mode().subdirs(id, after, limit)?;
+            let dirs = self.mode().subdirs(self, id, after, limit)?;
             more |= dirs.len() == limit;
             entries.extend(dirs);
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            // In the mode's key order (ShardFS: by name; IndexFS: by name hash),
+            // which `after` pages through.
+            entries.sort_by_cached_key(|e| self.entry_key(id, &e.name));
             if entries.len() > limit {
                 entries.truncate(limit);
                 more = true;
             }
         }
         Ok(Reply::Entries { entries, more })
+    }
+
+    /// A page for a mode whose keys do not sort by name (IndexFS: by name
+    /// hash): every entry here is read and the page cut from them in name order.
+    /// O(entries) per page; a partition holds a bounded share of a directory
+    /// once splits exist.
+    fn read_dir_sorted(&self, id: u64, after: Option<&str>, limit: usize, with_dirs: bool) -> Result<Reply, Errno> {
+        let mut all: Vec<DirEntry> = Vec::new();
+        let mut failed = None;
+        self.store
+            .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
+                match (self.mode().entry_name(k), keys::decode::<Record>(v)) {
+                    (Some(name), Some(record)) if after.is_none_or(|a| name.as_str() > a) => {
+                        let (ino, kind) = match &record {
+                            Record::Inode(i) => (i.attr.ino, i.attr.kind),
+                            Record::Linked { ino, .. } => (*ino, FileKind::File),
+                        };
+                        all.push(DirEntry { name, ino, kind });
+                    }
+                    (Some(_), Some(_)) => {}
+                    _ => failed = Some(Errno::EIO),
+                }
+                true
+            })
+            .map_err(io)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if with_dirs {
+            let dirs = self.mode().subdirs(self, id, None, usize::MAX)?;
+            all.extend(dirs.into_iter().filter(|d| after.is_none_or(|a| d.name.as_str() > a)));
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        let more = all.len() > limit;
+        all.truncate(limit);
+        Ok(Reply::Entries { entries: all, more })
     }
 }

@@ -37,13 +37,19 @@ impl MetaServer {
             Located::Absent { .. } => return Err(Errno::ENOENT),
             Located::File { parent, name, record } => (parent, name, record),
         };
-        let dst_parent = match self.locate(creds, dst)? {
-            Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
-            Located::File { parent, .. } | Located::Absent { parent, .. } => parent,
+        // The destination's side is checked here if this server holds its
+        // directory (ShardFS: always), else by `RenameIn` on the server that does.
+        let dst_parent = match self.locate(creds, dst) {
+            Ok(Located::Root | Located::Dir { .. }) => return Err(Errno::EISDIR),
+            Ok(Located::File { parent, .. } | Located::Absent { parent, .. }) => Some(parent),
+            Err(Errno::ESTALE) if dst.by_id() => None,
+            Err(e) => return Err(e),
         };
         let sdir = self.dir_owner(sp)?;
         perm::require_dir_write(creds, sdir)?;
-        perm::require_dir_write(creds, self.dir_owner(dst_parent)?)?;
+        if let Some(dp) = dst_parent {
+            perm::require_dir_write(creds, self.dir_owner(dp)?)?;
+        }
         perm::check_sticky(creds, sdir, self.record_uid(&record))?;
         Ok((sp, sname, record))
     }
@@ -68,7 +74,7 @@ impl MetaServer {
         if let Record::Inode(i) = &mut record {
             i.attr.ctime = self.now_ns();
         }
-        b.put(ENTRIES, keys::entry_key(dp, &dname), keys::encode(&record));
+        b.put(ENTRIES, self.entry_key(dp, &dname), keys::encode(&record));
         Ok(InOutcome::Inserted(dropped))
     }
 
@@ -79,7 +85,7 @@ impl MetaServer {
         match self.rename_in_apply(&mut b, creds, dst, record)? {
             InOutcome::SameFile => Ok(DroppedName::default().into_reply()),
             InOutcome::Inserted(dropped) => {
-                b.delete(ENTRIES, keys::entry_key(sp, &sname));
+                b.delete(ENTRIES, self.entry_key(sp, &sname));
                 self.write(b)?;
                 Ok(dropped.into_reply())
             }
@@ -111,7 +117,7 @@ impl MetaServer {
         if let Located::File { parent, name, record } = self.locate(&Creds::root(), src)? {
             if record_ino(&record) == ino {
                 let mut b = Batch::new();
-                b.delete(ENTRIES, keys::entry_key(parent, &name));
+                b.delete(ENTRIES, self.entry_key(parent, &name));
                 self.write(b)?;
             }
         }

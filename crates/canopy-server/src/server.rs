@@ -18,7 +18,14 @@ use canopy_proto::{Attr, Creds, Errno, Reply, Request};
 use canopy_store::SharedStore;
 
 /// The modes a server can run, as cluster files name them.
-pub const MODES: &[&str] = &["shardfs"];
+pub const MODES: &[&str] = &["shardfs", "indexfs"];
+
+/// What a cluster chooses for its mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModeOptions {
+    /// IndexFS: how long lookups may be cached.
+    pub lease: crate::indexfs::lease::LeasePolicy,
+}
 
 pub struct MetaServer {
     core: Core,
@@ -48,11 +55,19 @@ impl MetaServer {
     /// Opens a server of mode `mode` (one of [`MODES`]) over `store`: checks the
     /// store belongs to this server and mode, and loads the mode's state.
     pub fn open_mode(mode: &str, cfg: ServerConfig, store: SharedStore, clock: SharedClock) -> Result<MetaServer, String> {
+        MetaServer::open_with(mode, cfg, store, clock, ModeOptions::default())
+    }
+
+    /// [`MetaServer::open_mode`] with the mode's options.
+    pub fn open_with(mode: &str, cfg: ServerConfig, store: SharedStore, clock: SharedClock, opts: ModeOptions) -> Result<MetaServer, String> {
         if !MODES.contains(&mode) {
             return Err(format!("unknown namespace mode {mode:?}: this server knows {}", MODES.join(", ")));
         }
         let core = Core::open(cfg, store, clock, mode)?;
-        let mode: Box<dyn Mode> = Box::new(crate::shardfs::ShardFs::open(&core)?);
+        let mode: Box<dyn Mode> = match mode {
+            "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease)?),
+            _ => Box::new(crate::shardfs::ShardFs::open(&core)?),
+        };
         Ok(MetaServer { core, mode })
     }
 
@@ -76,16 +91,18 @@ impl MetaServer {
                 self.read_dir(creds, &self.admitted(&at)?, after.as_deref(), limit, with_dirs)
             }
             Request::TouchDir { at } => self.touch_dir(creds, &self.admitted(&at)?),
-            Request::LinkShare { path } => self.link_share(creds, &self.admitted(&At::Path(path))?),
-            Request::LinkInsert { path, ino, home } => self.link_insert(creds, &self.admitted(&At::Path(path))?, ino, home),
+            Request::LinkShare { at } => self.link_share(creds, &self.admitted(&at)?),
+            Request::LinkInsert { at, ino, home } => self.link_insert(creds, &self.admitted(&at)?, ino, home),
             Request::InodeStat { ino } => self.inode_stat(ino),
             Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
             Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
-            Request::RenameLocal { src, dst } => self.rename_local(creds, &path(&src)?, &path(&dst)?),
-            Request::RenameOut { src, dst } => self.rename_out(creds, &path(&src)?, &path(&dst)?),
-            Request::RenameIn { src, dst, record } => self.rename_in(creds, &path(&src)?, &path(&dst)?, record),
-            Request::RenameOutCommit { src, ino } => self.rename_out_commit(&path(&src)?, ino),
-            Request::RecoveryStat { path: p } => self.stat(&Creds::root(), &path(&p)?),
+            // Transaction steps and recovery: under the transaction's own locks
+            // (and fences), so not admitted.
+            Request::RenameLocal { src, dst } => self.rename_local(creds, &Target::parse(&src)?, &Target::parse(&dst)?),
+            Request::RenameOut { src, dst } => self.rename_out(creds, &Target::parse(&src)?, &Target::parse(&dst)?),
+            Request::RenameIn { src, dst, record } => self.rename_in(creds, &Target::parse(&src)?, &Target::parse(&dst)?, record),
+            Request::RenameOutCommit { src, ino } => self.rename_out_commit(&Target::parse(&src)?, ino),
+            Request::RecoveryStat { at } => self.stat(&Creds::root(), &Target::parse(&at)?),
             Request::ReadData { at, offset, len } => self.read_data(creds, &at, offset, len),
             Request::WriteData { at, offset, data, inline_max, kill_suid } => {
                 self.write_data(creds, &at, offset, &data, inline_max, kill_suid)
@@ -114,7 +131,9 @@ impl MetaServer {
     /// O(1): counters, the mode's directory count and the entry count kept by
     /// every write.
     pub fn stats(&self) -> ServerStats {
-        ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs: self.mode.dirs(), files: self.entry_count() }
+        let mut rpcs = self.counters.snapshot();
+        rpcs.extend(self.mode.counters().into_iter().filter(|(_, n)| *n > 0));
+        ServerStats { server: self.cfg.index, rpcs, dirs: self.mode.dirs(), files: self.entry_count() }
     }
 
     /// Tests: call `hook` with a mutation's targets each time one holds its locks
@@ -138,24 +157,50 @@ impl MetaServer {
         self.core.lock_stripes(|| self.mode.parent_ids(targets), inodes, targets)
     }
 
+    /// Where the file entry `name` of directory `dir` is stored (the mode's key).
+    pub(crate) fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
+        self.mode.entry_key(dir, name)
+    }
+
     pub(crate) fn dir_owner(&self, id: u64) -> Result<Owner, Errno> {
-        self.mode.dir(id).map(|(l, _)| Owner::of_dir(&l)).ok_or(Errno::ENOENT)
+        self.mode.dir(&self.core, id)?.map(|(l, _)| Owner::of_dir(&l)).ok_or(Errno::ENOENT)
     }
 
     /// A directory's attributes: the mode's lookup state, the times kept here.
+    /// `EREMOTE` if this server does not hold them (IndexFS: ask its home).
     pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
-        let (lookup, subdirs) = self.mode.dir(id).ok_or(Errno::ENOENT)?;
+        let (lookup, subdirs) = self.mode.dir(&self.core, id)?.ok_or(Errno::EREMOTE)?;
         self.core.dir_attr(&lookup, subdirs)
     }
 }
 
-pub(crate) fn path(raw: &str) -> Result<Target, Errno> {
-    canopy_proto::path::NsPath::parse(raw).map(Target::Path)
+/// Whether `req` names its entry by a directory id. A mode that then checks
+/// only that directory (IndexFS trusts the client's cached ancestors) serves
+/// such requests to the cluster key only: a user key could name any directory.
+fn names_by_id(req: &Request) -> bool {
+    use canopy_proto::msg::FileRef;
+    let at = match req {
+        Request::Stat { at }
+        | Request::Create { at, .. }
+        | Request::Unlink { at }
+        | Request::SetAttr { at, .. }
+        | Request::Readlink { at }
+        | Request::Access { at, .. }
+        | Request::ReadDir { at, .. }
+        | Request::TouchDir { at }
+        | Request::LinkShare { at }
+        | Request::LinkInsert { at, .. } => at,
+        Request::ReadData { at, .. } | Request::WriteData { at, .. } | Request::Spilled { at, .. } | Request::Extend { at, .. } => {
+            return matches!(at, FileRef::Entry { .. })
+        }
+        _ => return false,
+    };
+    !matches!(at, At::Path(_))
 }
 
 impl canopy_rpc::Service for MetaServer {
     fn call(&self, peer: &Identity, creds: Creds, req: Request) -> canopy_rpc::Handled {
-        if !peer.is_cluster() && !req.user_may_send() {
+        if !peer.is_cluster() && (!req.user_may_send() || (names_by_id(&req) && !self.mode.checks_ancestors())) {
             return canopy_rpc::Handled::Now(Err(Errno::EPERM));
         }
         canopy_rpc::Handled::Now(self.handle(&creds, req))
@@ -167,7 +212,7 @@ impl canopy_rpc::Service for MetaServer {
     /// create rate fell from about 60K/s to 20K/s when every pass with a
     /// mutation was handed off.
     fn blocks(&self, req: &Request) -> bool {
-        if matches!(req, Request::Fsck) {
+        if matches!(req, Request::Fsck) || self.mode.blocks(req) {
             return true;
         }
         self.store.syncs_each_write()

@@ -15,6 +15,7 @@ use canopy_rpc::Transport;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
 use canopy_proto::auth::Identity;
+use canopy_proto::clock::SystemClock;
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::ALL_CFS;
@@ -24,12 +25,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The mode every in-process cluster runs (the only one this build has).
-const MODE: &str = "shardfs";
-
-/// A root client of `MODE` over `t`.
-fn root_client(t: Arc<dyn Transport>, opts: NsOptions) -> Client {
-    Client::new(open_namespace(MODE, t, opts).expect("a known mode"), Creds::root())
+/// A root client of `mode` over `t`.
+fn root_client(mode: &str, t: Arc<dyn Transport>, opts: NsOptions) -> Client {
+    Client::new(open_namespace(mode, t, opts).expect("a known mode"), Creds::root())
 }
 
 pub struct InProcCluster {
@@ -38,45 +36,56 @@ pub struct InProcCluster {
     transport: Arc<FaultyTransport>,
     inproc: Arc<InProcTransport>,
     client: Client,
+    mode: &'static str,
 }
 
 impl InProcCluster {
-    /// `n` servers over in-memory stores.
+    /// `n` ShardFS servers over in-memory stores.
     pub fn memory(n: u32) -> InProcCluster {
-        let stores = (0..n).map(|_| Arc::new(MemStore::new(ALL_CFS)) as SharedStore).collect();
-        InProcCluster::over(stores, Arc::new(MemStore::new(LOCK_CFS)))
+        InProcCluster::memory_mode("shardfs", n)
     }
 
-    /// `n` servers over RocksDB stores under `dir`.
+    /// `n` servers of `mode` over in-memory stores.
+    pub fn memory_mode(mode: &'static str, n: u32) -> InProcCluster {
+        let stores = (0..n).map(|_| Arc::new(MemStore::new(ALL_CFS)) as SharedStore).collect();
+        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)))
+    }
+
+    /// `n` ShardFS servers over RocksDB stores under `dir`.
     pub fn rocks(n: u32, dir: &Path) -> InProcCluster {
+        InProcCluster::rocks_mode("shardfs", n, dir)
+    }
+
+    /// `n` servers of `mode` over RocksDB stores under `dir`.
+    pub fn rocks_mode(mode: &'static str, n: u32, dir: &Path) -> InProcCluster {
         let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
         let stores = (0..n).map(|i| open(format!("server-{i}"), ALL_CFS)).collect();
-        InProcCluster::over(stores, open("lockd".into(), LOCK_CFS))
+        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS))
     }
 
-    fn over(stores: Vec<SharedStore>, lock_store: SharedStore) -> InProcCluster {
+    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore) -> InProcCluster {
         let n = stores.len() as u32;
-        let servers: Vec<Arc<MetaServer>> = stores
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| Arc::new(MetaServer::open(ServerConfig { index: i as u32, servers: n }, s).expect("open server")))
-            .collect();
+        let open = |i: usize, s: SharedStore| {
+            let cfg = ServerConfig { index: i as u32, servers: n };
+            Arc::new(MetaServer::open_mode(mode, cfg, s, SystemClock::shared()).expect("open server"))
+        };
+        let servers: Vec<Arc<MetaServer>> = stores.into_iter().enumerate().map(|(i, s)| open(i, s)).collect();
         let lock = LockService::open(lock_store).expect("open lock service");
         let delegating: Vec<Arc<Delegating>> = servers.iter().map(|s| Arc::new(Delegating::new(s.clone()))).collect();
         let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
         for d in &delegating {
-            d.set_client(root_client(inproc.clone(), NsOptions::default()));
+            d.set_client(root_client(mode, inproc.clone(), NsOptions::default()));
         }
         let transport = Arc::new(FaultyTransport::new(inproc.clone()));
-        let client = root_client(transport.clone(), NsOptions::default());
-        InProcCluster { servers, lock, transport, inproc, client }
+        let client = root_client(mode, transport.clone(), NsOptions::default());
+        InProcCluster { servers, lock, transport, inproc, client, mode }
     }
 
     /// A root client with its own counters that stops at each transaction step
     /// for `hook`, asking for leases of `lease_ms`.
     pub fn client_with_hook(&self, hook: Arc<dyn StepHook>, lease_ms: u32) -> Client {
-        root_client(self.transport.clone(), NsOptions { hook: Some(hook), lease_ms: Some(lease_ms), ..NsOptions::default() })
+        root_client(self.mode, self.transport.clone(), NsOptions { hook: Some(hook), lease_ms: Some(lease_ms), ..NsOptions::default() })
     }
 
     /// A root client with its own counters.
@@ -86,7 +95,7 @@ impl InProcCluster {
 
     /// A root client with its own counters, set up as `opts` says.
     pub fn client_with(&self, opts: NsOptions) -> Client {
-        root_client(self.transport.clone(), opts)
+        root_client(self.mode, self.transport.clone(), opts)
     }
 
     /// This cluster's transport (with its faults), for callers that build their
@@ -104,7 +113,7 @@ impl InProcCluster {
     /// whatever they claim, and its operations are delegated to the servers.
     pub fn user_client(&self, creds: Creds) -> Client {
         let t = Arc::new(self.inproc.as_peer(Identity::User(creds.clone())));
-        let ns = open_namespace(MODE, t, NsOptions { delegate: true, ..NsOptions::default() }).expect("a known mode");
+        let ns = open_namespace(self.mode, t, NsOptions { delegate: true, ..NsOptions::default() }).expect("a known mode");
         Client::new(ns, creds)
     }
 
@@ -113,6 +122,11 @@ impl InProcCluster {
     /// delegation too.
     pub fn delegating_client(&self) -> Client {
         self.client_with(NsOptions { delegate: true, ..NsOptions::default() })
+    }
+
+    /// The mode its servers and clients run.
+    pub fn mode(&self) -> &'static str {
+        self.mode
     }
 
     /// Server failures for every client of this cluster.

@@ -182,7 +182,7 @@ async fn hostile_paths_get_errnos() {
         (stat("/x".repeat(canopy_proto::path::NS_PATH_MAX / 2 + 1)), Errno::ENAMETOOLONG),
         (stat("/../../etc/passwd".into()), Errno::ENOENT),
         (Request::Mkdir { path: "/".into(), mode: 0o777, assign: None }, Errno::EEXIST),
-        (Request::LinkInsert { path: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
+        (Request::LinkInsert { at: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
         // Entries named by (directory id, name): an unknown id, and names no path could hold.
         (entry(u64::MAX, "f"), Errno::ENOENT),
         (entry(1, ".."), Errno::EINVAL),
@@ -258,7 +258,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::Adopt { items: vec![] },
         Request::Release { items: vec![] },
         Request::DirProbe { path: "/".into() },
-        Request::RecoveryStat { path: "/".into() },
+        Request::RecoveryStat { at: "/".into() },
         Request::InodeLinkDelta { ino: 5, delta: 1 },
         Request::InodeSetAttr { ino: 5, set: SetAttr::mode(0o777) },
         Request::RenameOutCommit { src: "/f".into(), ino: 5 },

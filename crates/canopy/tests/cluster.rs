@@ -43,14 +43,27 @@ impl Drop for Cluster {
 }
 
 fn up(servers: u32) -> Cluster {
+    up_mode(servers, "shardfs")
+}
+
+fn up_mode(servers: u32, mode: &str) -> Cluster {
     let c = Cluster { home: tempfile::tempdir().unwrap() };
-    c.ok(&["up", "--servers", &servers.to_string()]);
+    c.ok(&["up", "--servers", &servers.to_string(), "--mode", mode]);
     c
 }
 
 #[test]
 fn scripted_session_fsck_and_restart() {
-    let c = up(4);
+    scripted_session("shardfs");
+}
+
+#[test]
+fn scripted_session_fsck_and_restart_on_indexfs() {
+    scripted_session("indexfs");
+}
+
+fn scripted_session(mode: &str) {
+    let c = up_mode(4, mode);
     c.ok(&["mkdir", "-p", "/proj/src/deep"]);
     c.ok(&["touch", "/proj/README", "/proj/src/main.rs", "/proj/src/lib.rs"]);
     c.ok(&["ln", "-s", "/proj/README", "/proj/LINK"]);
@@ -200,12 +213,12 @@ fn chown_refuses_the_no_change_ids() {
 #[test]
 fn an_unknown_mode_is_named_with_the_known_ones() {
     let c = up(2);
-    c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs");
+    c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs, indexfs");
     c.fails(&["up", "--mode", "shardfs", "--servers", "3"], &format!("canopy: the cluster in {} has 2 servers, not 3; `canopy down` and remove it to change", c.dir().display()));
     let file = c.dir().join("cluster.json");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("\"mode\": \"shardfs\""), "{text}");
     std::fs::write(&file, text.replace("\"shardfs\"", "\"giraffa\"")).unwrap();
-    c.fails(&["ls", "/"], &format!("canopy: cluster file {}: unknown namespace mode \"giraffa\": this build knows shardfs", file.display()));
+    c.fails(&["ls", "/"], &format!("canopy: cluster file {}: unknown namespace mode \"giraffa\": this build knows shardfs, indexfs", file.display()));
     std::fs::write(&file, text).unwrap();
 }

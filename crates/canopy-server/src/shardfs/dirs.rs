@@ -88,7 +88,7 @@ impl ShardFs {
             Located::Absent { .. } => return Err(Errno::ENOENT),
         };
         let had_times = core.load_dir_times(id)?.is_some();
-        let (lookup, subdirs) = crate::mode::Mode::dir(self, id).ok_or(Errno::ENOENT)?;
+        let (lookup, subdirs) = crate::mode::Mode::dir(self, core, id)?.ok_or(Errno::ENOENT)?;
         let mut attr = core.dir_attr(&lookup, subdirs)?;
         setattr::apply(creds, &mut attr, set, core.now_ns())?;
         let lookup = DirLookup { id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
@@ -139,7 +139,7 @@ impl ShardFs {
                 self.table.write().remove(id);
             }
             (None, Some(l)) => {
-                if core.load_entry(parent, &name)?.is_some() || !self.table.read().can_insert(parent, &name, l.id) {
+                if core.load_record(&keys::entry_key(parent, &name))?.is_some() || !self.table.read().can_insert(parent, &name, l.id) {
                     return Err(Errno::EEXIST);
                 }
                 b.put(DIRS, key, keys::encode(&l));

@@ -61,6 +61,7 @@ impl ShardFs {
         match at {
             Target::Path(p) => Ok(p.clone()),
             Target::Entry { dir, name } => self.entry_path(*dir, name),
+            Target::Dir(id) => self.table.read().path_of(*id).ok_or(Errno::ENOENT),
         }
     }
 
@@ -77,7 +78,7 @@ impl ShardFs {
             }
             (parent, name.to_string())
         };
-        match core.load_entry(parent, &name)? {
+        match core.load_record(&keys::entry_key(parent, &name))? {
             Some(record) => Ok(Located::File { parent, name, record }),
             None => Ok(Located::Absent { parent, name }),
         }
@@ -93,7 +94,7 @@ impl ShardFs {
             core.problem(format!("directory {id:#x} is listed but missing from the table"));
         }
         if let Miss::NotADir { parent, name } = &miss {
-            if let Ok(Some(_)) = core.load_entry(*parent, name) {
+            if let Ok(Some(_)) = core.load_record(&keys::entry_key(*parent, name)) {
                 return Errno::ENOTDIR;
             }
             let path = table.path_of(*parent).and_then(|p| p.join(name).ok());
@@ -122,11 +123,29 @@ impl Mode for ShardFs {
         "shardfs"
     }
 
+    /// A target named by id resolves through its path, so search permission is
+    /// checked on every ancestor however the entry is named.
     fn locate(&self, core: &Core, creds: &Creds, at: &Target) -> Result<Located, Errno> {
         match at {
             Target::Path(p) => self.locate_path(core, creds, p),
-            Target::Entry { dir, name } => self.locate_path(core, creds, &self.entry_path(*dir, name)?),
+            other => self.locate_path(core, creds, &self.target_path(other)?),
         }
+    }
+
+    fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
+        keys::entry_key(dir, name)
+    }
+
+    fn entry_name(&self, key: &[u8]) -> Option<String> {
+        keys::split_entry_key(key).map(|(_, name)| name)
+    }
+
+    fn checks_ancestors(&self) -> bool {
+        true
+    }
+
+    fn keys_in_name_order(&self) -> bool {
+        true
     }
 
     fn admit(&self, at: &Target) -> Result<(), Errno> {
@@ -136,8 +155,12 @@ impl Mode for ShardFs {
         self.fences.admit(&self.target_path(at)?)
     }
 
-    fn dir(&self, id: u64) -> Option<(DirLookup, u32)> {
-        self.table.read().get(id).map(|n| (n.lookup.clone(), n.subdirs.len() as u32))
+    fn dir(&self, _core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno> {
+        Ok(self.table.read().get(id).map(|n| (n.lookup.clone(), n.subdirs.len() as u32)))
+    }
+
+    fn blocks(&self, _req: &Request) -> bool {
+        false
     }
 
     /// Resolved as root: the ids only pick lock stripes, and a target that does
@@ -148,6 +171,7 @@ impl Mode for ShardFs {
             .iter()
             .map(|t| match t {
                 Target::Entry { dir, .. } => *dir,
+                Target::Dir(id) => table.get(*id).map_or(0, |n| n.parent),
                 Target::Path(p) => {
                     p.split().and_then(|(parent, _)| resolve::resolve_dir(&table, &Creds::root(), &parent).ok()).unwrap_or(0)
                 }
@@ -155,7 +179,7 @@ impl Mode for ShardFs {
             .collect()
     }
 
-    fn subdirs(&self, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno> {
+    fn subdirs(&self, _core: &Core, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno> {
         let table = self.table.read();
         let node = table.get(id).ok_or(Errno::ENOENT)?;
         let range = match after {
@@ -163,6 +187,10 @@ impl Mode for ShardFs {
             None => node.subdirs.range::<str, _>(..),
         };
         Ok(range.take(limit).map(|(n, id)| DirEntry { name: n.clone(), ino: *id, kind: FileKind::Dir }).collect())
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
     }
 
     fn dirs(&self) -> u64 {

@@ -1,0 +1,106 @@
+//! What every mode's client does with answers that point elsewhere: a file
+//! whose inode is shared (hard links) lives on its home server, a removed name
+//! may leave a remote inode to decrement or back-end contents to reclaim. And
+//! the whole-cluster reads every mode shares: stats and fsck reports.
+
+use crate::core::{unexpected, ClientCore};
+use crate::fsck::{self, FsckSummary};
+use crate::namespace::Res;
+use canopy_posix::perm::{self, Owner};
+use canopy_proto::attr::access;
+use canopy_proto::msg::{FsckReport, ServerStats};
+use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
+use canopy_rpc::Target;
+
+impl ClientCore {
+    pub(crate) async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
+        match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
+            Reply::Attr(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub(crate) async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
+        match self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await? {
+            Reply::Dropped { freed, .. } => self.reclaim(freed),
+            Reply::Attr(_) => {}
+            other => return Err(unexpected(other)),
+        }
+        Ok(())
+    }
+
+    /// Finishes dropping the name an unlink or rename removed or replaced: a
+    /// remote inode reference to decrement, back-end contents to reclaim.
+    pub(crate) async fn drop_remote(&self, reply: Reply) -> Res<()> {
+        match reply {
+            Reply::Dropped { remote: Some((ino, home)), .. } => self.link_delta(ino, home, -1).await,
+            Reply::Dropped { remote: None, freed } => {
+                self.reclaim(freed);
+                Ok(())
+            }
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub(crate) async fn attr_or_follow(&self, reply: Reply) -> Res<Attr> {
+        match reply {
+            Reply::Attr(a) => Ok(a),
+            Reply::Redirect { ino, home } => self.inode_stat(ino, home).await,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// An `Access` answer: `Unit`, or a shared inode on its home to check here.
+    pub(crate) async fn access_or_follow(&self, c: &Creds, reply: Reply, mask: u32) -> Res<()> {
+        match reply {
+            Reply::Unit => Ok(()),
+            Reply::Redirect { ino, home } => {
+                let a = self.inode_stat(ino, home).await?;
+                if mask & 7 == access::F || perm::allows(c, Owner::of_attr(&a), false, mask & 7) {
+                    Ok(())
+                } else {
+                    Err(Errno::EACCES)
+                }
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reports back-end contents whose last name went away.
+    pub(crate) fn reclaim(&self, freed: Option<Fid>) {
+        if let (Some(fid), Some(r)) = (freed, &self.reclaim) {
+            r.freed(fid);
+        }
+    }
+
+    pub(crate) async fn all_stats(&self) -> Res<Vec<ServerStats>> {
+        let mut out = Vec::new();
+        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Stats).await {
+            match r? {
+                Reply::Stats(s) => out.push(s),
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn fsck_all(&self, layout: fsck::DirLayout) -> Res<FsckSummary> {
+        let mut reports: Vec<FsckReport> = Vec::new();
+        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Fsck).await {
+            match r? {
+                Reply::Fsck(f) => reports.push(f),
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(fsck::summarise(&reports, &self.list_txns().await?, layout))
+    }
+
+    pub(crate) async fn list_txns(&self) -> Res<Vec<canopy_proto::msg::TxnInfo>> {
+        self.counters.sent_to_lockd();
+        match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
+            Reply::Txns(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+}

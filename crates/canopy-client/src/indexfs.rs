@@ -1,0 +1,822 @@
+//! The IndexFS strategy (seed 000 §3.1, seed 001).
+//!
+//! A directory lives on its home server (`giga::home` of its id): its header,
+//! attributes and the entries of its children. The client resolves a path one
+//! component at a time (`IxLookup` to the server holding the parent's entries)
+//! and caches each directory it learns (id, mode, owner) until the lease the
+//! server granted runs out, checking search permission on cached ancestors
+//! itself. Then the operation is one RPC naming its entry by (directory id,
+//! name) on that directory's server.
+//!
+//! Directory mutations run under the lock service like ShardFS's, so a dead
+//! coordinator's transaction is finished or undone from what servers hold
+//! (`recover`):
+//! - mkdir: the entry in the parent (allocates the id; the commit point), then
+//!   the new directory's header on its home;
+//! - rmdir: check the caller's rights on the entry, seal the directory on its
+//!   home (refusing new names; `ENOTEMPTY` if it has any), drop its header, then
+//!   remove the entry (the commit point, once the leases on it ran out);
+//! - chmod/chown: the entry (after its leases ran out; the commit point), then
+//!   the copy in its header;
+//! - rename of a directory: one RPC when both parents are on one server.
+//!
+//! An `ESTALE` (a directory named by id that its server does not hold: a
+//! concurrent mkdir or rmdir) or `EAGAIN` (a sealed directory) is retried once
+//! under read locks on the path, with the path's cached entries dropped. An
+//! `EREMOTE` answers an operation on a name that is a directory: its attributes
+//! are on its home, which the client asks next.
+//!
+//! Not yet (issue "IndexFS mode"): GIGA+ splits (a directory is one partition,
+//! on its home), renames of a directory between two servers (`EXDEV`), bulk
+//! insertion.
+
+use crate::core::{unexpected, ClientCore, NsOptions};
+use crate::counters::ClientCounters;
+use crate::data::{DataRead, DataWrite};
+use crate::fsck::FsckSummary;
+use crate::namespace::{Namespace, Res};
+use crate::txn::{after_commit, outcome_unknown, Step, Txn};
+use canopy_posix::lockset::{path_locks, path_read_locks};
+use canopy_posix::perm::{self, Owner};
+use canopy_proto::attr::access;
+use canopy_proto::giga;
+use canopy_proto::msg::{At, DirLookup, FileRef, IfExists, Intent, LockMode, NewKind, Record, ServerStats};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
+use canopy_rpc::Transport;
+use futures::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+const ROOT_ID: u64 = 1;
+
+#[derive(Debug, Clone)]
+struct Cached {
+    lookup: DirLookup,
+    /// Client-clock milliseconds: the lease ran from when the lookup was sent.
+    until_ms: u64,
+}
+
+pub struct IndexFs {
+    core: ClientCore,
+    cache: Mutex<HashMap<(u64, String), Cached>>,
+}
+
+impl std::ops::Deref for IndexFs {
+    type Target = ClientCore;
+
+    fn deref(&self) -> &ClientCore {
+        &self.core
+    }
+}
+
+/// A directory mutation in flight elsewhere may explain these (a directory
+/// named by id that its server does not hold, or one sealed by an rmdir):
+/// retry under locks.
+fn may_be_transient(e: &Errno) -> bool {
+    matches!(e, Errno::ESTALE | Errno::EAGAIN)
+}
+
+fn dir_attr_from(l: &DirLookup) -> Attr {
+    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
+}
+
+fn lookup_part(set: &SetAttr) -> SetAttr {
+    SetAttr { mode: set.mode, uid: set.uid, gid: set.gid, ..SetAttr::default() }
+}
+
+fn times_part(set: &SetAttr) -> Option<SetAttr> {
+    (set.atime.is_some() || set.mtime.is_some()).then(|| SetAttr { atime: set.atime, mtime: set.mtime, ..SetAttr::default() })
+}
+
+/// Where an operation's entry is: the server holding its directory's entries
+/// and how to name it there.
+struct Place {
+    server: u32,
+    at: At,
+    /// The directory holding it and its name (`None` for the root).
+    parent: Option<(DirLookup, String)>,
+}
+
+impl IndexFs {
+    pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> IndexFs {
+        IndexFs { core: ClientCore::new(t, opts), cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The server holding the entries of directory `dir` (every directory is
+    /// one partition on its home until splits exist).
+    fn entries_of(&self, dir: u64) -> u32 {
+        giga::server_of(dir, 0, self.n)
+    }
+
+    fn home(&self, dir: u64) -> u32 {
+        giga::home(dir, self.n)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, String), Cached>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget(&self, dir: u64, name: &str) {
+        self.cache().remove(&(dir, name.to_string()));
+    }
+
+    /// Directory `name` in directory `dir` (0 and "" for the root), from the
+    /// cache while its lease lasts, else from the server holding it.
+    async fn lookup(&self, c: &Creds, dir: u64, name: &str, depth: u32) -> Res<DirLookup> {
+        let key = (dir, name.to_string());
+        let now = self.clock.now_ms();
+        if let Some(hit) = self.cache().get(&key).filter(|h| h.until_ms > now) {
+            self.counters.cache_hit();
+            return Ok(hit.lookup.clone());
+        }
+        self.counters.cache_miss();
+        let server = if dir == 0 { self.home(ROOT_ID) } else { self.entries_of(dir) };
+        match self.rpc(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await? {
+            Reply::IxEntry { lookup, lease_ms, .. } => {
+                if lease_ms > 0 {
+                    self.cache().insert(key, Cached { lookup: lookup.clone(), until_ms: now + lease_ms as u64 });
+                }
+                Ok(lookup)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The directory `p` names, checking search permission on each directory
+    /// passed through (not on the last), as path resolution does.
+    async fn resolve_dir(&self, c: &Creds, p: &NsPath) -> Res<DirLookup> {
+        let mut cur = self.lookup(c, 0, "", 0).await?;
+        for (i, name) in p.components().enumerate() {
+            if !perm::allows(c, Owner::of_dir(&cur), true, access::X) {
+                return Err(Errno::EACCES);
+            }
+            cur = self.lookup(c, cur.id, name, i as u32 + 1).await?;
+        }
+        Ok(cur)
+    }
+
+    async fn place(&self, c: &Creds, p: &NsPath) -> Res<Place> {
+        let Some((parent_path, name)) = p.split() else {
+            return Ok(Place { server: self.home(ROOT_ID), at: At::Dir(ROOT_ID), parent: None });
+        };
+        let parent = self.resolve_dir(c, &parent_path).await?;
+        let at = At::Entry { dir: parent.id, name: name.to_string() };
+        Ok(Place { server: self.entries_of(parent.id), at, parent: Some((parent, name.to_string())) })
+    }
+
+    /// Drops the cached entries along `p`, so a retry asks the servers.
+    fn forget_path(&self, p: &NsPath) {
+        let names: Vec<&str> = p.components().collect();
+        self.cache().retain(|(_, name), _| !names.contains(&name.as_str()));
+    }
+
+    /// Runs `attempt`; on an error a directory mutation in flight could explain,
+    /// drops the path's cached entries and runs it again holding read locks on
+    /// `p` (which waits for that mutation to end).
+    async fn optimistic<T, F, Fut>(&self, p: &NsPath, attempt: F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        match attempt().await {
+            Err(e) if may_be_transient(&e) => {
+                self.counters.retried();
+                self.forget_path(p);
+                let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
+                let r = attempt().await;
+                self.unlock(txn).await;
+                r.map_err(|e| if e == Errno::ESTALE { Errno::ENOENT } else { e })
+            }
+            other => other,
+        }
+    }
+
+    /// One request naming `p`'s entry, optimistically.
+    async fn single(&self, c: &Creds, p: &NsPath, req: impl Fn(At) -> Request) -> Res<Reply> {
+        self.optimistic(p, || async {
+            let place = self.place(c, p).await?;
+            self.rpc(place.server, c, req(place.at)).await
+        })
+        .await
+    }
+
+    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
+        let recover = |txn: Txn, _was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
+        self.core.lock_with(locks, intent, &recover).await
+    }
+
+    async fn locked<T>(&self, locks: Vec<(String, LockMode)>, intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+        let txn = self.lock_with(locks, intent).await?;
+        let r = body.await;
+        self.finish(txn, &r).await;
+        r
+    }
+
+    async fn stat_dir(&self, c: &Creds, id: u64) -> Res<Attr> {
+        let reply = self.rpc(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
+        self.attr_or_follow(reply).await
+    }
+
+    /// The subdirectory `name` of `parent`, if it is one: a file is `ENOTDIR`.
+    async fn subdir(&self, c: &Creds, parent: &DirLookup, name: &str, p: &NsPath) -> Res<DirLookup> {
+        self.lookup(c, parent.id, name, p.components().count() as u32).await
+    }
+
+    async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
+        self.optimistic(p, || async {
+            let place = self.place(c, p).await?;
+            let Some((parent, name)) = &place.parent else { return self.stat_dir(c, ROOT_ID).await };
+            match self.rpc(place.server, c, Request::Stat { at: place.at.clone() }).await {
+                // A directory: its attributes are on its home.
+                Err(Errno::EREMOTE) => {
+                    let l = self.subdir(c, parent, name, p).await?;
+                    self.stat_dir(c, l.id).await
+                }
+                r => self.attr_or_follow(r?).await,
+            }
+        })
+        .await
+    }
+
+    /// With directory times on: after a name was added or removed in `p`'s
+    /// directory, sets its mtime and ctime on its home. Only logged on failure.
+    async fn touch_parent(&self, c: &Creds, parent: Option<&DirLookup>) {
+        let Some(parent) = parent.filter(|_| self.dir_times) else { return };
+        if let Err(e) = self.rpc(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
+            if e != Errno::ENOENT && e != Errno::EREMOTE {
+                eprintln!("canopy-client: could not update the times of directory {:#x}: {e}", parent.id);
+            }
+        }
+    }
+
+    async fn parent_of(&self, c: &Creds, p: &NsPath) -> Option<DirLookup> {
+        let (pp, _) = p.split()?;
+        self.resolve_dir(c, &pp).await.ok()
+    }
+
+    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
+        let intent = || Intent::Mkdir { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
+        let place = self.place(c, p).await?;
+        let Some((parent, name)) = place.parent else { return Err(Errno::EEXIST) };
+        let lookup = match self.rpc(place.server, c, Request::IxMkdir { dir: parent.id, name, mode }).await? {
+            Reply::Dir(l) => l,
+            other => return Err(unexpected(other)),
+        };
+        self.step(|| Step::PrimaryDone(intent())).await?;
+        let depth = p.components().count() as u32;
+        let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth };
+        self.rpc(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))?;
+        Ok(dir_attr_from(&lookup))
+    }
+
+    async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
+        let intent = || Intent::Rmdir { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
+        let place = self.place(c, p).await?;
+        let Some((parent, name)) = place.parent else { return Err(Errno::EBUSY) };
+        let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client() };
+        let child = match self.rpc(place.server, c, check).await? {
+            Reply::Dir(l) => l,
+            other => return Err(unexpected(other)),
+        };
+        let home = self.home(child.id);
+        let root = Creds::root();
+        self.rpc(home, &root, Request::IxSeal { dir: child.id, seal: true }).await?;
+        if let Err(e) = self.rpc(home, &root, Request::IxDropHeader { dir: child.id }).await {
+            return Err(self.unseal_after(child.id, e).await);
+        }
+        self.step(|| Step::ReplicasDone(intent())).await?;
+        // Our own copy goes first: the server then need not wait for our lease.
+        self.forget(parent.id, &name);
+        let r = self.rpc(place.server, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
+        match r {
+            Ok(_) => self.step(|| Step::PrimaryDone(intent())).await,
+            Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
+            Err(e) => {
+                // Refused: the directory stays; put its header back.
+                let depth = p.components().count() as u32;
+                let back = Request::IxMkHeader { lookup: child, parent: parent.id, depth };
+                self.rpc(home, &root, back).await.map_err(|_| Errno::EIO)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// A step after sealing failed with `e`: unseal, unless its outcome is unknown.
+    async fn unseal_after(&self, dir: u64, e: Errno) -> Errno {
+        if outcome_unknown(&e) {
+            return Errno::EIO;
+        }
+        match self.rpc(self.home(dir), &Creds::root(), Request::IxSeal { dir, seal: false }).await {
+            Ok(_) => e,
+            Err(_) => Errno::EIO,
+        }
+    }
+
+    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        let intent = || Intent::DirSetAttr { path: p.to_string() };
+        self.step(|| Step::Locked(intent())).await?;
+        let place = self.place(c, p).await?;
+        match &place.parent {
+            None => self.forget(0, ""),
+            Some((parent, name)) => self.forget(parent.id, name),
+        }
+        let (req, server) = match &place.parent {
+            None => (Request::IxDirSetAttr { dir: 0, name: String::new(), set: set.clone(), client: self.fids.client() }, self.home(ROOT_ID)),
+            Some((parent, name)) => (Request::IxDirSetAttr { dir: parent.id, name: name.clone(), set: set.clone(), client: self.fids.client() }, place.server),
+        };
+        let attr = match self.rpc(server, c, req).await? {
+            Reply::Attr(a) => a,
+            other => return Err(unexpected(other)),
+        };
+        self.step(|| Step::PrimaryDone(intent())).await?;
+        match &place.parent {
+            None => {}
+            Some((parent, name)) => {
+                self.forget(parent.id, name);
+                let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
+                self.rpc(self.home(attr.ino), &Creds::root(), Request::IxHeaderSet { lookup }).await.map_err(|e| after_commit("directory setattr", e))?;
+            }
+        }
+        Ok(attr)
+    }
+
+    async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        let r = self.single(c, p, |at| Request::SetAttr { at, set: set.clone() }).await;
+        match r {
+            Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
+                Reply::Attr(a) => Ok(a),
+                other => Err(unexpected(other)),
+            },
+            Ok(other) => self.attr_or_follow(other).await,
+            // A directory: times on its home; mode and owner a transaction.
+            Err(Errno::EISDIR | Errno::EREMOTE) if set.size.is_none() => {
+                let dir = match p.split() {
+                    None => ROOT_ID,
+                    Some((pp, name)) => {
+                        let parent = self.resolve_dir(c, &pp).await?;
+                        self.subdir(c, &parent, name, p).await?.id
+                    }
+                };
+                if set.touches_lookup_state() {
+                    self.locked(path_locks(&[p]), Intent::DirSetAttr { path: p.to_string() }, self.do_dir_setattr(c, p, &lookup_part(set))).await?;
+                }
+                match times_part(set) {
+                    Some(times) => self.attr_or_follow(self.rpc(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await,
+                    None => self.stat_dir(c, dir).await,
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn do_rename(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<()> {
+        if s.is_root() || d.is_root() {
+            return Err(Errno::EBUSY);
+        }
+        let sp = self.place(c, s).await?;
+        let dp = self.place(c, d).await?;
+        let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Err(Errno::EBUSY) };
+        match self.subdir(c, sdir, sname, s).await {
+            Ok(_) => {}
+            Err(Errno::ENOTDIR) => return self.rename_file(c, &sp, &dp).await,
+            Err(e) => return Err(e),
+        }
+        if d.is_within(s) {
+            return Err(Errno::EINVAL);
+        }
+        // A directory it replaces must be empty: seal it on its home first.
+        let replaced = match self.subdir(c, ddir, dname, d).await {
+            Ok(l) => Some(l),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => None,
+            Err(e) => return Err(e),
+        };
+        let root = Creds::root();
+        if let Some(r) = &replaced {
+            self.rpc(self.home(r.id), &root, Request::IxSeal { dir: r.id, seal: true }).await?;
+        }
+        self.forget(sdir.id, sname);
+        self.forget(ddir.id, dname);
+        let result = if sp.server == dp.server {
+            self.rpc(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client() }).await
+        } else {
+            self.rename_dir_between(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
+        };
+        self.forget(sdir.id, sname);
+        self.forget(ddir.id, dname);
+        match (result, replaced) {
+            (Ok(Reply::Dir(gone)), _) => {
+                self.rpc(self.home(gone.id), &root, Request::IxDropHeader { dir: gone.id }).await.map_err(|e| after_commit("rename", e))?;
+                Ok(())
+            }
+            (Ok(_), Some(r)) => {
+                // Renamed onto itself: nothing replaced.
+                self.rpc(self.home(r.id), &root, Request::IxSeal { dir: r.id, seal: false }).await?;
+                Ok(())
+            }
+            (Ok(_), None) => Ok(()),
+            (Err(e), Some(r)) => Err(self.unseal_after(r.id, e).await),
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// A directory rename between two servers: check at the source, insert at
+    /// the destination (the commit point), drop the source once its leases ran
+    /// out. Answers as `IxRenameDir` does.
+    async fn rename_dir_between(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<Reply> {
+        let intent = || intent.clone();
+        let lookup = match self.rpc(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
+            Reply::Dir(l) => l,
+            other => return Err(unexpected(other)),
+        };
+        let id = lookup.id;
+        let inserted = self.rpc(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
+        self.step(|| Step::PrimaryDone(intent())).await?;
+        let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client() };
+        self.rpc(sp.server, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
+        Ok(inserted)
+    }
+
+    async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place) -> Res<()> {
+        if sp.server == dp.server {
+            let r = self.rpc(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
+            return self.drop_remote(r).await;
+        }
+        let record = match self.rpc(sp.server, c, Request::RenameOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
+            Reply::Record(r) => r,
+            other => return Err(unexpected(other)),
+        };
+        let ino = match &record {
+            Record::Inode(i) => i.attr.ino,
+            Record::Linked { ino, .. } => *ino,
+        };
+        let inserted = self.rpc(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record }).await?;
+        if inserted == Reply::Unit {
+            return Ok(());
+        }
+        self.rpc(sp.server, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.drop_remote(inserted).await
+    }
+
+    async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<Attr> {
+        let sp = self.place(c, s).await?;
+        let dp = self.place(c, d).await?;
+        if dp.parent.is_none() {
+            return Err(Errno::EEXIST);
+        }
+        let (ino, home) = match self.rpc(sp.server, c, Request::LinkShare { at: sp.at }).await? {
+            Reply::Shared { ino, home } => (ino, home),
+            Reply::Redirect { ino, home } => {
+                self.link_delta(ino, home, 1).await?;
+                (ino, home)
+            }
+            other => return Err(unexpected(other)),
+        };
+        if let Err(e) = self.rpc(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await {
+            self.link_delta(ino, home, -1).await?;
+            return Err(e);
+        }
+        self.inode_stat(ino, home).await
+    }
+
+    async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
+        let p = NsPath::parse(path)?;
+        let reply = self
+            .single(c, &p, |at| {
+                make(match at {
+                    At::Entry { dir, name } => FileRef::Entry { dir, name },
+                    At::Path(p) => FileRef::Path(p),
+                    At::Dir(_) => FileRef::Ino(0),
+                })
+            })
+            .await;
+        match reply {
+            Ok(Reply::Redirect { ino, home }) => self.rpc(home, c, make(FileRef::Ino(ino))).await,
+            Err(Errno::ESTALE) if p.is_root() => Err(Errno::EISDIR),
+            r => r,
+        }
+    }
+
+    /// Recovers a dead coordinator's transaction from what the servers hold.
+    async fn recover(&self, _txn: Txn, intent: &Intent) -> Res<()> {
+        let root = Creds::root();
+        match intent {
+            Intent::Mkdir { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                let name = p.name().unwrap_or_default();
+                match self.fresh_lookup(parent.id, name).await {
+                    Ok(l) => {
+                        let depth = p.components().count() as u32;
+                        self.rpc(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
+                        Ok(())
+                    }
+                    Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Intent::Rmdir { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                let name = p.name().unwrap_or_default();
+                let child = match self.fresh_lookup(parent.id, name).await {
+                    Ok(l) => l,
+                    Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
+                    Err(e) => return Err(e),
+                };
+                match self.rpc(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
+                    // The header is still there: undo (unseal).
+                    Ok(_) => self.rpc(self.home(child.id), &root, Request::IxSeal { dir: child.id, seal: false }).await.map(|_| ()),
+                    // Dropped: the directory was empty and sealed; finish.
+                    Err(Errno::EREMOTE) => {
+                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client() };
+                        self.rpc(self.entries_of(parent.id), &root, req).await.map(|_| ())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Intent::DirSetAttr { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                match self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await {
+                    Ok(l) => self.rpc(self.home(l.id), &root, Request::IxHeaderSet { lookup: l }).await.map(|_| ()),
+                    Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Intent::Rename { src, dst } => {
+                let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+                self.recover_file_rename(&s, &d).await
+            }
+            Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
+        }
+    }
+
+    /// A file rename that died between inserting the destination and dropping
+    /// the source left one inode under both names: drop the source.
+    async fn recover_file_rename(&self, s: &NsPath, d: &NsPath) -> Res<()> {
+        let root = Creds::root();
+        let (Ok(sp), Ok(dp)) = (self.place(&root, s).await, self.place(&root, d).await) else { return Ok(()) };
+        let ino_at = |place: &Place| {
+            let req = Request::RecoveryStat { at: place.at.clone() };
+            let server = place.server;
+            async move {
+                match self.rpc(server, &Creds::root(), req).await {
+                    Ok(Reply::Attr(a)) => Some(a.ino),
+                    Ok(Reply::Redirect { ino, .. }) => Some(ino),
+                    _ => None,
+                }
+            }
+        };
+        if let (Some(a), Some(b)) = (ino_at(&sp).await, ino_at(&dp).await) {
+            if a == b {
+                self.rpc(sp.server, &root, Request::RenameOutCommit { src: sp.at, ino: a }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `p`'s parent, resolved as root without the cache (`None`: gone).
+    async fn fresh_parent(&self, p: &NsPath) -> Res<Option<DirLookup>> {
+        let Some((pp, _)) = p.split() else { return Ok(None) };
+        self.cache().clear();
+        match self.resolve_dir(&Creds::root(), &pp).await {
+            Ok(l) => Ok(Some(l)),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn fresh_lookup(&self, dir: u64, name: &str) -> Res<DirLookup> {
+        self.forget(dir, name);
+        self.lookup(&Creds::root(), dir, name, 1).await
+    }
+}
+
+impl Namespace for IndexFs {
+    fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            if p.is_root() {
+                return Err(Errno::EEXIST);
+            }
+            let attr = self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode))).await?;
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(attr)
+        })
+    }
+
+    fn rmdir<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            if p.is_root() {
+                return Err(Errno::EBUSY);
+            }
+            self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p))).await?;
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(())
+        })
+    }
+
+    fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let fid = self.fids.next();
+            let reply = self.single(c, &p, |at| Request::Create { at, mode, kind: NewKind::File { fid }, if_exists }).await?;
+            let redirected = matches!(reply, Reply::Redirect { .. });
+            let attr = self.attr_or_follow(reply).await?;
+            if let (true, IfExists::Open { access }) = (redirected, if_exists) {
+                perm::check_open_existing(c, &attr, access)?;
+            }
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(attr)
+        })
+    }
+
+    fn mknod<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, kind: FileKind, rdev: u64) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let reply = self.single(c, &p, |at| Request::Create { at, mode, kind: NewKind::Special { kind, rdev }, if_exists: IfExists::Fail }).await?;
+            let attr = self.attr_or_follow(reply).await?;
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(attr)
+        })
+    }
+
+    fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let reply = match self.single(c, &p, |at| Request::Unlink { at }).await {
+                // A directory: its attributes are elsewhere, and unlink refuses it.
+                Err(Errno::EREMOTE) => return Err(Errno::EISDIR),
+                r => r?,
+            };
+            self.drop_remote(reply).await?;
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(())
+        })
+    }
+
+    fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
+        Box::pin(async move {
+            match self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await? {
+                Reply::Data(bytes) => Ok(DataRead::Inline(bytes)),
+                Reply::Backend { fid, size } => Ok(DataRead::Backend { fid, size }),
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
+        Box::pin(async move {
+            let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
+            match self.data_rpc(c, path, make).await? {
+                Reply::Attr(a) => Ok(DataWrite::Written(a)),
+                Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
+                Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            match self.data_rpc(c, path, |at| Request::Spilled { at, len, digest }).await? {
+                Reply::Attr(a) => Ok(a),
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            match self.data_rpc(c, path, |at| Request::Extend { at, end, kill_suid }).await? {
+                Reply::Attr(a) => Ok(a),
+                other => Err(unexpected(other)),
+            }
+        })
+    }
+
+    fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move { self.stat_path(c, &NsPath::parse(path)?).await })
+    }
+
+    fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            self.optimistic(&p, || async {
+                let dir = self.resolve_dir(c, &p).await?;
+                let req = Request::ReadDir { at: At::Dir(dir.id), after: after.map(str::to_string), limit: limit.clamp(1, 4096), with_dirs: true };
+                match self.rpc(self.home(dir.id), c, req).await? {
+                    Reply::Entries { entries, more } => Ok((entries, more)),
+                    other => Err(unexpected(other)),
+                }
+            })
+            .await
+        })
+    }
+
+    fn rename<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            if s == d {
+                return self.stat_path(c, &s).await.map(|_| ());
+            }
+            let intent = Intent::Rename { src: s.to_string(), dst: d.to_string() };
+            self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_rename(c, &s, &d))).await?;
+            self.touch_parent(c, self.parent_of(c, &s).await.as_ref()).await;
+            self.touch_parent(c, self.parent_of(c, &d).await.as_ref()).await;
+            Ok(())
+        })
+    }
+
+    fn setattr<'a>(&'a self, c: &'a Creds, path: &'a str, set: &'a SetAttr) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move { self.do_setattr(c, &NsPath::parse(path)?, set).await })
+    }
+
+    fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            canopy_proto::path::check_symlink_target(target)?;
+            let kind = NewKind::Symlink(target.to_string());
+            let reply = self.single(c, &p, |at| Request::Create { at, mode: 0o777, kind: kind.clone(), if_exists: IfExists::Fail }).await?;
+            let attr = self.attr_or_follow(reply).await?;
+            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            Ok(attr)
+        })
+    }
+
+    fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            match self.single(c, &p, |at| Request::Readlink { at }).await {
+                Ok(Reply::Target(t)) => Ok(t),
+                Err(Errno::EREMOTE) => Err(Errno::EINVAL),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        Box::pin(async move {
+            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
+            let attr = self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_link(c, &s, &d))).await?;
+            self.touch_parent(c, self.parent_of(c, &d).await.as_ref()).await;
+            Ok(attr)
+        })
+    }
+
+    fn access<'a>(&'a self, c: &'a Creds, path: &'a str, mask: u32) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            match self.single(c, &p, |at| Request::Access { at, mask }).await {
+                // A directory: check it against its attributes on its home.
+                Err(Errno::EREMOTE) => {
+                    let a = self.stat_path(c, &p).await?;
+                    if mask & 7 == access::F || perm::allows(c, Owner::of_attr(&a), true, mask & 7) {
+                        Ok(())
+                    } else {
+                        Err(Errno::EACCES)
+                    }
+                }
+                r => self.access_or_follow(c, r?, mask).await,
+            }
+        })
+    }
+
+    fn server_stats(&self) -> BoxFuture<'_, Res<Vec<ServerStats>>> {
+        Box::pin(self.all_stats())
+    }
+
+    fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>> {
+        Box::pin(self.fsck_all(crate::fsck::DirLayout::Partitioned))
+    }
+
+    fn repair(&self) -> BoxFuture<'_, Res<u64>> {
+        Box::pin(async move {
+            let txns = self.list_txns().await?;
+            let before = self.counters.snapshot().recoveries;
+            for t in txns.into_iter().filter(|t| t.expires_in_ms < 0) {
+                let txn = self.lock_with(t.locks, Intent::Retry { path: "/".into() }).await?;
+                self.unlock(txn).await;
+            }
+            Ok(self.counters.snapshot().recoveries - before)
+        })
+    }
+
+    fn counters(&self) -> &ClientCounters {
+        &self.counters
+    }
+
+    fn mode_name(&self) -> &'static str {
+        "indexfs"
+    }
+
+    fn servers(&self) -> u32 {
+        self.n
+    }
+}

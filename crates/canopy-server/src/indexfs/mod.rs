@@ -1,0 +1,372 @@
+//! IndexFS on a server (seed 000 §3.1, seed 001): each directory lives in
+//! partitions, the first on its *home* server (`giga::home(id)`), chosen when it
+//! is made; a directory's entry (its name, id, mode and owner) lives in its
+//! parent's partition, its attributes and a copy of its lookup state in the
+//! header of each of its own partitions. Clients resolve a path one component at
+//! a time (`IxLookup`) and cache each answer under a lease; the server keeps only
+//! the latest expiry per entry and makes a mutation of the entry wait it out
+//! (`lease.rs`).
+//!
+//! Keys (column families of `keys.rs`, values postcard):
+//! - `entries` (files) and `dirs` (subdirectory entries): directory id ‖
+//!   `giga::hash_key(name)` ‖ name, so a partition is one key range;
+//! - `parts`: directory id ‖ partition (u32 BE) → [`Header`];
+//! - `dirtimes`: directory id → times, on its home.
+//!
+//! Not yet (issue "IndexFS mode"): GIGA+ splits (every directory is its
+//! partition 0), renames of a directory across servers, bulk insertion.
+
+mod dirs;
+pub mod lease;
+
+use crate::core::{io, Core};
+use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, PARTS};
+use crate::mode::{Located, Mode, Target};
+use crate::ROOT_ID;
+use canopy_posix::perm::{self, Owner};
+use canopy_proto::attr::access;
+use canopy_proto::giga;
+use canopy_proto::msg::{DirLookup, DirTimes, FsckReport};
+use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
+use canopy_store::Batch;
+use lease::{LeasePolicy, Leases};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// One partition of a directory, on the server holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// The directory's lookup state (a copy of its entry's, kept by chmod/chown).
+    pub lookup: DirLookup,
+    /// Its parent's id (0 for the root) and depth below the root (root: 0).
+    pub parent: u64,
+    pub depth: u32,
+    /// Subdirectories whose entries this partition holds.
+    pub subdirs: u64,
+    /// Set by an rmdir in progress: no new name enters.
+    pub sealed: bool,
+}
+
+/// A subdirectory's entry in its parent's partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntryValue {
+    pub lookup: DirLookup,
+    pub depth: u32,
+}
+
+pub fn ix_key(dir: u64, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + name.len());
+    k.extend_from_slice(&dir.to_be_bytes());
+    k.extend_from_slice(&giga::hash_key(name).to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn ix_name(key: &[u8]) -> Option<String> {
+    String::from_utf8(key.get(16..)?.to_vec()).ok()
+}
+
+fn part_key(dir: u64, part: u32) -> Vec<u8> {
+    let mut k = dir.to_be_bytes().to_vec();
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+pub(crate) struct IndexFs {
+    leases: Mutex<Leases>,
+    /// Headers held here (for `Stats`).
+    headers: AtomicI64,
+    /// Mutations that waited for a lease, and their total wait.
+    lease_waits: AtomicU64,
+    lease_wait_ms: AtomicU64,
+}
+
+impl IndexFs {
+    pub(crate) fn open(core: &Core, policy: LeasePolicy) -> Result<IndexFs, String> {
+        let mut headers = 0i64;
+        core.store
+            .for_each(PARTS, b"", &mut |_, _| {
+                headers += 1;
+                true
+            })
+            .map_err(|e| e.to_string())?;
+        let me = IndexFs {
+            leases: Mutex::new(Leases::new(policy, core.clock.now_ms())),
+            headers: AtomicI64::new(headers),
+            lease_waits: AtomicU64::new(0),
+            lease_wait_ms: AtomicU64::new(0),
+        };
+        if giga::home(ROOT_ID, core.cfg.servers) == core.cfg.index && me.header(core, ROOT_ID).map_err(|e| e.to_string())?.is_none() {
+            let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
+            me.make_header(core, root, 0, 0).map_err(|e| format!("cannot make the root: {e}"))?;
+        }
+        Ok(me)
+    }
+
+    /// The header of `dir`'s partition held here, if any. (Every directory is
+    /// its partition 0 until splits exist.)
+    pub(crate) fn header(&self, core: &Core, dir: u64) -> Result<Option<Header>, Errno> {
+        match core.store.get(PARTS, &part_key(dir, 0)).map_err(io)? {
+            Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
+            None => Ok(None),
+        }
+    }
+
+    fn put_header(&self, b: &mut Batch, h: &Header) {
+        b.put(PARTS, part_key(h.lookup.id, 0), keys::encode(h));
+    }
+
+    /// The header of `dir` here, or `ESTALE`: the client named a directory
+    /// this server does not hold (gone, or not made yet: it retries under locks).
+    fn header_here(&self, core: &Core, dir: u64) -> Result<Header, Errno> {
+        self.header(core, dir)?.ok_or(Errno::ESTALE)
+    }
+
+    fn dir_entry(&self, core: &Core, dir: u64, name: &str) -> Result<Option<DirEntryValue>, Errno> {
+        match core.store.get(DIRS, &ix_key(dir, name)).map_err(io)? {
+            Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
+            None => Ok(None),
+        }
+    }
+
+    fn make_header(&self, core: &Core, lookup: DirLookup, parent: u64, depth: u32) -> Result<(), Errno> {
+        let now = core.now_ns();
+        let id = lookup.id;
+        let mut b = Batch::new();
+        self.put_header(&mut b, &Header { lookup, parent, depth, subdirs: 0, sealed: false });
+        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+        core.write(b)?;
+        self.headers.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Marks a mutation of directory entry `id` and waits until no lease
+    /// granted on it is live; the returned guard ends the mutation.
+    fn wait_leases<'a>(&'a self, core: &'a Core, id: u64, client: u64) -> LeaseGuard<'a> {
+        let until = self.leases.lock().begin(id, client);
+        let start = core.clock.now_ms();
+        if until > start {
+            self.lease_waits.fetch_add(1, Ordering::Relaxed);
+            loop {
+                let now = core.clock.now_ms();
+                if now >= until {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis((until - now).min(50)));
+            }
+            self.lease_wait_ms.fetch_add(core.clock.now_ms() - start, Ordering::Relaxed);
+        }
+        LeaseGuard { fs: self, id }
+    }
+}
+
+struct LeaseGuard<'a> {
+    fs: &'a IndexFs,
+    id: u64,
+}
+
+impl Drop for LeaseGuard<'_> {
+    fn drop(&mut self) {
+        self.fs.leases.lock().end(self.id);
+    }
+}
+
+impl Mode for IndexFs {
+    fn name(&self) -> &'static str {
+        "indexfs"
+    }
+
+    /// Checks search permission on the entry's directory only: the client
+    /// checked its ancestors from its lease cache.
+    fn locate(&self, core: &Core, creds: &Creds, at: &Target) -> Result<Located, Errno> {
+        match at {
+            Target::Path(_) => Err(Errno::EINVAL),
+            Target::Dir(id) => {
+                self.header_here(core, *id)?;
+                if *id == ROOT_ID {
+                    return Ok(Located::Root);
+                }
+                Ok(Located::Dir { parent: 0, name: String::new(), id: *id })
+            }
+            Target::Entry { dir, name } => {
+                let h = self.header_here(core, *dir)?;
+                if !perm::allows(creds, Owner::of_dir(&h.lookup), true, access::X) {
+                    return Err(Errno::EACCES);
+                }
+                if let Some(d) = self.dir_entry(core, *dir, name)? {
+                    return Ok(Located::Dir { parent: *dir, name: name.clone(), id: d.lookup.id });
+                }
+                match core.load_record(&ix_key(*dir, name))? {
+                    Some(record) => Ok(Located::File { parent: *dir, name: name.clone(), record }),
+                    // An rmdir of the directory is under way: the client retries
+                    // under its locks, after which the directory is gone or back.
+                    None if h.sealed => Err(Errno::EAGAIN),
+                    None => Ok(Located::Absent { parent: *dir, name: name.clone() }),
+                }
+            }
+        }
+    }
+
+    fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
+        ix_key(dir, name)
+    }
+
+    fn entry_name(&self, key: &[u8]) -> Option<String> {
+        ix_name(key)
+    }
+
+    fn checks_ancestors(&self) -> bool {
+        false
+    }
+
+    fn keys_in_name_order(&self) -> bool {
+        false
+    }
+
+    fn admit(&self, _at: &Target) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    /// Only directories with a partition here; another's attributes are on its
+    /// home (the caller answers `EREMOTE`).
+    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno> {
+        Ok(self.header(core, id)?.map(|h| (h.lookup, h.subdirs.min(u32::MAX as u64 - 2) as u32)))
+    }
+
+    fn blocks(&self, req: &Request) -> bool {
+        IndexFs::blocks(req)
+    }
+
+    fn parent_ids(&self, targets: &[&Target]) -> Vec<u64> {
+        targets
+            .iter()
+            .map(|t| match t {
+                Target::Entry { dir, .. } => *dir,
+                Target::Dir(id) => *id,
+                Target::Path(_) => 0,
+            })
+            .collect()
+    }
+
+    fn subdirs(&self, core: &Core, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno> {
+        let after_key = after.map(|a| ix_key(id, a));
+        let found = core.store.scan(DIRS, &id.to_be_bytes(), after_key.as_deref(), limit).map_err(io)?;
+        found
+            .iter()
+            .map(|(k, v)| {
+                let name = ix_name(k).ok_or(Errno::EIO)?;
+                let d: DirEntryValue = keys::decode(v).ok_or(Errno::EIO)?;
+                Ok(DirEntry { name, ino: d.lookup.id, kind: FileKind::Dir })
+            })
+            .collect()
+    }
+
+    /// Lease waits: how many mutations waited, and for how long in all.
+    fn counters(&self) -> Vec<(String, u64)> {
+        let (waits, ms) = self.lease_wait_counts();
+        vec![("lease_waits".into(), waits), ("lease_wait_ms".into(), ms)]
+    }
+
+    fn dirs(&self) -> u64 {
+        self.headers.load(Ordering::Acquire).max(0) as u64
+    }
+
+    fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {
+        match req {
+            Request::IxLookup { dir, name, depth, client } => self.lookup(core, creds, dir, &name, depth, client),
+            Request::IxMkdir { dir, name, mode } => self.mkdir(core, creds, dir, &name, mode),
+            Request::IxMkHeader { lookup, parent, depth } => self.mk_header(core, lookup, parent, depth),
+            Request::IxSeal { dir, seal } => self.seal(core, dir, seal),
+            Request::IxRmdir { dir, name, check_only, client } => self.rmdir(core, creds, dir, &name, check_only, client),
+            Request::IxDropHeader { dir } => self.drop_header(core, dir),
+            Request::IxDirSetAttr { dir, name, set, client } => self.dir_set_attr(core, creds, dir, &name, &set, client),
+            Request::IxHeaderSet { lookup } => self.header_set(core, lookup),
+            Request::IxRenameDir { src, dst, client } => self.rename_dir(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?, client),
+            Request::IxRenameDirOut { src, .. } => self.rename_dir_out(core, creds, &Target::parse(&src)?),
+            Request::IxRenameDirIn { dst, lookup } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup),
+            Request::IxRenameDirCommit { src, id, client } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client),
+            _ => Err(Errno::ENOSYS),
+        }
+    }
+
+    fn fsck(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {
+        self.check(core, r)
+    }
+}
+
+impl IndexFs {
+    /// Mutations that must wait for leases run off the reactor.
+    pub(crate) fn blocks(req: &Request) -> bool {
+        matches!(
+            req,
+            Request::IxRmdir { check_only: false, .. } | Request::IxDirSetAttr { .. } | Request::IxRenameDir { .. } | Request::IxRenameDirCommit { .. }
+        )
+    }
+
+    /// (waits, total wait ms) of mutations that waited for a lease.
+    pub(crate) fn lease_wait_counts(&self) -> (u64, u64) {
+        (self.lease_waits.load(Ordering::Relaxed), self.lease_wait_ms.load(Ordering::Relaxed))
+    }
+
+    fn check(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {
+        let me = core.cfg.index;
+        let mut headers = std::collections::HashMap::new();
+        core.store
+            .for_each(PARTS, b"", &mut |k, v| {
+                match keys::decode::<Header>(v) {
+                    Some(h) => {
+                        if giga::home(h.lookup.id, core.cfg.servers) != me {
+                            r.problems.push(format!("server {me}: directory {:#x} has its header away from its home", h.lookup.id));
+                        }
+                        headers.insert(h.lookup.id, h);
+                    }
+                    None => r.problems.push(format!("server {me}: undecodable header {k:?}")),
+                }
+                true
+            })
+            .map_err(io)?;
+        r.dirs = headers.len() as u64;
+        let mut subdirs: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for cf in [ENTRIES, DIRS] {
+            core.store
+                .for_each(cf, b"", &mut |k, _| {
+                    let dir = k.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
+                    if !headers.contains_key(&dir) {
+                        r.problems.push(format!("server {me}: entry {:?} in directory {dir:#x} that has no partition here", ix_name(k)));
+                    }
+                    if cf == DIRS {
+                        *subdirs.entry(dir).or_default() += 1;
+                    }
+                    true
+                })
+                .map_err(io)?;
+        }
+        for (id, h) in &headers {
+            let n = subdirs.get(id).copied().unwrap_or(0);
+            if h.subdirs != n {
+                r.problems.push(format!("server {me}: directory {id:#x} counts {} subdirectories, holds {n}", h.subdirs));
+            }
+            if h.sealed {
+                r.problems.push(format!("server {me}: directory {id:#x} is sealed by an rmdir that has not finished"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_group_a_directory_and_order_by_name_hash() {
+        let a = ix_key(7, "a");
+        let b = ix_key(7, "b");
+        assert_eq!(&a[..8], &7u64.to_be_bytes());
+        assert_eq!(ix_name(&a).as_deref(), Some("a"));
+        assert_eq!(a < b, giga::hash_key("a") < giga::hash_key("b"));
+        assert!(ix_key(7, "zzz") < ix_key(8, ""));
+        assert_eq!(ix_name(b"short"), None);
+    }
+}
