@@ -20,7 +20,7 @@
 //!   the copy in its header;
 //! - rename of a directory: one RPC when both parents are on one server.
 //!
-//! An `ESTALE` (a directory named by id that its server does not hold: a
+//! An `ENXIO` (a directory named by id that its server does not hold: a
 //! concurrent mkdir or rmdir) or `EAGAIN` (a sealed directory) is retried once
 //! under read locks on the path, with the path's cached entries dropped. An
 //! `EREMOTE` answers an operation on a name that is a directory: its attributes
@@ -74,7 +74,7 @@ impl std::ops::Deref for IndexFs {
 /// named by id that its server does not hold, or one sealed by an rmdir):
 /// retry under locks.
 fn may_be_transient(e: &Errno) -> bool {
-    matches!(e, Errno::ESTALE | Errno::EAGAIN)
+    matches!(e, Errno::ENXIO | Errno::EAGAIN)
 }
 
 fn dir_attr_from(l: &DirLookup) -> Attr {
@@ -161,6 +161,9 @@ impl IndexFs {
             return Ok(Place { server: self.home(ROOT_ID), at: At::Dir(ROOT_ID), parent: None });
         };
         let parent = self.resolve_dir(c, &parent_path).await?;
+        if !perm::allows(c, Owner::of_dir(&parent), true, access::X) {
+            return Err(Errno::EACCES);
+        }
         let at = At::Entry { dir: parent.id, name: name.to_string() };
         Ok(Place { server: self.entries_of(parent.id), at, parent: Some((parent, name.to_string())) })
     }
@@ -186,7 +189,7 @@ impl IndexFs {
                 let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
                 let r = attempt().await;
                 self.unlock(txn).await;
-                r.map_err(|e| if e == Errno::ESTALE { Errno::ENOENT } else { e })
+                r.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
             }
             other => other,
         }
@@ -244,7 +247,7 @@ impl IndexFs {
     async fn touch_parent(&self, c: &Creds, parent: Option<&DirLookup>) {
         let Some(parent) = parent.filter(|_| self.dir_times) else { return };
         if let Err(e) = self.rpc(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
-            if e != Errno::ENOENT && e != Errno::EREMOTE {
+            if e != Errno::ENOENT && e != Errno::ENXIO {
                 eprintln!("canopy-client: could not update the times of directory {:#x}: {e}", parent.id);
             }
         }
@@ -376,13 +379,23 @@ impl IndexFs {
         if s.is_root() || d.is_root() {
             return Err(Errno::EBUSY);
         }
+        // The source first: its errors come before the destination's, as on Linux.
         let sp = self.place(c, s).await?;
-        let dp = self.place(c, d).await?;
-        let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Err(Errno::EBUSY) };
-        match self.subdir(c, sdir, sname, s).await {
-            Ok(_) => {}
-            Err(Errno::ENOTDIR) => return self.rename_file(c, &sp, &dp).await,
+        let Some((sdir, sname)) = &sp.parent else { return Err(Errno::EBUSY) };
+        let is_dir = match self.subdir(c, sdir, sname, s).await {
+            Ok(_) => true,
+            Err(Errno::ENOTDIR) => false,
             Err(e) => return Err(e),
+        };
+        let dp = self.place(c, d).await?;
+        let Some((ddir, dname)) = &dp.parent else { return Err(Errno::EBUSY) };
+        if !is_dir {
+            // Onto a directory: EISDIR before any permission error, as on Linux
+            // (the source's server cannot see the destination here).
+            if sp.server != dp.server && self.subdir(c, ddir, dname, d).await.is_ok() {
+                return Err(Errno::EISDIR);
+            }
+            return self.rename_file(c, &sp, &dp).await;
         }
         if d.is_within(s) {
             return Err(Errno::EINVAL);
@@ -390,11 +403,19 @@ impl IndexFs {
         // A directory it replaces must be empty: seal it on its home first.
         let replaced = match self.subdir(c, ddir, dname, d).await {
             Ok(l) => Some(l),
-            Err(Errno::ENOENT | Errno::ENOTDIR) => None,
+            Err(Errno::ENOENT) => None,
+            // A file there: a directory cannot replace it.
             Err(e) => return Err(e),
         };
         let root = Creds::root();
         if let Some(r) = &replaced {
+            // Rights first (EACCES, EPERM before ENOTEMPTY, as on Linux): to move
+            // the source, and to replace the destination.
+            if r.id != self.subdir(c, sdir, sname, s).await?.id {
+                self.rpc(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await?;
+                let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client() };
+                self.rpc(dp.server, c, check).await?;
+            }
             self.rpc(self.home(r.id), &root, Request::IxSeal { dir: r.id, seal: true }).await?;
         }
         self.forget(sdir.id, sname);
@@ -460,12 +481,11 @@ impl IndexFs {
         self.drop_remote(inserted).await
     }
 
+    /// The source is shared first, so its errors (a directory: `EPERM`) come
+    /// before the destination's, as on Linux; a destination that then fails
+    /// takes the extra link back.
     async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<Attr> {
         let sp = self.place(c, s).await?;
-        let dp = self.place(c, d).await?;
-        if dp.parent.is_none() {
-            return Err(Errno::EEXIST);
-        }
         let (ino, home) = match self.rpc(sp.server, c, Request::LinkShare { at: sp.at }).await? {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
@@ -474,7 +494,12 @@ impl IndexFs {
             }
             other => return Err(unexpected(other)),
         };
-        if let Err(e) = self.rpc(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await {
+        let inserted = match self.place(c, d).await {
+            Ok(Place { parent: None, .. }) => Err(Errno::EEXIST),
+            Ok(dp) => self.rpc(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = inserted {
             self.link_delta(ino, home, -1).await?;
             return Err(e);
         }
@@ -483,6 +508,9 @@ impl IndexFs {
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
         let p = NsPath::parse(path)?;
+        if p.is_root() {
+            return Err(Errno::EISDIR);
+        }
         let reply = self
             .single(c, &p, |at| {
                 make(match at {
@@ -494,7 +522,6 @@ impl IndexFs {
             .await;
         match reply {
             Ok(Reply::Redirect { ino, home }) => self.rpc(home, c, make(FileRef::Ino(ino))).await,
-            Err(Errno::ESTALE) if p.is_root() => Err(Errno::EISDIR),
             r => r,
         }
     }
@@ -530,7 +557,7 @@ impl IndexFs {
                     // The header is still there: undo (unseal).
                     Ok(_) => self.rpc(self.home(child.id), &root, Request::IxSeal { dir: child.id, seal: false }).await.map(|_| ()),
                     // Dropped: the directory was empty and sealed; finish.
-                    Err(Errno::EREMOTE) => {
+                    Err(Errno::ENXIO) => {
                         let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client() };
                         self.rpc(self.entries_of(parent.id), &root, req).await.map(|_| ())
                     }

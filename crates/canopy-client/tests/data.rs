@@ -48,12 +48,16 @@ impl Kit {
     }
 }
 
+/// ShardFS over both stores, and IndexFS over RocksDB.
 fn each_cluster() -> Vec<Kit> {
     let dir = tempfile::tempdir().expect("tempdir");
     let rocks = InProcCluster::rocks(SERVERS, dir.path());
+    let ix_dir = tempfile::tempdir().expect("tempdir");
+    let indexfs = InProcCluster::rocks_mode("indexfs", SERVERS, ix_dir.path());
     vec![
-        Kit { name: "memory", cluster: InProcCluster::memory(SERVERS), _dir: None },
-        Kit { name: "rocks", cluster: rocks, _dir: Some(dir) },
+        Kit { name: "shardfs, memory", cluster: InProcCluster::memory(SERVERS), _dir: None },
+        Kit { name: "shardfs, rocks", cluster: rocks, _dir: Some(dir) },
+        Kit { name: "indexfs, rocks", cluster: indexfs, _dir: Some(ix_dir) },
     ]
 }
 

@@ -582,10 +582,10 @@ fn steps() -> impl Strategy<Value = Vec<(bool, Op)>> {
     })
 }
 
-fn check_run(steps: &[(bool, Op)]) -> Result<(), TestCaseError> {
+fn check_run(steps: &[(bool, Op)], mode: &'static str) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async {
-        let cluster = InProcCluster::memory(3);
+        let cluster = InProcCluster::memory_mode(mode, 3);
         let root = cluster.client();
         let usr = root.as_user(user());
         let mut model = Model::new();
@@ -618,7 +618,12 @@ proptest! {
 
     #[test]
     fn cluster_matches_model(steps in steps()) {
-        check_run(&steps)?;
+        check_run(&steps, "shardfs")?;
+    }
+
+    #[test]
+    fn indexfs_cluster_matches_model(steps in steps()) {
+        check_run(&steps, "indexfs")?;
     }
 }
 

@@ -18,11 +18,11 @@ pub fn errno(e: Errno) -> fuser::Errno {
 
 /// Errors about reaching the cluster rather than about the file: the
 /// transport's (refused, timed out, connection lost, a frame that would not
-/// encode or decode) and Canopy's internal routing answer (EREMOTE). No file
+/// encode or decode) and Canopy's internal routing answers (EREMOTE, ENXIO). No file
 /// system call documents them, and programs handle EIO as "the storage failed",
 /// as it did.
 pub fn reaches_programs_as_eio(e: Errno) -> bool {
-    matches!(e, Errno::ECONNREFUSED | Errno::ETIMEDOUT | Errno::ENOTCONN | Errno::EPROTO | Errno::EMSGSIZE | Errno::EREMOTE)
+    matches!(e, Errno::ECONNREFUSED | Errno::ETIMEDOUT | Errno::ENOTCONN | Errno::EPROTO | Errno::EMSGSIZE | Errno::EREMOTE | Errno::ENXIO)
 }
 
 /// A name or symlink target from the kernel as Canopy's UTF-8. Other bytes are

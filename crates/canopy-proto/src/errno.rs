@@ -27,6 +27,7 @@ errnos! {
     EPERM = 1, "Operation not permitted";
     ENOENT = 2, "No such file or directory";
     EIO = 5, "Input/output error";
+    ENXIO = 6, "No such device or address";
     EAGAIN = 11, "Resource temporarily unavailable";
     EACCES = 13, "Permission denied";
     EBUSY = 16, "Device or resource busy";

@@ -40,6 +40,8 @@ pub struct Core {
     /// File entries held here, kept by every write, so `Stats` is O(1) (counted
     /// once at open; fsck counts again).
     entries: AtomicI64,
+    /// The store was new at open: nothing was served from it before.
+    pub(crate) fresh: bool,
 }
 
 pub(crate) fn io(e: impl std::fmt::Display) -> Errno {
@@ -69,6 +71,7 @@ impl Core {
             problems: Mutex::new(Vec::new()),
             clock,
             entries: AtomicI64::new(entries),
+            fresh,
         })
     }
 

@@ -61,11 +61,15 @@ impl Drop for Mounted {
 }
 
 fn up() -> Mounted {
+    up_mode("shardfs")
+}
+
+fn up_mode(mode: &str) -> Mounted {
     assert!(Path::new("/dev/fuse").exists(), "these tests need /dev/fuse");
     // SAFETY: geteuid only reads the process's credentials.
     assert_eq!(unsafe { libc::geteuid() }, 0, "these tests mount without fusermount, as root");
     let m = Mounted { home: tempfile::tempdir().unwrap(), mounts: Vec::new() };
-    m.ok(&["up", "--servers", "4"]);
+    m.ok(&["up", "--servers", "4", "--mode", mode]);
     m
 }
 
@@ -153,7 +157,15 @@ fn chown(p: &Path, uid: u32) {
 
 #[test]
 fn shell_session_matches_a_local_directory_across_remounts() {
-    let mut m = up();
+    shell_session(up());
+}
+
+#[test]
+fn shell_session_matches_a_local_directory_across_remounts_on_indexfs() {
+    shell_session(up_mode("indexfs"));
+}
+
+fn shell_session(mut m: Mounted) {
     let mnt = m.mount("mnt", &[]);
     // A real tree to copy: part of /usr/share/doc (deterministic size and depth).
     let src = m.home.path().join("src");

@@ -274,13 +274,15 @@ impl IndexFs {
         })
     }
 
-    /// The source side of a rename between servers: the caller may move the
-    /// subdirectory (write on its directory, the sticky bit, and write on it:
-    /// its ".." changes, as its parent does).
-    pub(crate) fn rename_dir_out(&self, core: &Core, creds: &Creds, src: &Target) -> Result<Reply, Errno> {
-        let Target::Entry { dir, name } = src else { return Err(Errno::EINVAL) };
+    /// The source side of a directory rename, checked: the caller may move the
+    /// subdirectory (write on its directory, the sticky bit, and, to another
+    /// directory, write on it: its ".." changes).
+    pub(crate) fn rename_dir_out(&self, core: &Core, creds: &Creds, src: &Target, dst: &Target) -> Result<Reply, Errno> {
+        let (Target::Entry { dir, name }, Target::Entry { dir: to, .. }) = (src, dst) else { return Err(Errno::EINVAL) };
         let (_, moving) = self.child_for_change(core, creds, *dir, name)?;
-        perm::require(creds, Owner::of_dir(&moving.lookup), true, access::W)?;
+        if to != dir {
+            perm::require(creds, Owner::of_dir(&moving.lookup), true, access::W)?;
+        }
         Ok(Reply::Dir(moving.lookup))
     }
 

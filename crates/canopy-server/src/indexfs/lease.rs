@@ -83,9 +83,10 @@ const PRUNE_AT: usize = 1 << 20;
 
 impl Leases {
     /// A table for a server starting at `now`: mutations wait out the longest
-    /// lease an earlier run could have granted.
-    pub fn new(policy: LeasePolicy, now: u64) -> Leases {
-        Leases { policy, entries: HashMap::new(), floor: now + policy.longest_ms() as u64 }
+    /// lease an earlier run could have granted (none if its store is `fresh`).
+    pub fn new(policy: LeasePolicy, now: u64, fresh: bool) -> Leases {
+        let floor = if fresh { now } else { now + policy.longest_ms() as u64 };
+        Leases { policy, entries: HashMap::new(), floor }
     }
 
     pub fn policy(&self) -> LeasePolicy {
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_mutation_waits_for_the_latest_lease_and_lookups_meanwhile_are_not_cacheable() {
-        let mut l = Leases::new(LeasePolicy::Fixed { ms: 1000 }, 0);
+        let mut l = Leases::new(LeasePolicy::Fixed { ms: 1000 }, 0, false);
         assert_eq!(l.grant(7, 1, 5_000, A), 1000);
         assert_eq!(l.grant(7, 1, 5_400, B), 1000);
         let until = l.begin(7, A);
@@ -169,7 +170,7 @@ mod tests {
 
     #[test]
     fn the_only_holder_of_live_leases_does_not_wait_for_its_own() {
-        let mut l = Leases::new(LeasePolicy::Fixed { ms: 1000 }, 0);
+        let mut l = Leases::new(LeasePolicy::Fixed { ms: 1000 }, 0, false);
         l.grant(7, 1, 5_000, A);
         l.grant(7, 1, 5_100, A);
         assert_eq!(l.begin(7, A), 1000, "only A holds leases on it");
@@ -186,20 +187,22 @@ mod tests {
 
     #[test]
     fn a_restarted_server_waits_out_the_longest_lease() {
-        let mut l = Leases::new(LeasePolicy::Depth { k_ms: 4000 }, 10_000);
+        let mut l = Leases::new(LeasePolicy::Depth { k_ms: 4000 }, 10_000, false);
         assert_eq!(l.begin(1, A), 14_000);
         l.end(1);
         l.grant(1, 1, 10_000, A);
         assert_eq!(l.begin(1, A), 14_000, "even its only holder waits out the restart");
+        let mut fresh = Leases::new(LeasePolicy::Depth { k_ms: 4000 }, 10_000, true);
+        assert_eq!(fresh.begin(1, A), 10_000, "a new store granted nothing before");
     }
 
     #[test]
     fn policies_follow_depth_and_read_write_rate() {
-        let mut d = Leases::new(LeasePolicy::Depth { k_ms: 4000 }, 0);
+        let mut d = Leases::new(LeasePolicy::Depth { k_ms: 4000 }, 0, false);
         assert_eq!(d.grant(1, 1, 0, A), 4000);
         assert_eq!(d.grant(2, 4, 0, A), 1000);
         assert_eq!(d.grant(3, 0, 0, A), 4000, "the root counts as depth 1");
-        let mut r = Leases::new(LeasePolicy::Rate { l_ms: 2000 }, 0);
+        let mut r = Leases::new(LeasePolicy::Rate { l_ms: 2000 }, 0, false);
         assert_eq!(r.grant(5, 1, 0, A), 2000, "only reads so far");
         r.begin(5, A);
         r.end(5);

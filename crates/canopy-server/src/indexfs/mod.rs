@@ -92,7 +92,7 @@ impl IndexFs {
             })
             .map_err(|e| e.to_string())?;
         let me = IndexFs {
-            leases: Mutex::new(Leases::new(policy, core.clock.now_ms())),
+            leases: Mutex::new(Leases::new(policy, core.clock.now_ms(), core.fresh)),
             headers: AtomicI64::new(headers),
             lease_waits: AtomicU64::new(0),
             lease_wait_ms: AtomicU64::new(0),
@@ -117,10 +117,10 @@ impl IndexFs {
         b.put(PARTS, part_key(h.lookup.id, 0), keys::encode(h));
     }
 
-    /// The header of `dir` here, or `ESTALE`: the client named a directory
-    /// this server does not hold (gone, or not made yet: it retries under locks).
+    /// The header of `dir` here, or `ENXIO`: the client named a directory this
+    /// server does not hold (gone, or not made yet: it retries under locks).
     fn header_here(&self, core: &Core, dir: u64) -> Result<Header, Errno> {
-        self.header(core, dir)?.ok_or(Errno::ESTALE)
+        self.header(core, dir)?.ok_or(Errno::ENXIO)
     }
 
     fn dir_entry(&self, core: &Core, dir: u64, name: &str) -> Result<Option<DirEntryValue>, Errno> {
@@ -283,7 +283,7 @@ impl Mode for IndexFs {
             Request::IxDirSetAttr { dir, name, set, client } => self.dir_set_attr(core, creds, dir, &name, &set, client),
             Request::IxHeaderSet { lookup } => self.header_set(core, lookup),
             Request::IxRenameDir { src, dst, client } => self.rename_dir(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?, client),
-            Request::IxRenameDirOut { src, .. } => self.rename_dir_out(core, creds, &Target::parse(&src)?),
+            Request::IxRenameDirOut { src, dst } => self.rename_dir_out(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?),
             Request::IxRenameDirIn { dst, lookup } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup),
             Request::IxRenameDirCommit { src, id, client } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client),
             _ => Err(Errno::ENOSYS),
