@@ -1,7 +1,7 @@
 //! Bench results: one record per phase, printed as a table and written as JSON:
 //! `{"mode", "servers", "phases": [{"name", "ops", "errors", "seconds",
 //! "ops_per_sec", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits",
-//! "latency_us": {"p50","p70","p99"}}]}`.
+//! "cache_hits", "cache_misses", "lease_waits", "latency_us": {"p50","p70","p99"}}]}`.
 
 use crate::drive::Measured;
 use serde::Serialize;
@@ -47,6 +47,20 @@ pub struct RpcFigures {
     pub load_cov: f64,
     pub retries: u64,
     pub lock_waits: u64,
+    /// Path components a client found in (missing from) its lookup cache
+    /// (IndexFS; 0 in modes without one).
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Mutations that waited for a lookup lease to run out (IndexFS).
+    pub lease_waits: u64,
+}
+
+impl RpcFigures {
+    /// The share of lookups the cache answered, if there were any.
+    pub fn cache_hit_ratio(&self) -> Option<f64> {
+        let all = self.cache_hits + self.cache_misses;
+        (all > 0).then(|| self.cache_hits as f64 / all as f64)
+    }
 }
 
 impl PhaseReport {
@@ -80,6 +94,7 @@ impl BenchReport {
             "mode {}, {} servers, {} clients x {} in flight\n{:<8} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9}\n",
             self.mode, self.servers, self.clients, self.inflight, "phase", "ops", "seconds", "ops/s", "rpc/op", "load_cov", "retries", "p50 us", "p70 us", "p99 us"
         );
+        let mut caches = String::new();
         for p in &self.phases {
             let (amplification, load_cov, retries) = match &p.rpc {
                 Some(r) => (format!("{:.2}", r.rpc_amplification), format!("{:.3}", r.load_cov), r.retries.to_string()),
@@ -89,11 +104,21 @@ impl BenchReport {
                 "{:<8} {:>9} {:>8.2} {:>11.0} {:>8} {:>8} {:>7} {:>9.0} {:>9.0} {:>9.0}\n",
                 p.name, p.ops, p.seconds, p.ops_per_sec, amplification, load_cov, retries, p.latency_us.p50, p.latency_us.p70, p.latency_us.p99
             );
+            if let Some((r, ratio)) = p.rpc.as_ref().and_then(|r| r.cache_hit_ratio().map(|x| (r, x))) {
+                caches += &format!(
+                    "{:<8} lookup cache: {:.1}% hits ({} hits, {} misses); {} lease waits\n",
+                    p.name,
+                    100.0 * ratio,
+                    r.cache_hits,
+                    r.cache_misses,
+                    r.lease_waits
+                );
+            }
             if p.errors > 0 {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s
+        s + &caches
     }
 }
 
@@ -151,9 +176,13 @@ mod tests {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
         assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()] }.table().contains("      -        -       -"));
-        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0 });
+        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()] }.table();
+        assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
+        p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
+        assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits"), "{}", report(&p));
     }
 
     #[test]

@@ -68,9 +68,13 @@ fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
     total
 }
 
-async fn received_per_server(client: &Client) -> Result<Vec<u64>, Errno> {
+/// RPCs each server received (its `Stats` excepted), and the lease waits of
+/// all of them.
+async fn received_per_server(client: &Client) -> Result<(Vec<u64>, u64), Errno> {
     let stats = client.server_stats().await?;
-    Ok(stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect())
+    let received = stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect();
+    let waits = stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "lease_waits").map(|(_, n)| n).sum();
+    Ok((received, waits))
 }
 
 /// Runs the configured phases with `clients` and reports each.
@@ -89,11 +93,11 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         };
         // Read the servers' counters outside the window of the clients' counters,
         // so the bench's own Stats RPCs are not counted as the phase's.
-        let recv_before = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
+        let (recv_before, waits_before) = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
         let sent_before = sum_snapshots(&clients);
         let m = workers.measure(&step, cfg.progress).await;
         let sent = sum_snapshots(&clients).since(&sent_before);
-        let recv_after = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
+        let (recv_after, waits_after) = received_per_server(&first).await.map_err(|e| format!("stats: {e}"))?;
         let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
         let ops = step.ops() as u64;
         let mut phase = PhaseReport::new(name, ops, &m);
@@ -103,6 +107,9 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
             load_cov: cov(&received),
             retries: sent.retries,
             lock_waits: sent.lock_waits,
+            cache_hits: sent.cache_hits,
+            cache_misses: sent.cache_misses,
+            lease_waits: waits_after.saturating_sub(waits_before),
         });
         phases.push(phase);
     }

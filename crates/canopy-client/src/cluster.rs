@@ -27,6 +27,10 @@ pub struct ClusterFile {
     pub servers: Vec<String>,
     /// The lock service: `host:port`.
     pub lockd: String,
+    /// IndexFS: the lookup lease policy (`fixed[:MS]`, `depth[:K_MS]`,
+    /// `rate[:L_MS]`); `fixed:1000` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
     /// Where this file was read from (its key lies beside it); not stored.
     #[serde(skip)]
     pub path: PathBuf,

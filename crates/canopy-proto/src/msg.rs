@@ -249,6 +249,8 @@ pub struct ServerStats {
     pub rpcs: Vec<(String, u64)>,
     pub dirs: u64,
     pub files: u64,
+    /// The mode's own counters (IndexFS: lease waits and their total ms).
+    pub counters: Vec<(String, u64)>,
 }
 
 /// One server's view for `canopy fsck`.

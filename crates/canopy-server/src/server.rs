@@ -131,9 +131,8 @@ impl MetaServer {
     /// O(1): counters, the mode's directory count and the entry count kept by
     /// every write.
     pub fn stats(&self) -> ServerStats {
-        let mut rpcs = self.counters.snapshot();
-        rpcs.extend(self.mode.counters().into_iter().filter(|(_, n)| *n > 0));
-        ServerStats { server: self.cfg.index, rpcs, dirs: self.mode.dirs(), files: self.entry_count() }
+        let counters = self.mode.counters();
+        ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs: self.mode.dirs(), files: self.entry_count(), counters }
     }
 
     /// Tests: call `hook` with a mutation's targets each time one holds its locks

@@ -174,3 +174,46 @@ fn a_store_of_another_mode_and_an_unknown_mode_are_refused() {
     let err = MetaServer::open_mode("shardfs", cfg, store, SystemClock::shared()).err().unwrap();
     assert!(err.contains("made by a server of mode indexfs, not shardfs"), "{err}");
 }
+
+/// IndexFS: a chmod of a directory another client holds a lease on waits until
+/// that lease runs out (by the server's clock, moved by hand here); meanwhile
+/// lookups of it are answered uncacheable, and the mutating client's own lease
+/// does not hold it up.
+#[test]
+fn an_indexfs_chmod_waits_out_other_clients_leases_only() {
+    use canopy_proto::clock::ManualClock;
+    use canopy_proto::SetAttr;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let clock = ManualClock::new();
+    let s = Arc::new(
+        MetaServer::open_mode("indexfs", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), clock.clone()).unwrap(),
+    );
+    let root = Creds::root();
+    let Ok(Reply::Dir(d)) = s.handle(&root, Request::IxMkdir { dir: 1, name: "d".into(), mode: 0o755 }) else { panic!("mkdir") };
+    s.handle(&root, Request::IxMkHeader { lookup: d.clone(), parent: 1, depth: 1 }).unwrap();
+    let lookup = |client: u64| match s.handle(&root, Request::IxLookup { dir: 1, name: "d".into(), depth: 1, client }) {
+        Ok(Reply::IxEntry { lease_ms, .. }) => lease_ms,
+        other => panic!("{other:?}"),
+    };
+    // Client 7 alone holds a lease: its own chmod does not wait.
+    assert_eq!(lookup(7), 1000);
+    let chmod = |client: u64, mode: u32| Request::IxDirSetAttr { dir: 1, name: "d".into(), set: SetAttr::mode(mode), client };
+    assert!(matches!(s.handle(&root, chmod(7, 0o700)), Ok(Reply::Attr(a)) if a.mode & 0o7777 == 0o700));
+    // Client 8's lease holds up client 7's next chmod until it runs out.
+    assert_eq!(lookup(8), 1000);
+    let (tx, rx) = mpsc::channel();
+    let s2 = s.clone();
+    let t = std::thread::spawn(move || tx.send(s2.handle(&Creds::root(), chmod(7, 0o750))).unwrap());
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "waits for client 8's lease");
+    assert_eq!(lookup(9), 0, "not cacheable while a mutation waits");
+    clock.advance(999);
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "1 ms of the lease is left");
+    clock.advance(1);
+    let done = rx.recv_timeout(Duration::from_secs(5)).expect("the lease ran out");
+    assert!(matches!(&done, Ok(Reply::Attr(a)) if a.mode & 0o7777 == 0o750), "{done:?}");
+    t.join().unwrap();
+    assert_eq!(lookup(9), 1000, "cacheable again");
+    let Ok(Reply::Stats(st)) = s.handle(&root, Request::Stats) else { panic!("stats") };
+    assert!(st.counters.contains(&("lease_waits".into(), 1)), "{:?}", st.counters);
+}

@@ -10,7 +10,8 @@ use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::Service;
 use canopy_server::keys::ALL_CFS;
 use canopy_proto::clock::SystemClock;
-use canopy_server::{MetaServer, ServerConfig};
+use canopy_server::indexfs::lease::LeasePolicy;
+use canopy_server::{MetaServer, ModeOptions, ServerConfig};
 use canopy_store::{Durability, RocksStore, SharedStore};
 use clap::Args;
 use std::path::PathBuf;
@@ -166,9 +167,13 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
 /// The metadata server of the cluster's mode, over its RocksDB store (the
 /// server picks the mode's half of itself; it refuses a mode it does not know
 /// and a store another mode made).
-fn metadata_server(mode: &str, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<dyn Service>, String> {
+fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<dyn Service>, String> {
+    let lease = match &cluster.lease {
+        Some(l) => LeasePolicy::parse(l).map_err(|e| format!("cluster file {}: {e}", cluster.path.display()))?,
+        None => LeasePolicy::default(),
+    };
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
-    Ok(Arc::new(MetaServer::open_mode(mode, cfg, store, SystemClock::shared())?))
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease })?))
 }
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
@@ -177,7 +182,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let server = Arc::new(Delegating::new(metadata_server(&cluster.mode, cfg, args)?));
+    let server = Arc::new(Delegating::new(metadata_server(&cluster, cfg, args)?));
     let client = cluster_client(&cluster, &opts)?;
     let delegating = server.clone();
     let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));

@@ -33,6 +33,11 @@ pub struct UpArgs {
     /// keeps its own).
     #[arg(long)]
     pub mode: Option<String>,
+    /// IndexFS lookup lease policy: fixed[:MS] (default fixed:1000),
+    /// depth[:K_MS] (K/depth) or rate[:L_MS] (L x reads/(reads+writes)). Kept in
+    /// the cluster file; daemons started later read it.
+    #[arg(long)]
+    pub lease: Option<String>,
 }
 
 #[derive(Args)]
@@ -68,6 +73,12 @@ pub struct BenchArgs {
     /// Server durability for the temporary cluster.
     #[arg(long, default_value = "wal")]
     pub durability: String,
+    /// Namespace mode of the temporary cluster (shardfs or indexfs).
+    #[arg(long, default_value = "shardfs", conflicts_with = "posix")]
+    pub mode: String,
+    /// IndexFS lookup lease policy of the temporary cluster (see `canopy up`).
+    #[arg(long, conflicts_with = "posix")]
+    pub lease: Option<String>,
     /// Bench this directory with system calls instead of Canopy; no cluster is
     /// started or used. Repeat to compare directories side by side.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["servers", "durability"])]
@@ -207,10 +218,14 @@ fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
 
 /// Loads the cluster in `dir`, or makes a new one on free loopback ports (whose
 /// sockets stay open for the daemons).
-fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>) -> Result<(ClusterFile, Listeners), String> {
+fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, lease: Option<&str>) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
     if file.exists() {
-        let c = ClusterFile::load(&file)?;
+        let mut c = ClusterFile::load(&file)?;
+        if let Some(l) = lease.filter(|l| c.lease.as_deref() != Some(*l)) {
+            c.lease = Some(l.to_string());
+            c.save(&file)?;
+        }
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
             return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
         }
@@ -232,7 +247,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>) -> Result<(C
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
     let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile { mode: mode.unwrap_or("shardfs").into(), servers, lockd, path: file.clone() };
+    let c = ClusterFile { mode: mode.unwrap_or("shardfs").into(), servers, lockd, lease: lease.map(str::to_string), path: file.clone() };
     c.save(&file)?;
     Ok((c, listeners))
 }
@@ -242,9 +257,12 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     if let Some(m) = &args.mode {
         cluster::check_mode(m)?;
     }
+    if let Some(l) = &args.lease {
+        canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
+    }
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref())?;
+    let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), args.lease.as_deref())?;
     ensure_cluster_key(&c)?;
     let started = start(&dir, &c, &args.durability, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
@@ -398,7 +416,11 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
         None => {
             args.durability.parse::<canopy_store::Durability>()?;
             let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
-            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), None)?;
+            cluster::check_mode(&args.mode)?;
+            if let Some(l) = &args.lease {
+                canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
+            }
+            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), args.lease.as_deref())?;
             ensure_cluster_key(&c)?;
             eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
             start(tmp.path(), &c, &args.durability, listeners)?;
