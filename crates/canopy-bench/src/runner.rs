@@ -77,11 +77,50 @@ async fn received_per_server(client: &Client) -> Result<(Vec<u64>, u64), Errno> 
     Ok((received, waits))
 }
 
+/// The phase that makes `files` files in one new directory with one bulk create
+/// (IndexFS: bulk insertion), run after the others.
+pub const BULK_PHASE: &str = "bulk-create";
+
+/// Makes `files` files in the new directory `dir` with one `bulk_create`, then
+/// stats a sample of them (every name refused counts as an error). Its latency
+/// is the whole call's.
+async fn bulk_phase(clients: &[Client], first: &Client, dir: &str, files: usize) -> Result<PhaseReport, String> {
+    first.mkdir(dir, DIR_MODE).await.map_err(|e| format!("cannot create {dir}: {e}"))?;
+    let names: Vec<String> = (0..files).map(|i| format!("f{i:08}")).collect();
+    let (recv_before, _) = received_per_server(first).await.map_err(|e| format!("stats: {e}"))?;
+    let sent_before = sum_snapshots(clients);
+    let start = std::time::Instant::now();
+    let out = first.bulk_create(dir, &names, crate::workload::FILE_MODE).await.map_err(|e| format!("bulk create in {dir}: {e}"))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let sent = sum_snapshots(clients).since(&sent_before);
+    let (recv_after, _) = received_per_server(first).await.map_err(|e| format!("stats: {e}"))?;
+    let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
+    // Every name made must be there: a sample, spread over the names.
+    for name in names.iter().step_by((files / 1000).max(1)) {
+        first.stat(&format!("{dir}/{name}")).await.map_err(|e| format!("{dir}/{name} after the bulk create: {e}"))?;
+    }
+    let m = crate::drive::Measured { latencies: vec![(seconds * 1e9) as u64], errors: out.rejected.len() as u64, seconds };
+    let mut phase = PhaseReport::new(BULK_PHASE.into(), files as u64, &m);
+    phase.rpc = Some(RpcFigures {
+        rpcs: sent.total_rpcs(),
+        rpc_amplification: sent.total_rpcs() as f64 / files.max(1) as f64,
+        load_cov: cov(&received),
+        retries: sent.retries,
+        lock_waits: sent.lock_waits,
+        cache_hits: sent.cache_hits,
+        cache_misses: sent.cache_misses,
+        lease_waits: 0,
+    });
+    Ok(phase)
+}
+
 /// Runs the configured phases with `clients` and reports each.
 pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
     let first = clients.first().ok_or("no clients")?.clone();
     let tree = Tree::new(&cfg.root, cfg.dirs, cfg.files);
-    let steps = plan(&tree, &cfg.phases, cfg.stats, cfg.seed)?;
+    let bulk = cfg.phases.iter().any(|p| p == BULK_PHASE);
+    let others: Vec<String> = cfg.phases.iter().filter(|p| *p != BULK_PHASE).cloned().collect();
+    let steps = if others.is_empty() { Vec::new() } else { plan(&tree, &others, cfg.stats, cfg.seed)? };
     first.mkdir(&cfg.root, DIR_MODE).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
     // Worker w uses client w mod clients, so each client has `inflight` in flight.
@@ -112,6 +151,9 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
             lease_waits: waits_after.saturating_sub(waits_before),
         });
         phases.push(phase);
+    }
+    if bulk {
+        phases.push(bulk_phase(&clients, &first, &format!("{}/bulk", cfg.root), cfg.files).await?);
     }
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),

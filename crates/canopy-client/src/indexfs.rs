@@ -34,7 +34,7 @@ use crate::core::{unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use crate::namespace::{Namespace, Res};
+use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::txn::{after_commit, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
@@ -49,6 +49,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 const ROOT_ID: u64 = 1;
+
+/// Names per bulk insertion request (well inside a frame and the server's cap).
+const BULK_BATCH: usize = 100_000;
 
 #[derive(Debug, Clone)]
 struct Cached {
@@ -837,6 +840,35 @@ impl Namespace for IndexFs {
 
     fn counters(&self) -> &ClientCounters {
         &self.counters
+    }
+
+    /// Bulk insertion: the names go to the directory's server in batches of
+    /// [`BULK_BATCH`], each checked there and ingested as one table.
+    fn bulk_create<'a>(&'a self, c: &'a Creds, dir: &'a str, names: &'a [String], mode: u32) -> BoxFuture<'a, Res<BulkOutcome>> {
+        Box::pin(async move {
+            let p = NsPath::parse(dir)?;
+            let mut out = BulkOutcome::default();
+            for batch in names.chunks(BULK_BATCH) {
+                let files: Vec<(String, canopy_proto::Fid)> = batch.iter().map(|n| (n.clone(), self.fids.next())).collect();
+                let reply = self
+                    .optimistic(&p, || async {
+                        let d = self.resolve_dir(c, &p).await?;
+                        self.rpc(self.home(d.id), c, Request::IxBulkInsert { dir: d.id, files: files.clone(), mode }).await
+                    })
+                    .await?;
+                match reply {
+                    Reply::Bulk { inserted, rejected } => {
+                        out.created += inserted;
+                        out.rejected.extend(rejected);
+                    }
+                    other => return Err(unexpected(other)),
+                }
+            }
+            if out.created > 0 {
+                self.touch_parent(c, Some(&self.resolve_dir(c, &p).await?)).await;
+            }
+            Ok(out)
+        })
     }
 
     fn mode_name(&self) -> &'static str {

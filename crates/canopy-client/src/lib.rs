@@ -47,4 +47,4 @@ pub mod txn;
 
 pub use crate::core::NsOptions;
 pub use factory::open_namespace;
-pub use namespace::{Client, Namespace};
+pub use namespace::{BulkOutcome, Client, Namespace};

@@ -10,6 +10,18 @@ use std::sync::Arc;
 
 pub type Res<T> = Result<T, Errno>;
 
+/// What a bulk create did: how many files it made, and each name it refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BulkOutcome {
+    pub created: u64,
+    pub rejected: Vec<(String, Errno)>,
+}
+
+/// Errors a create gives about one name rather than its directory.
+fn refuses_the_name(e: Errno) -> bool {
+    matches!(e, Errno::EEXIST | Errno::EINVAL | Errno::ENAMETOOLONG | Errno::EISDIR)
+}
+
 /// A namespace strategy: every POSIX operation, with the caller's credentials.
 /// Paths are absolute Canopy paths (see `canopy_proto::path`).
 pub trait Namespace: Send + Sync + 'static {
@@ -51,6 +63,29 @@ pub trait Namespace: Send + Sync + 'static {
     /// many it recovered.
     fn repair(&self) -> BoxFuture<'_, Res<u64>>;
     fn counters(&self) -> &ClientCounters;
+
+    /// Creates regular files `names` of mode `mode` in directory `dir` at once
+    /// (IndexFS: bulk insertion). A name taken or invalid is refused on its own
+    /// and the rest are made; an error about the directory (it is missing, or
+    /// the caller may not write it) fails the call. By default, one create each.
+    fn bulk_create<'a>(&'a self, c: &'a Creds, dir: &'a str, names: &'a [String], mode: u32) -> BoxFuture<'a, Res<BulkOutcome>> {
+        Box::pin(async move {
+            let mut out = BulkOutcome::default();
+            for name in names {
+                if let Err(e) = canopy_proto::path::check_name(name).and_then(|_| if name == "." || name == ".." { Err(Errno::EINVAL) } else { Ok(()) }) {
+                    out.rejected.push((name.clone(), e));
+                    continue;
+                }
+                match self.create(c, &format!("{}/{name}", dir.trim_end_matches('/')), mode, IfExists::Fail).await {
+                    Ok(_) => out.created += 1,
+                    Err(e) if refuses_the_name(e) => out.rejected.push((name.clone(), e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(out)
+        })
+    }
+
     fn mode_name(&self) -> &'static str;
     fn servers(&self) -> u32;
 }
@@ -89,6 +124,12 @@ impl Client {
 
     pub async fn rmdir(&self, path: &str) -> Res<()> {
         self.ns.rmdir(&self.creds, path).await
+    }
+
+    /// Creates regular files `names` in directory `dir` at once (see
+    /// [`Namespace::bulk_create`]).
+    pub async fn bulk_create(&self, dir: &str, names: &[String], mode: u32) -> Res<BulkOutcome> {
+        self.ns.bulk_create(&self.creds, dir, names, mode).await
     }
 
     /// Creates a regular file; `EEXIST` if the name is taken (`O_CREAT|O_EXCL`).

@@ -41,6 +41,7 @@ macro_rules! semantics {
 }
 
 semantics!(
+    bulk_create_makes_what_creates_make,
     mkdir_rmdir,
     paths_through_files,
     create_unlink,
@@ -1101,5 +1102,39 @@ async fn deep_paths(c: Client) {
         deep.truncate(deep.len() - 2);
     }
     assert!(c.readdir("/").await.unwrap().is_empty());
+    assert_clean(&c).await;
+}
+
+/// A bulk create makes what one create per name would (IndexFS: one ingested
+/// table per batch), refuses taken and invalid names one by one, and fails
+/// whole on a directory the caller may not write or that does not exist.
+async fn bulk_create_makes_what_creates_make(c: Client) {
+    c.mkdir("/bk", 0o755).await.unwrap();
+    c.create("/bk/taken", 0o644).await.unwrap();
+    c.mkdir("/bk/sub", 0o755).await.unwrap();
+    let batch: Vec<String> = ["a", "b", "taken", "sub", "a", "x/y", ".."].iter().map(|s| s.to_string()).collect();
+    let out = c.bulk_create("/bk", &batch, 0o640).await.unwrap();
+    assert_eq!(out.created, 2);
+    let mut rejected = out.rejected.clone();
+    rejected.sort_by(|a, b| a.0.cmp(&b.0));
+    let want = vec![("..".to_string(), Errno::EINVAL), ("a".into(), Errno::EEXIST), ("sub".into(), Errno::EEXIST), ("taken".into(), Errno::EEXIST), ("x/y".into(), Errno::EINVAL)];
+    assert_eq!(rejected, want);
+    let a = c.stat("/bk/a").await.unwrap();
+    assert_eq!((a.kind, a.mode & 0o7777, a.size, a.nlink), (FileKind::File, 0o640, 0, 1));
+    assert_ne!(a.ino, c.stat("/bk/b").await.unwrap().ino);
+    assert_eq!(names(&c.readdir("/bk").await.unwrap()), vec!["a", "b", "sub", "taken"]);
+    // Many names, in several batches where the mode batches them.
+    // Many names: more than one batch where the mode batches them.
+    let many: Vec<String> = (0..60_000).map(|i| format!("m{i:05}")).collect();
+    c.mkdir("/bk/many", 0o755).await.unwrap();
+    assert_eq!(c.bulk_create("/bk/many", &many, 0o600).await.unwrap(), canopy_client::BulkOutcome { created: 60_000, rejected: vec![] });
+    for i in (0..60_000).step_by(4_999) {
+        c.stat(&format!("/bk/many/m{i:05}")).await.unwrap();
+    }
+    assert_eq!(c.rmdir("/bk/many").await, Err(Errno::ENOTEMPTY));
+    let user = c.as_user(Creds::user(1000, 1000));
+    assert_eq!(user.bulk_create("/bk", &["new".to_string()], 0o644).await, Err(Errno::EACCES));
+    assert_eq!(c.bulk_create("/nope", &batch[..1], 0o644).await, Err(Errno::ENOENT));
+    // fsck counts the ingested entries as every server counted them.
     assert_clean(&c).await;
 }

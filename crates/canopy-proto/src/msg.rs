@@ -14,6 +14,7 @@
 
 use crate::attr::{Attr, DirEntry, FileKind, SetAttr};
 use crate::fid::Fid;
+use crate::Errno;
 use serde::{Deserialize, Serialize};
 
 /// The replicated directory lookup state of one directory: what path resolution
@@ -468,6 +469,12 @@ requests! {
     /// ...on the source's: once no lease on it is live, drop the entry `src`
     /// if it still names directory `id`. Idempotent.
     IxRenameDirCommit { src: At, id: u64, client: u64 } = 0x030C,
+    /// IndexFS bulk insertion (seed 001): new regular files of mode `mode` in
+    /// directory `dir`, each with its name and the FID its creator made. The
+    /// server checks the caller may write there and that no name is taken, then
+    /// ingests the rest as one table; taken or invalid names are answered one
+    /// by one in `Reply::Bulk`.
+    IxBulkInsert { dir: u64, files: Vec<(String, Fid)>, mode: u32 } = 0x030D,
 }
 
 /// The successful answer to a request.
@@ -511,6 +518,9 @@ pub enum Reply {
     /// IndexFS: a directory entry for the client's lookup cache, valid for
     /// `lease_ms` (0: do not cache), and the partitions of the directory known.
     IxEntry { lookup: DirLookup, depth: u32, parts: crate::giga::PartMap, lease_ms: u32 },
+    /// What a bulk insertion did: how many files it made, and each name it
+    /// refused with why (`EEXIST`, `EINVAL`, `ENAMETOOLONG`).
+    Bulk { inserted: u64, rejected: Vec<(String, Errno)> },
 }
 
 #[cfg(test)]
@@ -573,6 +583,7 @@ mod tests {
         ("IxRenameDirOut", 0x030A),
         ("IxRenameDirIn", 0x030B),
         ("IxRenameDirCommit", 0x030C),
+        ("IxBulkInsert", 0x030D),
     ];
 
     #[test]
@@ -622,6 +633,7 @@ mod tests {
             Reply::Backend { .. } => 18,
             Reply::Spill { .. } => 19,
             Reply::IxEntry { .. } => 20,
+            Reply::Bulk { .. } => 21,
         }
     }
 
@@ -652,6 +664,7 @@ mod tests {
             Reply::Backend { fid, size: 0 },
             Reply::Spill { fid, data: vec![], size: 0 },
             Reply::IxEntry { lookup: DirLookup { id: 1, mode: 0, uid: 0, gid: 0 }, depth: 1, parts: crate::giga::PartMap::new(), lease_ms: 1 },
+            Reply::Bulk { inserted: 0, rejected: vec![] },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -183,6 +183,12 @@ impl Core {
         Ok(())
     }
 
+    /// Counts `n` file entries added outside `write` (an ingested table whose
+    /// names the caller found free under its lock).
+    pub(crate) fn added_entries(&self, n: u64) {
+        self.entries.fetch_add(n as i64, Ordering::AcqRel);
+    }
+
     /// How many file entries `batch` adds (negative: removes), from what each
     /// key it changes holds now and will hold after.
     fn entry_delta(&self, batch: &Batch) -> Result<i64, Errno> {

@@ -149,6 +149,12 @@ pub trait Store: Send + Sync {
     /// all at once; a key already present takes the table's value. The files are
     /// left in place.
     fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()>;
+
+    /// A directory for table files on their way into this store (on its own
+    /// file system where it has one, so an ingest need not copy across disks).
+    fn scratch_dir(&self) -> PathBuf {
+        std::env::temp_dir()
+    }
 }
 
 pub type SharedStore = Arc<dyn Store>;

@@ -31,7 +31,7 @@ impl RocksStore {
         if let Durability::Group { .. } = durability {
             opts.set_manual_wal_flush(true);
         }
-        let descriptors = cfs.iter().map(|cf| ColumnFamilyDescriptor::new(*cf, Options::default()));
+        let descriptors = cfs.iter().map(|cf| ColumnFamilyDescriptor::new(*cf, cf_options()));
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, descriptors).map_err(err)?);
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(durability == Durability::Fsync);
@@ -45,6 +45,21 @@ impl RocksStore {
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
         self.db.cf_handle(name).ok_or_else(|| StoreError(format!("unknown column family {name}")))
     }
+}
+
+/// Per column family: a Bloom filter (10 bits a key) on every table, so a point
+/// lookup of an absent key (a create's existence check, a bulk insertion's
+/// collision check) skips the tables that cannot hold it instead of reading a
+/// block of each. Measured with bulk insertion into one directory, whose
+/// ingested tables all overlap: 50,000-name batches slowed from 0.12 s to 2 s
+/// by the sixth without filters.
+fn cf_options() -> Options {
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    let mut o = Options::default();
+    o.set_block_based_table_factory(&table);
+    o
 }
 
 /// Group commit: write and sync the buffered log every `ms` milliseconds.
@@ -128,6 +143,10 @@ impl Store for RocksStore {
     fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()> {
         self.db.ingest_external_file_cf(self.cf(cf)?, paths.to_vec()).map_err(err)
     }
+
+    fn scratch_dir(&self) -> PathBuf {
+        self.db.path().join("ingest")
+    }
 }
 
 /// Visits `iter`'s pairs while their keys start with `prefix` and `f` says go on.
@@ -146,7 +165,8 @@ fn write_sst(path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -
     if path.exists() {
         return Err(StoreError(format!("{} exists", path.display())));
     }
-    let opts = Options::default();
+    // The tables' own options: an ingested table gets the Bloom filter too.
+    let opts = cf_options();
     let mut w = SstFileWriter::create(&opts);
     w.open(path).map_err(err)?;
     let mut n = 0u64;

@@ -14,8 +14,9 @@
 //! - `dirtimes`: directory id → times, on its home.
 //!
 //! Not yet (issue "IndexFS mode"): GIGA+ splits (every directory is its
-//! partition 0), renames of a directory across servers, bulk insertion.
+//! partition 0).
 
+mod bulk;
 mod dirs;
 pub mod lease;
 
@@ -286,6 +287,7 @@ impl Mode for IndexFs {
             Request::IxRenameDirOut { src, dst } => self.rename_dir_out(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?),
             Request::IxRenameDirIn { dst, lookup } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup),
             Request::IxRenameDirCommit { src, id, client } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client),
+            Request::IxBulkInsert { dir, files, mode } => self.bulk_insert(core, creds, dir, files, mode),
             _ => Err(Errno::ENOSYS),
         }
     }
@@ -300,7 +302,11 @@ impl IndexFs {
     pub(crate) fn blocks(req: &Request) -> bool {
         matches!(
             req,
-            Request::IxRmdir { check_only: false, .. } | Request::IxDirSetAttr { .. } | Request::IxRenameDir { .. } | Request::IxRenameDirCommit { .. }
+            Request::IxRmdir { check_only: false, .. }
+                | Request::IxDirSetAttr { .. }
+                | Request::IxRenameDir { .. }
+                | Request::IxRenameDirCommit { .. }
+                | Request::IxBulkInsert { .. }
         )
     }
 
