@@ -382,6 +382,7 @@ impl IndexFs {
         if s.is_root() || d.is_root() {
             return Err(Errno::EBUSY);
         }
+        self.step(|| Step::Locked(Intent::Rename { src: s.to_string(), dst: d.to_string() })).await?;
         // The source first: its errors come before the destination's, as on Linux.
         let sp = self.place(c, s).await?;
         let Some((sdir, sname)) = &sp.parent else { return Err(Errno::EBUSY) };
@@ -398,7 +399,7 @@ impl IndexFs {
             if sp.server != dp.server && self.subdir(c, ddir, dname, d).await.is_ok() {
                 return Err(Errno::EISDIR);
             }
-            return self.rename_file(c, &sp, &dp).await;
+            return self.rename_file(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await;
         }
         if d.is_within(s) {
             return Err(Errno::EINVAL);
@@ -463,7 +464,7 @@ impl IndexFs {
         Ok(inserted)
     }
 
-    async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place) -> Res<()> {
+    async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<()> {
         if sp.server == dp.server {
             let r = self.rpc(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
             return self.drop_remote(r).await;
@@ -480,6 +481,7 @@ impl IndexFs {
         if inserted == Reply::Unit {
             return Ok(());
         }
+        self.step(|| Step::PrimaryDone(intent.clone())).await?;
         self.rpc(sp.server, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
@@ -578,10 +580,31 @@ impl IndexFs {
             }
             Intent::Rename { src, dst } => {
                 let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-                self.recover_file_rename(&s, &d).await
+                self.cache().clear();
+                match self.recover_dir_rename(&s, &d).await? {
+                    true => Ok(()),
+                    false => self.recover_file_rename(&s, &d).await,
+                }
             }
             Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
         }
+    }
+
+    /// A directory rename between servers that died after its insert (the
+    /// commit point) left one directory under both names: drop the source.
+    /// False if the source is no directory (a file rename, or nothing to do).
+    async fn recover_dir_rename(&self, s: &NsPath, d: &NsPath) -> Res<bool> {
+        let root = Creds::root();
+        let (Ok(sp), Ok(dp)) = (self.place(&root, s).await, self.place(&root, d).await) else { return Ok(false) };
+        let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Ok(false) };
+        let Ok(src) = self.fresh_lookup(sdir.id, sname).await else { return Ok(false) };
+        if let Ok(dst) = self.fresh_lookup(ddir.id, dname).await {
+            if dst.id == src.id {
+                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
+                self.rpc(sp.server, &root, commit).await?;
+            }
+        }
+        Ok(true)
     }
 
     /// A file rename that died between inserting the destination and dropping

@@ -65,7 +65,7 @@ impl IndexFs {
         let mut pairs = Vec::with_capacity(files.len());
         for (name, fid) in files {
             let key = ix_key(dir, &name);
-            if let Some(e) = refusal(&name, &mut seen, &taken, &key)? {
+            if let Some(e) = refusal(&name, &mut seen, taken, &key)? {
                 rejected.push((name, e));
                 continue;
             }
