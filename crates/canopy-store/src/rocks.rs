@@ -52,11 +52,13 @@ impl RocksStore {
 /// collision check) skips the tables that cannot hold it instead of reading a
 /// block of each. Measured with bulk insertion into one directory, whose
 /// ingested tables all overlap: 50,000-name batches slowed from 0.12 s to 2 s
-/// by the sixth without filters.
+/// by the sixth without filters. Index and filter blocks stay with their table
+/// rather than compete in the block cache: 1M names in-process in 4.3 s when
+/// cached, 3.2 s kept.
 fn cf_options() -> Options {
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
-    table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks(false);
     let mut o = Options::default();
     o.set_block_based_table_factory(&table);
     o
