@@ -77,6 +77,21 @@ async fn received_per_server(client: &Client) -> Result<(Vec<u64>, u64), Errno> 
     Ok((received, waits))
 }
 
+/// A phase's RPC figures from what the clients sent for `ops` operations, what
+/// each server received and the lease waits the servers counted.
+fn figures(sent: &CounterSnapshot, ops: u64, received: &[u64], lease_waits: u64) -> RpcFigures {
+    RpcFigures {
+        rpcs: sent.total_rpcs(),
+        rpc_amplification: sent.total_rpcs() as f64 / ops.max(1) as f64,
+        load_cov: cov(received),
+        retries: sent.retries,
+        lock_waits: sent.lock_waits,
+        cache_hits: sent.cache_hits,
+        cache_misses: sent.cache_misses,
+        lease_waits,
+    }
+}
+
 /// The phase that makes `files` files in one new directory with one bulk create
 /// (IndexFS: bulk insertion), run after the others.
 pub const BULK_PHASE: &str = "bulk-create";
@@ -101,16 +116,7 @@ async fn bulk_phase(clients: &[Client], first: &Client, dir: &str, files: usize)
     }
     let m = crate::drive::Measured { latencies: vec![(seconds * 1e9) as u64], errors: out.rejected.len() as u64, seconds };
     let mut phase = PhaseReport::new(BULK_PHASE.into(), files as u64, &m);
-    phase.rpc = Some(RpcFigures {
-        rpcs: sent.total_rpcs(),
-        rpc_amplification: sent.total_rpcs() as f64 / files.max(1) as f64,
-        load_cov: cov(&received),
-        retries: sent.retries,
-        lock_waits: sent.lock_waits,
-        cache_hits: sent.cache_hits,
-        cache_misses: sent.cache_misses,
-        lease_waits: 0,
-    });
+    phase.rpc = Some(figures(&sent, files as u64, &received, 0));
     Ok(phase)
 }
 
@@ -140,16 +146,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
         let ops = step.ops() as u64;
         let mut phase = PhaseReport::new(name, ops, &m);
-        phase.rpc = Some(RpcFigures {
-            rpcs: sent.total_rpcs(),
-            rpc_amplification: sent.total_rpcs() as f64 / ops.max(1) as f64,
-            load_cov: cov(&received),
-            retries: sent.retries,
-            lock_waits: sent.lock_waits,
-            cache_hits: sent.cache_hits,
-            cache_misses: sent.cache_misses,
-            lease_waits: waits_after.saturating_sub(waits_before),
-        });
+        phase.rpc = Some(figures(&sent, ops, &received, waits_after.saturating_sub(waits_before)));
         phases.push(phase);
     }
     if bulk {

@@ -113,3 +113,19 @@ pub(crate) fn unexpected(r: Reply) -> Errno {
     eprintln!("canopy-client: unexpected reply {r:?}");
     Errno::EPROTO
 }
+
+/// A directory's attributes from its lookup state alone (times and the real
+/// link count are its primary's or home's to tell).
+pub(crate) fn dir_attr_from(l: &canopy_proto::msg::DirLookup) -> canopy_proto::Attr {
+    canopy_proto::Attr { ino: l.id, kind: canopy_proto::FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
+}
+
+/// The part of a setattr that changes a directory's lookup state (mode, owner).
+pub(crate) fn lookup_part(set: &canopy_proto::SetAttr) -> canopy_proto::SetAttr {
+    canopy_proto::SetAttr { mode: set.mode, uid: set.uid, gid: set.gid, ..canopy_proto::SetAttr::default() }
+}
+
+/// The part of a setattr that sets times, if any.
+pub(crate) fn times_part(set: &canopy_proto::SetAttr) -> Option<canopy_proto::SetAttr> {
+    (set.atime.is_some() || set.mtime.is_some()).then(|| canopy_proto::SetAttr { atime: set.atime, mtime: set.mtime, ..canopy_proto::SetAttr::default() })
+}

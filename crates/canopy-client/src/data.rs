@@ -57,6 +57,17 @@ pub enum DataRead {
     Backend { fid: Fid, size: u64 },
 }
 
+impl DataRead {
+    /// A `ReadData` answer.
+    pub(crate) fn from_reply(reply: canopy_proto::Reply) -> Result<DataRead, canopy_proto::Errno> {
+        match reply {
+            canopy_proto::Reply::Data(bytes) => Ok(DataRead::Inline(bytes)),
+            canopy_proto::Reply::Backend { fid, size } => Ok(DataRead::Backend { fid, size }),
+            other => Err(crate::core::unexpected(other)),
+        }
+    }
+}
+
 /// What a write of file contents did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataWrite {
@@ -68,6 +79,18 @@ pub enum DataWrite {
     /// file is `size` bytes, zeros past `data`) to the back-end file, then confirm
     /// with `spilled`.
     Spill { fid: Fid, data: Vec<u8>, size: u64 },
+}
+
+impl DataWrite {
+    /// A `WriteData` answer.
+    pub(crate) fn from_reply(reply: canopy_proto::Reply) -> Result<DataWrite, canopy_proto::Errno> {
+        match reply {
+            canopy_proto::Reply::Attr(a) => Ok(DataWrite::Written(a)),
+            canopy_proto::Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
+            canopy_proto::Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
+            other => Err(crate::core::unexpected(other)),
+        }
+    }
 }
 
 /// Told when the last name of a file with back-end contents is gone, so whoever

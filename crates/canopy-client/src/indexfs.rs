@@ -30,7 +30,7 @@
 //! on its home), renames of a directory between two servers (`EXDEV`), bulk
 //! insertion.
 
-use crate::core::{unexpected, ClientCore, NsOptions};
+use crate::core::{dir_attr_from, lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
@@ -78,18 +78,6 @@ impl std::ops::Deref for IndexFs {
 /// retry under locks.
 fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::ENXIO | Errno::EAGAIN)
-}
-
-fn dir_attr_from(l: &DirLookup) -> Attr {
-    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
-}
-
-fn lookup_part(set: &SetAttr) -> SetAttr {
-    SetAttr { mode: set.mode, uid: set.uid, gid: set.gid, ..SetAttr::default() }
-}
-
-fn times_part(set: &SetAttr) -> Option<SetAttr> {
-    (set.atime.is_some() || set.mtime.is_some()).then(|| SetAttr { atime: set.atime, mtime: set.mtime, ..SetAttr::default() })
 }
 
 /// Where an operation's entry is: the server holding its directory's entries
@@ -714,23 +702,14 @@ impl Namespace for IndexFs {
 
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
         Box::pin(async move {
-            match self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await? {
-                Reply::Data(bytes) => Ok(DataRead::Inline(bytes)),
-                Reply::Backend { fid, size } => Ok(DataRead::Backend { fid, size }),
-                other => Err(unexpected(other)),
-            }
+            DataRead::from_reply(self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await?)
         })
     }
 
     fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
         Box::pin(async move {
             let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
-            match self.data_rpc(c, path, make).await? {
-                Reply::Attr(a) => Ok(DataWrite::Written(a)),
-                Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
-                Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
-                other => Err(unexpected(other)),
-            }
+            DataWrite::from_reply(self.data_rpc(c, path, make).await?)
         })
     }
 

@@ -22,7 +22,7 @@
 //! 2; both (and every chown, and every directory rename), fenced: every server
 //! answers single-RPC operations on the affected subtrees EAGAIN until it ends.
 
-use crate::core::{pick_error, unexpected, ClientCore, NsOptions};
+use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected, ClientCore, NsOptions};
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
@@ -63,18 +63,6 @@ impl std::ops::Deref for ShardFs {
 /// EAGAIN: the server fenced the path off for a non-monotonic transaction.
 fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
-}
-
-fn dir_attr_from(l: &DirLookup) -> Attr {
-    Attr { ino: l.id, kind: FileKind::Dir, mode: l.mode, uid: l.uid, gid: l.gid, size: 0, nlink: 2, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
-}
-
-fn lookup_part(set: &SetAttr) -> SetAttr {
-    SetAttr { mode: set.mode, uid: set.uid, gid: set.gid, ..SetAttr::default() }
-}
-
-fn times_part(set: &SetAttr) -> Option<SetAttr> {
-    (set.atime.is_some() || set.mtime.is_some()).then(|| SetAttr { atime: set.atime, mtime: set.mtime, ..SetAttr::default() })
 }
 
 impl ShardFs {

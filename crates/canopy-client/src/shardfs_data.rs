@@ -21,21 +21,12 @@ impl ShardFs {
     }
 
     pub(crate) async fn do_read_data(&self, c: &Creds, path: &str, offset: u64, len: u32) -> Res<DataRead> {
-        match self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await? {
-            Reply::Data(bytes) => Ok(DataRead::Inline(bytes)),
-            Reply::Backend { fid, size } => Ok(DataRead::Backend { fid, size }),
-            other => Err(unexpected(other)),
-        }
+        DataRead::from_reply(self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await?)
     }
 
     pub(crate) async fn do_write_data(&self, c: &Creds, path: &str, offset: u64, data: &[u8], inline_max: u32, kill_suid: bool) -> Res<DataWrite> {
         let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
-        match self.data_rpc(c, path, make).await? {
-            Reply::Attr(a) => Ok(DataWrite::Written(a)),
-            Reply::Backend { fid, size } => Ok(DataWrite::Backend { fid, size }),
-            Reply::Spill { fid, data, size } => Ok(DataWrite::Spill { fid, data, size }),
-            other => Err(unexpected(other)),
-        }
+        DataWrite::from_reply(self.data_rpc(c, path, make).await?)
     }
 
     pub(crate) async fn do_spilled(&self, c: &Creds, path: &str, len: u64, digest: u64) -> Res<Attr> {

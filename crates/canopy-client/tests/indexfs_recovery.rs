@@ -8,7 +8,8 @@ use canopy_client::txn::{Step, StepAction, StepHook};
 use canopy_client::Client;
 use canopy_proto::giga;
 use canopy_proto::msg::Intent;
-use canopy_proto::{Errno, FileKind};
+use canopy_proto::Errno;
+use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -38,25 +39,6 @@ async fn populate(c: &Client) {
     for i in 0..8 {
         c.mkdir(&format!("/p{i}"), 0o755).await.unwrap();
     }
-}
-
-type Tree = Vec<(String, FileKind, u32, u32, u32, u32)>;
-
-async fn tree(c: &Client) -> Tree {
-    let mut out = Vec::new();
-    let mut dirs = vec!["/".to_string()];
-    while let Some(d) = dirs.pop() {
-        for e in c.readdir(&d).await.unwrap() {
-            let p = if d == "/" { format!("/{}", e.name) } else { format!("{d}/{}", e.name) };
-            let a = c.stat(&p).await.unwrap();
-            if a.kind == FileKind::Dir {
-                dirs.push(p.clone());
-            }
-            out.push((p, a.kind, a.mode, a.nlink, a.uid, a.gid));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
 }
 
 #[derive(Clone, Debug)]

@@ -10,6 +10,7 @@ use canopy_proto::msg::Intent;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Errno, FileKind};
+use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -46,26 +47,6 @@ async fn populate(c: &Client) {
         c.create(&format!("/a/sub/g{i}"), 0o644).await.unwrap();
     }
     c.mkdir("/empty", 0o755).await.unwrap();
-}
-
-type Tree = Vec<(String, FileKind, u32, u32, u32, u32)>;
-
-/// Every object's path, kind, mode, nlink, uid and gid, walked from the root.
-async fn tree(c: &Client) -> Tree {
-    let mut out = Vec::new();
-    let mut dirs = vec!["/".to_string()];
-    while let Some(d) = dirs.pop() {
-        for e in c.readdir(&d).await.unwrap() {
-            let p = if d == "/" { format!("/{}", e.name) } else { format!("{d}/{}", e.name) };
-            let a = c.stat(&p).await.unwrap();
-            if a.kind == FileKind::Dir {
-                dirs.push(p.clone());
-            }
-            out.push((p, a.kind, a.mode, a.nlink, a.uid, a.gid));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
 }
 
 #[derive(Clone, Copy, Debug)]

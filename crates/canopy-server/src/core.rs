@@ -149,20 +149,8 @@ impl Core {
     /// (nlink = 2 + subdirectories) and the times this server keeps of it (zero
     /// where it keeps none).
     pub(crate) fn dir_attr(&self, lookup: &DirLookup, subdirs: u32) -> Result<Attr, Errno> {
-        let times = self.load_dir_times(lookup.id)?.unwrap_or(DirTimes { atime: 0, mtime: 0, ctime: 0 });
-        Ok(Attr {
-            ino: lookup.id,
-            kind: FileKind::Dir,
-            mode: lookup.mode,
-            uid: lookup.uid,
-            gid: lookup.gid,
-            size: 0,
-            nlink: 2 + subdirs,
-            rdev: 0,
-            atime: times.atime,
-            mtime: times.mtime,
-            ctime: times.ctime,
-        })
+        let times = self.load_dir_times(lookup.id)?.unwrap_or(NO_TIMES);
+        Ok(dir_attr_of(lookup, subdirs, times))
     }
 
     /// Writes `batch` atomically, keeping the entry count. Callers hold the
@@ -226,6 +214,32 @@ impl Core {
     pub(crate) fn problems(&self) -> Vec<String> {
         self.problems.lock().clone()
     }
+}
+
+const NO_TIMES: DirTimes = DirTimes { atime: 0, mtime: 0, ctime: 0 };
+
+/// A directory's attributes from its lookup state, subdirectory count
+/// (nlink = 2 + subdirectories) and times.
+pub(crate) fn dir_attr_of(lookup: &DirLookup, subdirs: u32, times: DirTimes) -> Attr {
+    Attr {
+        ino: lookup.id,
+        kind: FileKind::Dir,
+        mode: lookup.mode,
+        uid: lookup.uid,
+        gid: lookup.gid,
+        size: 0,
+        nlink: 2 + subdirs,
+        rdev: 0,
+        atime: times.atime,
+        mtime: times.mtime,
+        ctime: times.ctime,
+    }
+}
+
+/// A directory's attributes from its lookup state alone (what a setattr of
+/// mode or owner is checked against).
+pub(crate) fn lookup_attr(lookup: &DirLookup) -> Attr {
+    dir_attr_of(lookup, 0, NO_TIMES)
 }
 
 fn describe(t: &crate::Target) -> String {

@@ -4,7 +4,7 @@
 //! or undo them).
 
 use super::{ix_key, DirEntryValue, Header, IndexFs};
-use crate::core::Core;
+use crate::core::{lookup_attr, Core};
 use crate::keys::{self, DIRS, DIRTIMES, PARTS};
 use crate::mode::{Located, Mode, Target};
 use crate::ROOT_ID;
@@ -13,25 +13,9 @@ use canopy_posix::setattr;
 use canopy_proto::attr::{access, S_ISGID};
 use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::{DirLookup, DirTimes};
-use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, SetAttr};
+use canopy_proto::{Creds, Errno, Reply, SetAttr};
 use canopy_store::Batch;
 use std::sync::atomic::Ordering;
-
-fn attr_of(lookup: &DirLookup) -> Attr {
-    Attr {
-        ino: lookup.id,
-        kind: FileKind::Dir,
-        mode: lookup.mode,
-        uid: lookup.uid,
-        gid: lookup.gid,
-        size: 0,
-        nlink: 2,
-        rdev: 0,
-        atime: 0,
-        mtime: 0,
-        ctime: 0,
-    }
-}
 
 impl IndexFs {
     fn is_home(&self, core: &Core, dir: u64) -> bool {
@@ -177,7 +161,7 @@ impl IndexFs {
             let _lease = self.wait_leases(core, ROOT_ID, client);
             let _g = core.lock_stripes(|| vec![ROOT_ID], false, &[&Target::Dir(ROOT_ID)]);
             let mut h = self.header_here(core, ROOT_ID)?;
-            let mut attr = attr_of(&h.lookup);
+            let mut attr = lookup_attr(&h.lookup);
             setattr::apply(creds, &mut attr, set, core.now_ns())?;
             h.lookup = DirLookup { id: ROOT_ID, mode: attr.mode, uid: attr.uid, gid: attr.gid };
             let mut b = Batch::new();
@@ -196,7 +180,7 @@ impl IndexFs {
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
         self.searchable(core, creds, dir)?;
         let mut entry = self.dir_entry(core, dir, name)?.filter(|d| d.lookup.id == id).ok_or(Errno::ENOENT)?;
-        let mut attr = attr_of(&entry.lookup);
+        let mut attr = lookup_attr(&entry.lookup);
         setattr::apply(creds, &mut attr, set, core.now_ns())?;
         entry.lookup = DirLookup { id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         let mut b = Batch::new();
