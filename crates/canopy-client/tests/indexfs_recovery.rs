@@ -4,27 +4,19 @@
 //! namespace must then equal the tree before the operation or after it, the one
 //! its commit point says, and fsck must be clean.
 
-use canopy_client::txn::{Step, StepAction, StepHook};
+use canopy_client::txn::Step;
 use canopy_client::Client;
 use canopy_proto::giga;
 use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
 use canopy_testkit::tree::{tree, Tree};
+use canopy_testkit::hooks::DieAt;
 use canopy_testkit::InProcCluster;
-use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
 const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 150;
-
-struct DieAt(Step);
-
-impl StepHook for DieAt {
-    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
-        Box::pin(async move { if step == self.0 { StepAction::Die } else { StepAction::Continue } })
-    }
-}
 
 /// /a with files and a subdirectory, /empty, and directories /p0../p7 (their
 /// homes differ, so some rename between servers).

@@ -4,36 +4,21 @@
 //! the tree before the operation or the tree after it (as a cluster without faults
 //! makes it), exactly the one the commit point says, and fsck must be clean.
 
-use canopy_client::txn::{Step, StepAction, StepHook};
+use canopy_client::txn::Step;
 use canopy_client::Client;
 use canopy_proto::msg::Intent;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Errno, FileKind};
 use canopy_testkit::tree::{tree, Tree};
+use canopy_testkit::hooks::DieAt;
 use canopy_testkit::InProcCluster;
-use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
 const SERVERS: u32 = 4;
 /// The dying coordinator's lease: short, so the test need not wait long.
 const LEASE_MS: u32 = 150;
-
-/// Kills the coordinator at one step.
-struct DieAt(Step);
-
-impl StepHook for DieAt {
-    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
-        Box::pin(async move {
-            if step == self.0 {
-                StepAction::Die
-            } else {
-                StepAction::Continue
-            }
-        })
-    }
-}
 
 /// The starting namespace: enough files below /a that renaming it migrates some.
 async fn populate(c: &Client) {

@@ -18,6 +18,7 @@
 
 mod cluster;
 mod faulty;
+pub mod hooks;
 pub mod tree;
 
 pub use cluster::InProcCluster;
