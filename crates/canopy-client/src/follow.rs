@@ -96,6 +96,25 @@ impl ClientCore {
         Ok(fsck::summarise(&reports, &self.list_txns().await?, layout))
     }
 
+    /// Recovers every transaction whose coordinator's lease ran out, taking its
+    /// locks with the mode's `lock` (which recovers what the lock service hands
+    /// over); returns how many were recovered.
+    pub(crate) async fn repair_expired<F, Fut>(&self, lock: F) -> Res<u64>
+    where
+        F: Fn(Vec<(String, canopy_proto::msg::LockMode)>) -> Fut,
+        Fut: std::future::Future<Output = Res<crate::txn::Txn>>,
+    {
+        let txns = self.list_txns().await?;
+        let before = self.counters.snapshot().recoveries;
+        for t in txns.into_iter().filter(|t| t.expires_in_ms < 0) {
+            // Asking for the dead transaction's own locks makes the lock
+            // service hand it over; then ours are granted and dropped.
+            let txn = lock(t.locks).await?;
+            self.unlock(txn).await;
+        }
+        Ok(self.counters.snapshot().recoveries - before)
+    }
+
     pub(crate) async fn list_txns(&self) -> Res<Vec<canopy_proto::msg::TxnInfo>> {
         self.counters.sent_to_lockd();
         match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {

@@ -701,17 +701,7 @@ impl Namespace for ShardFs {
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
-        Box::pin(async move {
-            let txns = self.list_txns().await?;
-            let before = self.counters.snapshot().recoveries;
-            for t in txns.into_iter().filter(|t| t.expires_in_ms < 0) {
-                // Asking for the dead transaction's own locks makes the lock
-                // service hand it over; then ours are granted and dropped.
-                let txn = self.lock_with(t.locks, Intent::Retry { path: "/".into() }).await?;
-                self.unlock(txn).await;
-            }
-            Ok(self.counters.snapshot().recoveries - before)
-        })
+        Box::pin(self.core.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })))
     }
 
     fn counters(&self) -> &ClientCounters {

@@ -296,8 +296,3 @@ fn check_identity(cfg: &ServerConfig, store: &dyn Store, mode: &str, fresh: bool
         )),
     }
 }
-
-/// The one record file entries hold, decoded with ShardFS's key (parent ‖ name).
-pub(crate) fn decode_entry(k: &[u8], v: &[u8]) -> Option<((u64, String), Record)> {
-    keys::split_entry_key(k).zip(keys::decode::<Record>(v))
-}

@@ -12,6 +12,16 @@ use canopy_proto::attr::access;
 use canopy_proto::msg::Record;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply};
 
+/// How a file entry appears in a listing: a shared (hard-linked) inode is a
+/// regular file.
+fn listed(name: String, record: &Record) -> DirEntry {
+    let (ino, kind) = match record {
+        Record::Inode(i) => (i.attr.ino, i.attr.kind),
+        Record::Linked { ino, .. } => (*ino, FileKind::File),
+    };
+    DirEntry { name, ino, kind }
+}
+
 /// The largest readdir page a server returns.
 pub const MAX_PAGE: u32 = 4096;
 
@@ -42,11 +52,7 @@ impl MetaServer {
         for (k, v) in &files {
             let name = self.mode().entry_name(k).ok_or(Errno::EIO)?;
             let record: Record = keys::decode(v).ok_or(Errno::EIO)?;
-            let (ino, kind) = match &record {
-                Record::Inode(i) => (i.attr.ino, i.attr.kind),
-                Record::Linked { ino, .. } => (*ino, FileKind::File),
-            };
-            entries.push(DirEntry { name, ino, kind });
+            entries.push(listed(name, &record));
         }
         let mut more = files.len() == limit;
         if with_dirs {
@@ -74,13 +80,7 @@ impl MetaServer {
         self.store
             .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
                 match (self.mode().entry_name(k), keys::decode::<Record>(v)) {
-                    (Some(name), Some(record)) if after.is_none_or(|a| name.as_str() > a) => {
-                        let (ino, kind) = match &record {
-                            Record::Inode(i) => (i.attr.ino, i.attr.kind),
-                            Record::Linked { ino, .. } => (*ino, FileKind::File),
-                        };
-                        all.push(DirEntry { name, ino, kind });
-                    }
+                    (Some(name), Some(record)) if after.is_none_or(|a| name.as_str() > a) => all.push(listed(name, &record)),
                     (Some(_), Some(_)) => {}
                     _ => failed = Some(Errno::EIO),
                 }

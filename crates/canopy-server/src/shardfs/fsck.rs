@@ -3,7 +3,8 @@
 //! directory times on their primary only. Runs under the structure lock.
 
 use super::ShardFs;
-use crate::core::{decode_entry, io, Core};
+use super::decode_entry;
+use crate::core::{io, Core};
 use crate::keys::{DIRTIMES, ENTRIES};
 use canopy_proto::msg::FsckReport;
 use canopy_proto::Errno;

@@ -6,7 +6,7 @@
 use super::ShardFs;
 use crate::core::{io, Core};
 use crate::keys::{self, DIRTIMES, ENTRIES};
-use canopy_proto::msg::{DirTimes, Moved, MovedItem, Record};
+use canopy_proto::msg::{DirTimes, Moved, MovedItem};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
@@ -34,8 +34,7 @@ impl ShardFs {
                     if out.len() >= limit {
                         return false;
                     }
-                    let parsed = keys::split_entry_key(k).zip(keys::decode::<Record>(v));
-                    let Some(((_, name), record)) = parsed else {
+                    let Some(((_, name), record)) = super::decode_entry(k, v) else {
                         failed = Some(Errno::EIO);
                         return false;
                     };

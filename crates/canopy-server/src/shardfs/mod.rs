@@ -220,6 +220,11 @@ impl Mode for ShardFs {
     }
 }
 
+/// A file entry as ShardFS keys it (parent ‖ name), decoded.
+pub(crate) fn decode_entry(k: &[u8], v: &[u8]) -> Option<((u64, String), canopy_proto::msg::Record)> {
+    keys::split_entry_key(k).zip(keys::decode(v))
+}
+
 /// Loads the replicated directory table, parents before children; creates the
 /// root on an empty store.
 fn load_table(core: &Core) -> Result<DirTable, String> {
