@@ -277,6 +277,54 @@ async fn internal_requests_need_the_cluster_key() {
     assert_eq!((report.dirs, report.problems.len()), (1, 0));
 }
 
+/// An IndexFS server over TCP: its own requests need the cluster key; a user key
+/// may not name entries by directory id (the server would check only that
+/// directory, not its ancestors); a bulk insertion past its cap is refused whole,
+/// and absurd names one by one.
+#[tokio::test]
+async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
+    use canopy_proto::msg::{At, FileRef};
+    let server = MetaServer::open_mode("indexfs", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), canopy_proto::clock::SystemClock::shared()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
+    let alice = connect(&addr, &user(1000)).await;
+    let root = connect(&addr, &admin()).await;
+    let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
+    let fid = canopy_proto::Fid::new(1, 1);
+    let refused = vec![
+        Request::IxLookup { dir: 1, name: "x".into(), depth: 1, client: 1 },
+        Request::IxMkdir { dir: 1, name: "x".into(), mode: 0o777 },
+        Request::IxMkHeader { lookup: dir.clone(), parent: 1, depth: 1 },
+        Request::IxSeal { dir: 1, seal: true },
+        Request::IxRmdir { dir: 1, name: "x".into(), check_only: false, client: 1 },
+        Request::IxDropHeader { dir: 1 },
+        Request::IxDirSetAttr { dir: 0, name: String::new(), set: SetAttr::mode(0o777), client: 1 },
+        Request::IxHeaderSet { lookup: dir.clone() },
+        Request::IxRenameDir { src: At::Entry { dir: 1, name: "a".into() }, dst: At::Entry { dir: 1, name: "b".into() }, client: 1 },
+        Request::IxRenameDirOut { src: At::Entry { dir: 1, name: "a".into() }, dst: At::Entry { dir: 1, name: "b".into() } },
+        Request::IxRenameDirIn { dst: At::Entry { dir: 1, name: "b".into() }, lookup: dir.clone() },
+        Request::IxRenameDirCommit { src: At::Entry { dir: 1, name: "a".into() }, id: 77, client: 1 },
+        Request::IxBulkInsert { dir: 1, files: vec![("f".into(), fid)], mode: 0o644 },
+        // Generic requests, but naming by id.
+        Request::Stat { at: At::Dir(1) },
+        Request::Stat { at: At::Entry { dir: 1, name: "x".into() } },
+        Request::ReadData { at: FileRef::Entry { dir: 1, name: "x".into() }, offset: 0, len: 1 },
+    ];
+    for req in refused {
+        assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
+    }
+    let too_many = (0..canopy_server::indexfs::BULK_MAX + 1).map(|_| (String::new(), fid)).collect();
+    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: too_many, mode: 0o644 }, T).await, Err(Errno::EMSGSIZE));
+    let absurd = vec![(String::new(), fid), ("a/b".into(), fid), ("n".repeat(300), fid), ("ok".into(), fid)];
+    let Ok(Reply::Bulk { inserted, rejected }) = root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: absurd, mode: 0o644 }, T).await else { panic!("bulk") };
+    assert_eq!(inserted, 1);
+    assert_eq!(rejected.iter().map(|(_, e)| *e).collect::<Vec<_>>(), vec![Errno::EINVAL, Errno::EINVAL, Errno::ENAMETOOLONG]);
+    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 999, files: vec![("f".into(), fid)], mode: 0o644 }, T).await, Err(Errno::ENXIO));
+    let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };
+    assert_eq!((report.dirs, report.files, report.problems.len()), (1, 1, 0), "{:?}", report.problems);
+}
+
 /// A user key's requests carry its identity, whatever credentials they claim.
 #[tokio::test]
 async fn forged_credentials_are_replaced_by_the_keys() {

@@ -17,6 +17,7 @@
 //! partition 0).
 
 mod bulk;
+pub use bulk::BULK_MAX;
 mod dirs;
 pub mod lease;
 
