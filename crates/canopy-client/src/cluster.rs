@@ -31,6 +31,10 @@ pub struct ClusterFile {
     /// `rate[:L_MS]`); `fixed:1000` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// IndexFS: entries a directory partition holds before it splits (GIGA+);
+    /// 2000 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_threshold: Option<u64>,
     /// Where this file was read from (its key lies beside it); not stored.
     #[serde(skip)]
     pub path: PathBuf,

@@ -11,6 +11,7 @@ pub struct ClientCounters {
     recoveries: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    redirects: AtomicU64,
 }
 
 /// A copy of the counters at one moment; subtract two to measure a phase.
@@ -25,6 +26,8 @@ pub struct CounterSnapshot {
     /// Path components found in (and missing from) a lookup cache (IndexFS).
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Requests a server redirected to another partition (IndexFS, GIGA+).
+    pub redirects: u64,
 }
 
 impl CounterSnapshot {
@@ -41,6 +44,7 @@ impl CounterSnapshot {
             recoveries: self.recoveries - earlier.recoveries,
             cache_hits: self.cache_hits - earlier.cache_hits,
             cache_misses: self.cache_misses - earlier.cache_misses,
+            redirects: self.redirects - earlier.redirects,
         }
     }
 }
@@ -55,6 +59,7 @@ impl ClientCounters {
             recoveries: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
+            redirects: AtomicU64::new(0),
         }
     }
 
@@ -66,6 +71,10 @@ impl ClientCounters {
 
     pub fn sent_to_lockd(&self) {
         self.lockd.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn redirected(&self) {
+        self.redirects.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn retried(&self) {
@@ -97,6 +106,7 @@ impl ClientCounters {
             recoveries: self.recoveries.load(Ordering::Relaxed),
             cache_hits: self.cache_hits.load(Ordering::Relaxed),
             cache_misses: self.cache_misses.load(Ordering::Relaxed),
+            redirects: self.redirects.load(Ordering::Relaxed),
         }
     }
 }

@@ -22,7 +22,7 @@ use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::{Handled, Service, Target, Transport};
 use futures::future::BoxFuture;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 
 /// The client side: every operation is one `Delegate` request over `t`.
 /// Administration (stats, fsck, repair) goes through the mode's own client
@@ -167,26 +167,32 @@ impl Namespace for Delegated {
 /// own cluster-key client and passes everything else to the server.
 pub struct Delegating {
     inner: Arc<dyn Service>,
-    client: OnceLock<Client>,
+    client: RwLock<Option<Client>>,
 }
 
 impl Delegating {
     pub fn new(inner: Arc<dyn Service>) -> Delegating {
-        Delegating { inner, client: OnceLock::new() }
+        Delegating { inner, client: RwLock::new(None) }
     }
 
-    /// The client delegated operations run on (set once; until then they are
-    /// answered ENOSYS). Separate from `new` because that client's transport may
-    /// reach this very service.
+    /// The client delegated operations run on (until then they are answered
+    /// ENOSYS). Separate from `new` because that client's transport may reach
+    /// this very service.
     pub fn set_client(&self, client: Client) {
-        let _ = self.client.set(client);
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(client);
+    }
+
+    /// Drops the client: an in-process cluster's client reaches this service,
+    /// a cycle that would otherwise keep both (and the server's store) alive.
+    pub fn clear_client(&self) {
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
 impl Service for Delegating {
     fn call(&self, peer: &canopy_proto::auth::Identity, creds: Creds, req: Request) -> Handled {
         match req {
-            Request::Delegate { call } => match self.client.get() {
+            Request::Delegate { call } => match self.client.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 None => Handled::Now(Err(canopy_proto::Errno::ENOSYS)),
                 Some(c) => {
                     let as_caller = c.as_user(creds);

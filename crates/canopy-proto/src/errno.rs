@@ -41,6 +41,7 @@ errnos! {
     ENAMETOOLONG = 36, "File name too long";
     ENOSYS = 38, "Function not implemented";
     EREMOTE = 66, "Object is remote";
+    EREMCHG = 78, "Remote address changed";
     ENOTEMPTY = 39, "Directory not empty";
     ELOOP = 40, "Too many levels of symbolic links";
     EPROTO = 71, "Protocol error";

@@ -475,6 +475,30 @@ requests! {
     /// ingests the rest as one table; taken or invalid names are answered one
     /// by one in `Reply::Bulk`.
     IxBulkInsert { dir: u64, files: Vec<(String, Fid)>, mode: u32 } = 0x030D,
+    /// IndexFS, server to server: one step of a GIGA+ split, on the server of
+    /// the new partition `part` of directory `dir`. `entries` and `dirs` are
+    /// SST files of the moved key range (empty: none); chunk 0 first clears
+    /// the range, the `last` chunk writes the partition's header (`lookup`,
+    /// `parent`, `depth`, `subdirs`, the bitmap `parts`). Once that header
+    /// exists the partition is the destination's and a repeat is answered
+    /// `Unit` with nothing done.
+    IxSplitIn {
+        dir: u64,
+        part: u32,
+        lookup: DirLookup,
+        parent: u64,
+        depth: u32,
+        subdirs: u64,
+        parts: crate::giga::PartMap,
+        chunk: u32,
+        last: bool,
+        entries: Vec<u8>,
+        dirs: Vec<u8>,
+    } = 0x030E,
+    /// IndexFS: one page of the partitions of directory `dir` held by this
+    /// server, names after `after` in name order; answered with the bitmap
+    /// this server knows, so a client reading every partition finds them all.
+    IxReadDir { dir: u64, after: Option<String>, limit: u32 } = 0x030F,
 }
 
 /// The successful answer to a request.
@@ -521,6 +545,15 @@ pub enum Reply {
     /// What a bulk insertion did: how many files it made, and each name it
     /// refused with why (`EEXIST`, `EINVAL`, `ENAMETOOLONG`).
     Bulk { inserted: u64, rejected: Vec<(String, Errno)> },
+    /// IndexFS: this server does not hold the partition of directory `dir`
+    /// that the request's name belongs to; `parts` is what it knows of the
+    /// directory's partitions (GIGA+'s redirect: merge and resend).
+    IxMoved { dir: u64, parts: crate::giga::PartMap },
+    /// IndexFS: the partitions of a directory this server knows.
+    IxParts(crate::giga::PartMap),
+    /// IndexFS: a page of a directory's entries on one server, with the
+    /// partitions it knows.
+    IxEntries { entries: Vec<DirEntry>, more: bool, parts: crate::giga::PartMap },
 }
 
 #[cfg(test)]
@@ -584,6 +617,8 @@ mod tests {
         ("IxRenameDirIn", 0x030B),
         ("IxRenameDirCommit", 0x030C),
         ("IxBulkInsert", 0x030D),
+        ("IxSplitIn", 0x030E),
+        ("IxReadDir", 0x030F),
     ];
 
     #[test]
@@ -634,6 +669,9 @@ mod tests {
             Reply::Spill { .. } => 19,
             Reply::IxEntry { .. } => 20,
             Reply::Bulk { .. } => 21,
+            Reply::IxMoved { .. } => 22,
+            Reply::IxParts(_) => 23,
+            Reply::IxEntries { .. } => 24,
         }
     }
 
@@ -665,6 +703,9 @@ mod tests {
             Reply::Spill { fid, data: vec![], size: 0 },
             Reply::IxEntry { lookup: DirLookup { id: 1, mode: 0, uid: 0, gid: 0 }, depth: 1, parts: crate::giga::PartMap::new(), lease_ms: 1 },
             Reply::Bulk { inserted: 0, rejected: vec![] },
+            Reply::IxMoved { dir: 1, parts: crate::giga::PartMap::new() },
+            Reply::IxParts(crate::giga::PartMap::new()),
+            Reply::IxEntries { entries: vec![], more: false, parts: crate::giga::PartMap::new() },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -12,6 +12,7 @@
 //! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP
 //!   ([`TcpTransport`]) or in-process ([`InProcTransport`]) behind one trait.
 
+pub mod blocking;
 pub mod conn;
 pub mod handshake;
 pub mod random;
@@ -42,5 +43,6 @@ pub trait Service: Send + Sync + 'static {
     }
 }
 
+pub use blocking::BlockingCaller;
 pub use handshake::ClientAuth;
 pub use transport::{InProcTransport, Target, TcpTransport, Transport};

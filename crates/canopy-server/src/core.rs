@@ -171,6 +171,14 @@ impl Core {
         Ok(())
     }
 
+    /// Writes `batch`, which removes exactly `n` file entries (a range delete
+    /// whose keys the caller counted under its lock).
+    pub(crate) fn write_removing(&self, batch: Batch, n: u64) -> Result<(), Errno> {
+        self.store.write(batch).map_err(io)?;
+        self.entries.fetch_sub(n as i64, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Counts `n` file entries added outside `write` (an ingested table whose
     /// names the caller found free under its lock).
     pub(crate) fn added_entries(&self, n: u64) {

@@ -36,4 +36,5 @@ pub mod shardfs;
 pub use crate::core::{MutationHook, ServerConfig};
 pub use ids::ROOT_ID;
 pub use mode::Target;
+pub use indexfs::{SplitHook, SplitStep};
 pub use server::{MetaServer, ModeOptions, MODES};

@@ -13,6 +13,7 @@ use crate::core::Core;
 use canopy_proto::msg::{At, DirLookup, FileRef, FsckReport, Record};
 use canopy_proto::path::{check_name, NsPath};
 use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
+use canopy_rpc::BlockingCaller;
 
 /// Where a target led on this server.
 #[derive(Debug, Clone)]
@@ -127,6 +128,30 @@ pub(crate) trait Mode: Send + Sync {
 
     /// The mode's part of fsck: its own state and where entries belong.
     fn fsck(&self, core: &Core, report: &mut FsckReport) -> Result<(), Errno>;
+
+    /// Whether a directory's names are spread over partitions that may move
+    /// (then a request refused with `EREMCHG` is answered by [`Mode::moved`]).
+    fn partitioned(&self) -> bool {
+        false
+    }
+
+    /// The redirect for a request that named `named` (directory id, and name
+    /// or the whole directory) and was refused with `EREMCHG`.
+    fn moved(&self, _core: &Core, _named: &[(u64, Option<String>)]) -> Option<Reply> {
+        None
+    }
+
+    /// `n` names were added to directory `dir` here.
+    fn grew(&self, _dir: u64, _n: u64) {}
+
+    /// One round of the mode's background work, reaching other servers
+    /// through `peers`; false when there was none.
+    fn background(&self, _core: &Core, _peers: &BlockingCaller) -> bool {
+        false
+    }
+
+    /// Tests: a hook called at each step of a split.
+    fn set_split_hook(&self, _hook: Option<crate::indexfs::SplitHook>) {}
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! A page is in the mode's key order; `after` names the last entry of the page
 //! before.
 
-use crate::core::io;
+use crate::core::{io, Core};
 use crate::keys::{self, ENTRIES};
 use crate::mode::{Located, Target};
 use crate::server::MetaServer;
@@ -20,6 +20,32 @@ fn listed(name: String, record: &Record) -> DirEntry {
         Record::Linked { ino, .. } => (*ino, FileKind::File),
     };
     DirEntry { name, ino, kind }
+}
+
+/// A page for a mode whose keys do not sort by name (IndexFS: by name hash):
+/// every file entry of directory `id` here, and `dirs`, are read and the page
+/// cut from them in name order. O(entries here) per page.
+pub(crate) fn sorted_page(core: &Core, entry_name: &dyn Fn(&[u8]) -> Option<String>, id: u64, after: Option<&str>, limit: usize, dirs: Vec<DirEntry>) -> Result<(Vec<DirEntry>, bool), Errno> {
+    let mut all: Vec<DirEntry> = Vec::new();
+    let mut failed = None;
+    core.store
+        .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
+            match (entry_name(k), keys::decode::<Record>(v)) {
+                (Some(name), Some(record)) if after.is_none_or(|a| name.as_str() > a) => all.push(listed(name, &record)),
+                (Some(_), Some(_)) => {}
+                _ => failed = Some(Errno::EIO),
+            }
+            true
+        })
+        .map_err(io)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    all.extend(dirs.into_iter().filter(|d| after.is_none_or(|a| d.name.as_str() > a)));
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let more = all.len() > limit;
+    all.truncate(limit);
+    Ok((all, more))
 }
 
 /// The largest readdir page a server returns.
@@ -43,7 +69,9 @@ impl MetaServer {
         perm::require(creds, self.dir_owner(id)?, true, access::R)?;
         let limit = limit.clamp(1, MAX_PAGE) as usize;
         if !self.mode().keys_in_name_order() {
-            return self.read_dir_sorted(id, after, limit, with_dirs);
+            let dirs = if with_dirs { self.mode().subdirs(self, id, None, usize::MAX)? } else { Vec::new() };
+            let (entries, more) = sorted_page(self, &|k| self.mode().entry_name(k), id, after, limit, dirs)?;
+            return Ok(Reply::Entries { entries, more });
         }
         let prefix = id.to_be_bytes();
         let after_key = after.map(|a| self.entry_key(id, a));
@@ -68,35 +96,5 @@ impl MetaServer {
             }
         }
         Ok(Reply::Entries { entries, more })
-    }
-
-    /// A page for a mode whose keys do not sort by name (IndexFS: by name
-    /// hash): every entry here is read and the page cut from them in name order.
-    /// O(entries) per page; a partition holds a bounded share of a directory
-    /// once splits exist.
-    fn read_dir_sorted(&self, id: u64, after: Option<&str>, limit: usize, with_dirs: bool) -> Result<Reply, Errno> {
-        let mut all: Vec<DirEntry> = Vec::new();
-        let mut failed = None;
-        self.store
-            .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
-                match (self.mode().entry_name(k), keys::decode::<Record>(v)) {
-                    (Some(name), Some(record)) if after.is_none_or(|a| name.as_str() > a) => all.push(listed(name, &record)),
-                    (Some(_), Some(_)) => {}
-                    _ => failed = Some(Errno::EIO),
-                }
-                true
-            })
-            .map_err(io)?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if with_dirs {
-            let dirs = self.mode().subdirs(self, id, None, usize::MAX)?;
-            all.extend(dirs.into_iter().filter(|d| after.is_none_or(|a| d.name.as_str() > a)));
-        }
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        let more = all.len() > limit;
-        all.truncate(limit);
-        Ok(Reply::Entries { entries: all, more })
     }
 }

@@ -42,7 +42,7 @@ impl MetaServer {
         let dst_parent = match self.locate(creds, dst) {
             Ok(Located::Root | Located::Dir { .. }) => return Err(Errno::EISDIR),
             Ok(Located::File { parent, .. } | Located::Absent { parent, .. }) => Some(parent),
-            Err(Errno::ENXIO) if dst.by_id() => None,
+            Err(Errno::ENXIO | Errno::EREMCHG) if dst.by_id() => None,
             Err(e) => return Err(e),
         };
         let sdir = self.dir_owner(sp)?;

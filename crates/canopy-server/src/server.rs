@@ -15,21 +15,36 @@ use canopy_proto::auth::Identity;
 use canopy_proto::clock::{SharedClock, SystemClock};
 use canopy_proto::msg::{At, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Reply, Request};
+use canopy_rpc::{BlockingCaller, Transport};
 use canopy_store::SharedStore;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The modes a server can run, as cluster files name them.
 pub const MODES: &[&str] = &["shardfs", "indexfs"];
 
 /// What a cluster chooses for its mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModeOptions {
     /// IndexFS: how long lookups may be cached.
     pub lease: crate::indexfs::lease::LeasePolicy,
+    /// IndexFS: entries a partition holds before it splits.
+    pub split_threshold: u64,
+}
+
+impl Default for ModeOptions {
+    fn default() -> ModeOptions {
+        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD }
+    }
 }
 
 pub struct MetaServer {
     core: Core,
     mode: Box<dyn Mode>,
+    /// The thread doing the mode's background work, and its stop flag.
+    background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl std::ops::Deref for MetaServer {
@@ -65,10 +80,50 @@ impl MetaServer {
         }
         let core = Core::open(cfg, store, clock, mode)?;
         let mode: Box<dyn Mode> = match mode {
-            "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease)?),
+            "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease, opts.split_threshold)?),
             _ => Box::new(crate::shardfs::ShardFs::open(&core)?),
         };
-        Ok(MetaServer { core, mode })
+        Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// Starts the mode's background work (IndexFS: splits), which reaches the
+    /// other servers through `peers` (as the cluster key). The thread holds the
+    /// server only while it works; [`MetaServer::stop_background`] ends it.
+    pub fn start_background(self: &Arc<Self>, peers: Arc<dyn Transport>) {
+        let me = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let handle = std::thread::Builder::new().name(format!("canopy-bg-{}", self.cfg.index)).spawn(move || {
+            let Ok(peers) = BlockingCaller::new(peers) else { return };
+            while !stop.load(Ordering::Acquire) {
+                let Some(server) = me.upgrade() else { return };
+                let busy = server.mode.background(&server.core, &peers);
+                drop(server);
+                if !busy {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        match handle {
+            Ok(h) => *self.background.lock() = Some(h),
+            Err(e) => self.core.problem(format!("cannot start the background thread: {e}")),
+        }
+    }
+
+    /// Ends the background work and waits for it (a split in progress stops
+    /// at its next step or finishes).
+    pub fn stop_background(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.background.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Tests: call `hook` at each step of a split (IndexFS); `false` kills
+    /// this server's part of the split there.
+    pub fn set_split_hook(&self, hook: Option<crate::indexfs::SplitHook>) {
+        self.mode.set_split_hook(hook);
     }
 
     pub fn mode_name(&self) -> &'static str {
@@ -79,6 +134,15 @@ impl MetaServer {
     /// precondition checked, and failures are errnos.
     pub fn handle(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         self.counters.count(&req);
+        let named = if self.mode.partitioned() { named_entries(&req) } else { Vec::new() };
+        match self.dispatch(creds, req) {
+            // The name's partition is elsewhere: say where to look (IndexFS).
+            Err(Errno::EREMCHG) => self.mode.moved(&self.core, &named).ok_or(Errno::EREMCHG),
+            r => r,
+        }
+    }
+
+    fn dispatch(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
             Request::Stat { at } => self.stat(creds, &self.admitted(&at)?),
@@ -170,6 +234,44 @@ impl MetaServer {
     pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
         let (lookup, subdirs) = self.mode.dir(&self.core, id)?.ok_or(Errno::EREMOTE)?;
         self.core.dir_attr(&lookup, subdirs)
+    }
+}
+
+/// The (directory id, name) pairs `req` names (`None`: the whole directory),
+/// for the redirect a partitioned mode answers.
+fn named_entries(req: &Request) -> Vec<(u64, Option<String>)> {
+    use canopy_proto::msg::FileRef;
+    let entry = |at: &At| match at {
+        At::Entry { dir, name } => vec![(*dir, Some(name.clone()))],
+        _ => Vec::new(),
+    };
+    match req {
+        Request::Stat { at }
+        | Request::Create { at, .. }
+        | Request::Unlink { at }
+        | Request::SetAttr { at, .. }
+        | Request::Readlink { at }
+        | Request::Access { at, .. }
+        | Request::LinkShare { at }
+        | Request::LinkInsert { at, .. }
+        | Request::RecoveryStat { at }
+        | Request::RenameIn { dst: at, .. }
+        | Request::IxRenameDirIn { dst: at, .. }
+        // The source's side of a rename between servers: only its name is here.
+        | Request::RenameOut { src: at, .. }
+        | Request::RenameOutCommit { src: at, .. }
+        | Request::IxRenameDirOut { src: at, .. }
+        | Request::IxRenameDirCommit { src: at, .. } => entry(at),
+        Request::RenameLocal { src, dst } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)].concat(),
+        Request::ReadData { at, .. } | Request::WriteData { at, .. } | Request::Spilled { at, .. } | Request::Extend { at, .. } => match at {
+            FileRef::Entry { dir, name } => vec![(*dir, Some(name.clone()))],
+            _ => Vec::new(),
+        },
+        Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
+            vec![(*dir, Some(name.clone()))]
+        }
+        Request::IxBulkInsert { dir, .. } => vec![(*dir, None)],
+        _ => Vec::new(),
     }
 }
 

@@ -19,7 +19,7 @@ use canopy_proto::clock::SystemClock;
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::ALL_CFS;
-use canopy_server::{MetaServer, ServerConfig};
+use canopy_server::{MetaServer, ModeOptions, ServerConfig};
 use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
@@ -35,6 +35,7 @@ pub struct InProcCluster {
     pub lock: Arc<LockService>,
     transport: Arc<FaultyTransport>,
     inproc: Arc<InProcTransport>,
+    delegating: Vec<Arc<Delegating>>,
     client: Client,
     mode: &'static str,
 }
@@ -47,8 +48,13 @@ impl InProcCluster {
 
     /// `n` servers of `mode` over in-memory stores.
     pub fn memory_mode(mode: &'static str, n: u32) -> InProcCluster {
+        InProcCluster::memory_with(mode, n, ModeOptions::default())
+    }
+
+    /// `n` servers of `mode` over in-memory stores, with `opts`.
+    pub fn memory_with(mode: &'static str, n: u32, opts: ModeOptions) -> InProcCluster {
         let stores = (0..n).map(|_| Arc::new(MemStore::new(ALL_CFS)) as SharedStore).collect();
-        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)))
+        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)), opts)
     }
 
     /// `n` ShardFS servers over RocksDB stores under `dir`.
@@ -58,16 +64,21 @@ impl InProcCluster {
 
     /// `n` servers of `mode` over RocksDB stores under `dir`.
     pub fn rocks_mode(mode: &'static str, n: u32, dir: &Path) -> InProcCluster {
-        let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
-        let stores = (0..n).map(|i| open(format!("server-{i}"), ALL_CFS)).collect();
-        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS))
+        InProcCluster::rocks_with(mode, n, dir, ModeOptions::default())
     }
 
-    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore) -> InProcCluster {
+    /// `n` servers of `mode` over RocksDB stores under `dir`, with `opts`.
+    pub fn rocks_with(mode: &'static str, n: u32, dir: &Path, opts: ModeOptions) -> InProcCluster {
+        let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
+        let stores = (0..n).map(|i| open(format!("server-{i}"), ALL_CFS)).collect();
+        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts)
+    }
+
+    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore, opts: ModeOptions) -> InProcCluster {
         let n = stores.len() as u32;
         let open = |i: usize, s: SharedStore| {
             let cfg = ServerConfig { index: i as u32, servers: n };
-            Arc::new(MetaServer::open_mode(mode, cfg, s, SystemClock::shared()).expect("open server"))
+            Arc::new(MetaServer::open_with(mode, cfg, s, SystemClock::shared(), opts).expect("open server"))
         };
         let servers: Vec<Arc<MetaServer>> = stores.into_iter().enumerate().map(|(i, s)| open(i, s)).collect();
         let lock = LockService::open(lock_store).expect("open lock service");
@@ -77,9 +88,12 @@ impl InProcCluster {
         for d in &delegating {
             d.set_client(root_client(mode, inproc.clone(), NsOptions::default()));
         }
+        for s in &servers {
+            s.start_background(inproc.clone());
+        }
         let transport = Arc::new(FaultyTransport::new(inproc.clone()));
         let client = root_client(mode, transport.clone(), NsOptions::default());
-        InProcCluster { servers, lock, transport, inproc, client, mode }
+        InProcCluster { servers, lock, transport, inproc, delegating, client, mode }
     }
 
     /// A root client with its own counters that stops at each transaction step
@@ -132,6 +146,20 @@ impl InProcCluster {
     /// Server failures for every client of this cluster.
     pub fn faults(&self) -> &FaultyTransport {
         &self.transport
+    }
+
+    /// Stops the cluster as `kill -9` of every daemon would: background work
+    /// ends where it is, and the stores close once the clients made from the
+    /// cluster are gone, so a test may reopen them at once.
+    pub fn crash(self) {
+        for s in &self.servers {
+            s.stop_background();
+        }
+        // A server's own client reaches the servers: a cycle that would keep
+        // every store open.
+        for d in &self.delegating {
+            d.clear_client();
+        }
     }
 
     /// Runs the lock service's sweep (as `canopy lockd` does) every `every`, until

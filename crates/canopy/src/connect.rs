@@ -85,11 +85,16 @@ pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, Str
 /// says. A user key's operations are delegated (its client cannot send the
 /// internal requests a transaction needs).
 pub fn namespace(c: &ClusterFile, key: &Loaded, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
-    let transport = Arc::new(TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT));
+    let transport = transport(c, key);
     // How long a crashed client's locks block others before recovery.
     let lease_ms = opts.lease_ms.or_else(|| std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()));
     let delegate = matches!(key.identity, Identity::User(_));
     open_namespace(&c.mode, transport, NsOptions { lease_ms, delegate, ..opts })
+}
+
+/// The cluster's daemons over TCP, proving `key`.
+pub fn transport(c: &ClusterFile, key: &Loaded) -> Arc<dyn canopy_rpc::Transport> {
+    Arc::new(TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT))
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -167,13 +167,14 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
 /// The metadata server of the cluster's mode, over its RocksDB store (the
 /// server picks the mode's half of itself; it refuses a mode it does not know
 /// and a store another mode made).
-fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<dyn Service>, String> {
+fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<MetaServer>, String> {
     let lease = match &cluster.lease {
         Some(l) => LeasePolicy::parse(l).map_err(|e| format!("cluster file {}: {e}", cluster.path.display()))?,
         None => LeasePolicy::default(),
     };
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
-    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease })?))
+    let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold })?))
 }
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
@@ -182,7 +183,12 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let server = Arc::new(Delegating::new(metadata_server(&cluster, cfg, args)?));
+    let meta = metadata_server(&cluster, cfg, args)?;
+    // The mode's background work (IndexFS splits) reaches the other servers
+    // over TCP with the cluster key.
+    let key = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone(), path: cluster.path.clone() };
+    meta.start_background(connect::transport(&cluster, &key));
+    let server = Arc::new(Delegating::new(meta));
     let client = cluster_client(&cluster, &opts)?;
     let delegating = server.clone();
     let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));

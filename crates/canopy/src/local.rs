@@ -38,6 +38,10 @@ pub struct UpArgs {
     /// the cluster file; daemons started later read it.
     #[arg(long)]
     pub lease: Option<String>,
+    /// IndexFS: entries a directory partition holds before it splits to
+    /// another server (GIGA+; default 2000). Kept in the cluster file.
+    #[arg(long)]
+    pub split_threshold: Option<u64>,
 }
 
 #[derive(Args)]
@@ -79,6 +83,9 @@ pub struct BenchArgs {
     /// IndexFS lookup lease policy of the temporary cluster (see `canopy up`).
     #[arg(long, conflicts_with = "posix")]
     pub lease: Option<String>,
+    /// IndexFS split threshold of the temporary cluster (see `canopy up`).
+    #[arg(long, conflicts_with = "posix")]
+    pub split_threshold: Option<u64>,
     /// Bench this directory with system calls instead of Canopy; no cluster is
     /// started or used. Repeat to compare directories side by side.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["servers", "durability"])]
@@ -216,14 +223,37 @@ fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
     Ok(())
 }
 
+/// A mode's settings chosen on the command line, kept in the cluster file.
+struct Tuning<'a> {
+    lease: Option<&'a str>,
+    split_threshold: Option<u64>,
+}
+
+impl Tuning<'_> {
+    fn check(&self) -> Result<(), String> {
+        if let Some(l) = self.lease {
+            canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
+        }
+        if self.split_threshold == Some(0) {
+            return Err("--split-threshold must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 /// Loads the cluster in `dir`, or makes a new one on free loopback ports (whose
 /// sockets stay open for the daemons).
-fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, lease: Option<&str>) -> Result<(ClusterFile, Listeners), String> {
+fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tuning) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
+    let lease = tuning.lease;
     if file.exists() {
         let mut c = ClusterFile::load(&file)?;
         if let Some(l) = lease.filter(|l| c.lease.as_deref() != Some(*l)) {
             c.lease = Some(l.to_string());
+            c.save(&file)?;
+        }
+        if let Some(t) = tuning.split_threshold.filter(|t| c.split_threshold != Some(*t)) {
+            c.split_threshold = Some(t);
             c.save(&file)?;
         }
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
@@ -247,7 +277,14 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, lease: Optio
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
     let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile { mode: mode.unwrap_or("shardfs").into(), servers, lockd, lease: lease.map(str::to_string), path: file.clone() };
+    let c = ClusterFile {
+        mode: mode.unwrap_or("shardfs").into(),
+        servers,
+        lockd,
+        lease: lease.map(str::to_string),
+        split_threshold: tuning.split_threshold,
+        path: file.clone(),
+    };
     c.save(&file)?;
     Ok((c, listeners))
 }
@@ -257,12 +294,11 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     if let Some(m) = &args.mode {
         cluster::check_mode(m)?;
     }
-    if let Some(l) = &args.lease {
-        canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
-    }
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
+    tuning.check()?;
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), args.lease.as_deref())?;
+    let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
     let started = start(&dir, &c, &args.durability, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
@@ -417,10 +453,9 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
             args.durability.parse::<canopy_store::Durability>()?;
             let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
             cluster::check_mode(&args.mode)?;
-            if let Some(l) = &args.lease {
-                canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
-            }
-            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), args.lease.as_deref())?;
+            let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
+            tuning.check()?;
+            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), &tuning)?;
             ensure_cluster_key(&c)?;
             eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
             start(tmp.path(), &c, &args.durability, listeners)?;

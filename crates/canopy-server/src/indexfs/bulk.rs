@@ -3,7 +3,8 @@
 //! each as a create would (the caller may write the directory; the name is
 //! valid and free), builds the accepted ones into one sorted table and ingests
 //! it whole. A batch lands atomically (one table) and its refusals are answered
-//! name by name.
+//! name by name. Every name must belong to a partition held here (else the
+//! whole batch is redirected: the client sends each partition its share).
 
 use super::{ix_key, IndexFs};
 use crate::core::{io, Core};
@@ -15,12 +16,9 @@ use canopy_proto::msg::{FileData, Inode, Record};
 use canopy_proto::path::check_name;
 use canopy_proto::{Attr, Creds, Errno, Fid, FileKind, Reply};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Names one request may carry (a frame bounds it too).
 pub const BULK_MAX: usize = 200_000;
-
-static TABLES: AtomicU64 = AtomicU64::new(0);
 
 /// Why `name` may not be made in a directory whose keys `taken` answers for.
 fn refusal(name: &str, seen: &mut HashSet<String>, taken: impl Fn(&[u8]) -> Result<bool, Errno>, key: &[u8]) -> Result<Option<Errno>, Errno> {
@@ -43,17 +41,22 @@ impl IndexFs {
         }
         let at = Target::Dir(dir);
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
-        let h = self.header_here(core, dir)?;
-        if h.sealed {
+        let (parts, known) = self.known_here(core, dir)?;
+        if files.iter().any(|(name, _)| !parts.iter().any(|h| h.part == known.part_of(canopy_proto::giga::name_hash(name)))) {
+            return Err(Errno::EREMCHG);
+        }
+        // Sealed by an rmdir, or a split of it stuck: the client retries.
+        if parts.iter().any(|h| h.sealed || h.splitting.is_some()) {
             return Err(Errno::EAGAIN);
         }
+        let h = &parts[0];
         let owner = Owner::of_dir(&h.lookup);
         perm::require(creds, owner, true, canopy_proto::attr::access::X)?;
         perm::require_dir_write(creds, owner)?;
         // A directory with nothing in it has no name to collide with but the
         // batch's own; one without subdirectories, none among them.
         let no_files = core.no_local_entries(dir)?;
-        let no_dirs = h.subdirs == 0;
+        let no_dirs = parts.iter().all(|h| h.subdirs == 0);
         let taken = |key: &[u8]| -> Result<bool, Errno> {
             let file = !no_files && core.store.get(ENTRIES, key).map_err(io)?.is_some();
             Ok(file || (!no_dirs && core.store.get(DIRS, key).map_err(io)?.is_some()))
@@ -77,21 +80,11 @@ impl IndexFs {
         let inserted = pairs.len() as u64;
         if inserted > 0 {
             pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            self.ingest_entries(core, pairs)?;
+            super::tables::ingest_pairs(core, ENTRIES, pairs)?;
             core.added_entries(inserted);
+            self.splits.grew(dir, inserted);
         }
         Ok(Reply::Bulk { inserted, rejected })
-    }
-
-    /// Writes sorted `pairs` as one table and ingests it into `entries`.
-    fn ingest_entries(&self, core: &Core, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), Errno> {
-        let dir = core.store.scratch_dir();
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let n = TABLES.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("bulk-{}-{}-{n}.sst", core.cfg.index, std::process::id()));
-        let result = core.store.write_table(&path, &mut pairs.into_iter()).map_err(io).and_then(|_| core.store.ingest(ENTRIES, std::slice::from_ref(&path)).map_err(io));
-        let _ = std::fs::remove_file(&path);
-        result
     }
 }
 

@@ -3,6 +3,7 @@
 //! client drives under the lock service (its redo record lets recovery finish
 //! or undo them).
 
+use super::parts::known;
 use super::{ix_key, DirEntryValue, Header, IndexFs};
 use crate::core::{lookup_attr, Core};
 use crate::keys::{self, DIRS, DIRTIMES, PARTS};
@@ -22,9 +23,10 @@ impl IndexFs {
         giga::home(dir, core.cfg.servers) == core.cfg.index
     }
 
-    /// The directory `dir` here, checked for the caller's search permission.
-    fn searchable(&self, core: &Core, creds: &Creds, dir: u64) -> Result<Header, Errno> {
-        let h = self.header_here(core, dir)?;
+    /// The partition of directory `dir` holding `name` here, checked for the
+    /// caller's search permission.
+    fn searchable(&self, core: &Core, creds: &Creds, dir: u64, name: &str) -> Result<Header, Errno> {
+        let h = self.part_for(core, dir, name)?;
         perm::require(creds, Owner::of_dir(&h.lookup), true, access::X)?;
         Ok(h)
     }
@@ -35,7 +37,7 @@ impl IndexFs {
             (h.lookup, 0)
         } else {
             canopy_proto::path::check_name(name)?;
-            self.searchable(core, creds, dir)?;
+            self.searchable(core, creds, dir, name)?;
             match self.dir_entry(core, dir, name)? {
                 Some(d) => (d.lookup, d.depth.max(depth.min(d.depth))),
                 None if core.load_record(&ix_key(dir, name))?.is_some() => return Err(Errno::ENOTDIR),
@@ -50,7 +52,7 @@ impl IndexFs {
         canopy_proto::path::check_name(name)?;
         let at = Target::Entry { dir, name: name.to_string() };
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
-        let mut parent = self.searchable(core, creds, dir)?;
+        let mut parent = self.searchable(core, creds, dir, name)?;
         match self.locate(core, creds, &at)? {
             Located::Absent { .. } => {}
             _ => return Err(Errno::EEXIST),
@@ -65,6 +67,7 @@ impl IndexFs {
         parent.subdirs += 1;
         self.put_header(&mut b, &parent);
         core.write(b)?;
+        self.splits.grew(dir, 1);
         Ok(Reply::Dir(lookup))
     }
 
@@ -79,29 +82,31 @@ impl IndexFs {
         Ok(Reply::Unit)
     }
 
+    /// Seals (or unseals) every partition of `dir` here; answers the
+    /// partitions this server knows, so the client finds every one.
     pub(crate) fn seal(&self, core: &Core, dir: u64, seal: bool) -> Result<Reply, Errno> {
         let _g = core.lock_stripes(|| vec![dir], false, &[&Target::Dir(dir)]);
-        let mut h = match self.header(core, dir)? {
-            Some(h) => h,
-            None if !seal => return Ok(Reply::Unit),
-            None => return Err(Errno::ENOENT),
-        };
-        if seal && (h.subdirs > 0 || !core.no_local_entries(dir)?) {
+        let parts = self.parts_here(core, dir)?;
+        if parts.is_empty() {
+            return if seal { Err(Errno::ENOENT) } else { Ok(Reply::IxParts(PartMap::new())) };
+        }
+        if seal && (parts.iter().any(|h| h.subdirs > 0) || !core.no_local_entries(dir)?) {
             return Err(Errno::ENOTEMPTY);
         }
-        if h.sealed != seal {
-            h.sealed = seal;
-            let mut b = Batch::new();
-            self.put_header(&mut b, &h);
+        let mut b = Batch::new();
+        for h in parts.iter().filter(|h| h.sealed != seal) {
+            self.put_header(&mut b, &Header { sealed: seal, ..h.clone() });
+        }
+        if !b.is_empty() {
             core.write(b)?;
         }
-        Ok(Reply::Unit)
+        Ok(Reply::IxParts(known(&parts)))
     }
 
     /// The subdirectory `name` of `dir` that a mutation changes, with the
     /// caller's rights to change its name checked.
     fn child_for_change(&self, core: &Core, creds: &Creds, dir: u64, name: &str) -> Result<(Header, DirEntryValue), Errno> {
-        let h = self.searchable(core, creds, dir)?;
+        let h = self.searchable(core, creds, dir, name)?;
         let child = match self.dir_entry(core, dir, name)? {
             Some(d) => d,
             None if core.load_record(&ix_key(dir, name))?.is_some() => return Err(Errno::ENOTDIR),
@@ -134,20 +139,24 @@ impl IndexFs {
         Ok(Reply::Dir(now.lookup))
     }
 
+    /// Drops every partition of `dir` here (each sealed beforehand) and its
+    /// times.
     pub(crate) fn drop_header(&self, core: &Core, dir: u64) -> Result<Reply, Errno> {
         if dir == ROOT_ID {
             return Err(Errno::EBUSY);
         }
         let _g = core.lock_stripes(|| vec![dir], false, &[&Target::Dir(dir)]);
-        let Some(h) = self.header(core, dir)? else { return Ok(Reply::Unit) };
-        if !h.sealed {
+        let parts = self.parts_here(core, dir)?;
+        if parts.iter().any(|h| !h.sealed) {
             return Err(Errno::EBUSY);
         }
         let mut b = Batch::new();
-        b.delete(PARTS, super::part_key(dir, 0));
+        for h in &parts {
+            b.delete(PARTS, super::part_key(dir, h.part));
+        }
         b.delete(DIRTIMES, keys::id_key(dir).to_vec());
         core.write(b)?;
-        self.headers.fetch_sub(1, Ordering::AcqRel);
+        self.headers.fetch_sub(parts.len() as i64, Ordering::AcqRel);
         Ok(Reply::Unit)
     }
 
@@ -178,7 +187,7 @@ impl IndexFs {
         let _lease = self.wait_leases(core, id, client);
         let at = Target::Entry { dir, name: name.to_string() };
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
-        self.searchable(core, creds, dir)?;
+        self.searchable(core, creds, dir, name)?;
         let mut entry = self.dir_entry(core, dir, name)?.filter(|d| d.lookup.id == id).ok_or(Errno::ENOENT)?;
         let mut attr = lookup_attr(&entry.lookup);
         setattr::apply(creds, &mut attr, set, core.now_ns())?;
@@ -189,23 +198,27 @@ impl IndexFs {
         Ok(Reply::Attr(attr))
     }
 
-    /// Copies a directory's lookup state into its header on its home, and sets
-    /// its ctime. Idempotent.
+    /// Copies a directory's lookup state into the headers of its partitions
+    /// here, and on its home sets its ctime. Idempotent; answers the
+    /// partitions this server knows.
     pub(crate) fn header_set(&self, core: &Core, lookup: DirLookup) -> Result<Reply, Errno> {
         let id = lookup.id;
         let _g = core.lock_stripes(|| vec![id], false, &[&Target::Dir(id)]);
-        let mut h = self.header_here(core, id)?;
-        if h.lookup == lookup {
-            return Ok(Reply::Unit);
+        let (parts, map) = self.known_here(core, id)?;
+        if parts.iter().all(|h| h.lookup == lookup) {
+            return Ok(Reply::IxParts(map));
         }
-        h.lookup = lookup;
-        let now = core.now_ns();
-        let times = core.load_dir_times(id)?.map_or(DirTimes { atime: now, mtime: now, ctime: now }, |t| DirTimes { ctime: now, ..t });
         let mut b = Batch::new();
-        self.put_header(&mut b, &h);
-        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
+        for h in &parts {
+            self.put_header(&mut b, &Header { lookup: lookup.clone(), ..h.clone() });
+        }
+        if self.is_home(core, id) {
+            let now = core.now_ns();
+            let times = core.load_dir_times(id)?.map_or(DirTimes { atime: now, mtime: now, ctime: now }, |t| DirTimes { ctime: now, ..t });
+            b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
+        }
         core.write(b)?;
-        Ok(Reply::Unit)
+        Ok(Reply::IxParts(map))
     }
 
     /// Renames a subdirectory within this server (both names' partitions are
@@ -219,7 +232,7 @@ impl IndexFs {
         let _lease = self.wait_leases(core, moving.lookup.id, client);
         let _g = core.lock_stripes(|| vec![*sd, *dd], false, &[src, dst]);
         let (mut sh, moving) = self.child_for_change(core, creds, *sd, sn)?;
-        let mut dh = self.searchable(core, creds, *dd)?;
+        let mut dh = self.searchable(core, creds, *dd, dn)?;
         perm::require_dir_write(creds, Owner::of_dir(&dh.lookup))?;
         if sd != dd {
             // Its ".." changes: POSIX asks for write permission on the moved directory.
@@ -238,7 +251,7 @@ impl IndexFs {
         let mut b = Batch::new();
         b.delete(DIRS, ix_key(*sd, sn));
         b.put(DIRS, ix_key(*dd, dn), keys::encode(&DirEntryValue { lookup: moving.lookup.clone(), depth: dh.depth + 1 }));
-        if sd == dd {
+        if (sh.lookup.id, sh.part) == (dh.lookup.id, dh.part) {
             if replaced.is_some() {
                 sh.subdirs = sh.subdirs.saturating_sub(1);
             }
@@ -276,7 +289,7 @@ impl IndexFs {
     pub(crate) fn rename_dir_in(&self, core: &Core, creds: &Creds, dst: &Target, lookup: DirLookup) -> Result<Reply, Errno> {
         let Target::Entry { dir, name } = dst else { return Err(Errno::EINVAL) };
         let _g = core.lock_stripes(|| vec![*dir], false, &[dst]);
-        let mut h = self.searchable(core, creds, *dir)?;
+        let mut h = self.searchable(core, creds, *dir, name)?;
         let owner = Owner::of_dir(&h.lookup);
         perm::require_dir_write(creds, owner)?;
         if core.load_record(&ix_key(*dir, name))?.is_some() {
@@ -309,7 +322,7 @@ impl IndexFs {
         let _lease = self.wait_leases(core, id, client);
         let _g = core.lock_stripes(|| vec![*dir], false, &[src]);
         if self.dir_entry(core, *dir, name)?.is_some_and(|d| d.lookup.id == id) {
-            let mut h = self.header_here(core, *dir)?;
+            let mut h = self.part_for(core, *dir, name)?;
             h.subdirs = h.subdirs.saturating_sub(1);
             let mut b = Batch::new();
             b.delete(DIRS, ix_key(*dir, name));

@@ -13,13 +13,20 @@
 //! - `parts`: directory id ‖ partition (u32 BE) → [`Header`];
 //! - `dirtimes`: directory id → times, on its home.
 //!
-//! Not yet (issue "IndexFS mode"): GIGA+ splits (every directory is its
-//! partition 0).
+//! A partition holding more than the split threshold of entries splits half
+//! of its hash range to the server of its GIGA+ child (`split.rs`); a request
+//! for a name whose partition is not here is answered with this server's
+//! bitmap of the directory (`parts.rs`), which the client merges and resends.
 
 mod bulk;
 pub use bulk::BULK_MAX;
 mod dirs;
 pub mod lease;
+mod parts;
+mod readdir;
+mod split;
+mod tables;
+pub use split::{SplitHook, SplitStep, DEFAULT_SPLIT_THRESHOLD};
 
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, PARTS};
@@ -27,7 +34,7 @@ use crate::mode::{Located, Mode, Target};
 use crate::ROOT_ID;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
-use canopy_proto::giga;
+use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::{DirLookup, DirTimes, FsckReport};
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
 use canopy_store::Batch;
@@ -48,6 +55,13 @@ pub struct Header {
     pub subdirs: u64,
     /// Set by an rmdir in progress: no new name enters.
     pub sealed: bool,
+    /// Which partition this is, and the partitions of the directory it knows
+    /// (its ancestors, itself, and every child it split off).
+    pub part: u32,
+    pub parts: PartMap,
+    /// A split of this partition into `splitting` is under way: its durable
+    /// record. Until it ends, the moving half is served only by the split.
+    pub splitting: Option<u32>,
 }
 
 /// A subdirectory's entry in its parent's partition.
@@ -69,7 +83,7 @@ pub fn ix_name(key: &[u8]) -> Option<String> {
     String::from_utf8(key.get(16..)?.to_vec()).ok()
 }
 
-fn part_key(dir: u64, part: u32) -> Vec<u8> {
+pub(crate) fn part_key(dir: u64, part: u32) -> Vec<u8> {
     let mut k = dir.to_be_bytes().to_vec();
     k.extend_from_slice(&part.to_be_bytes());
     k
@@ -82,14 +96,21 @@ pub(crate) struct IndexFs {
     /// Mutations that waited for a lease, and their total wait.
     lease_waits: AtomicU64,
     lease_wait_ms: AtomicU64,
+    /// Requests answered with a redirect (`IxMoved`).
+    redirects: AtomicU64,
+    splits: split::Splits,
 }
 
 impl IndexFs {
-    pub(crate) fn open(core: &Core, policy: LeasePolicy) -> Result<IndexFs, String> {
+    pub(crate) fn open(core: &Core, policy: LeasePolicy, split_threshold: u64) -> Result<IndexFs, String> {
         let mut headers = 0i64;
+        let mut unfinished = Vec::new();
         core.store
-            .for_each(PARTS, b"", &mut |_, _| {
+            .for_each(PARTS, b"", &mut |_, v| {
                 headers += 1;
+                if let Some(h) = keys::decode::<Header>(v).filter(|h| h.splitting.is_some()) {
+                    unfinished.push((h.lookup.id, h.part));
+                }
                 true
             })
             .map_err(|e| e.to_string())?;
@@ -98,6 +119,8 @@ impl IndexFs {
             headers: AtomicI64::new(headers),
             lease_waits: AtomicU64::new(0),
             lease_wait_ms: AtomicU64::new(0),
+            redirects: AtomicU64::new(0),
+            splits: split::Splits::new(split_threshold, unfinished),
         };
         if giga::home(ROOT_ID, core.cfg.servers) == core.cfg.index && me.header(core, ROOT_ID).map_err(|e| e.to_string())?.is_none() {
             let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
@@ -106,21 +129,25 @@ impl IndexFs {
         Ok(me)
     }
 
-    /// The header of `dir`'s partition held here, if any. (Every directory is
-    /// its partition 0 until splits exist.)
+    /// The header of partition 0 of `dir` (on its home), if held here.
     pub(crate) fn header(&self, core: &Core, dir: u64) -> Result<Option<Header>, Errno> {
-        match core.store.get(PARTS, &part_key(dir, 0)).map_err(io)? {
+        self.part_header(core, dir, 0)
+    }
+
+    pub(crate) fn part_header(&self, core: &Core, dir: u64, part: u32) -> Result<Option<Header>, Errno> {
+        match core.store.get(PARTS, &part_key(dir, part)).map_err(io)? {
             Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
             None => Ok(None),
         }
     }
 
     fn put_header(&self, b: &mut Batch, h: &Header) {
-        b.put(PARTS, part_key(h.lookup.id, 0), keys::encode(h));
+        b.put(PARTS, part_key(h.lookup.id, h.part), keys::encode(h));
     }
 
-    /// The header of `dir` here, or `ENXIO`: the client named a directory this
-    /// server does not hold (gone, or not made yet: it retries under locks).
+    /// The header of partition 0 of `dir` here, or `ENXIO`: the client named a
+    /// directory this server does not hold (gone, or not made yet: it retries
+    /// under locks).
     fn header_here(&self, core: &Core, dir: u64) -> Result<Header, Errno> {
         self.header(core, dir)?.ok_or(Errno::ENXIO)
     }
@@ -136,7 +163,7 @@ impl IndexFs {
         let now = core.now_ns();
         let id = lookup.id;
         let mut b = Batch::new();
-        self.put_header(&mut b, &Header { lookup, parent, depth, subdirs: 0, sealed: false });
+        self.put_header(&mut b, &Header { lookup, parent, depth, subdirs: 0, sealed: false, part: 0, parts: PartMap::new(), splitting: None });
         b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
         core.write(b)?;
         self.headers.fetch_add(1, Ordering::AcqRel);
@@ -185,14 +212,16 @@ impl Mode for IndexFs {
         match at {
             Target::Path(_) => Err(Errno::EINVAL),
             Target::Dir(id) => {
-                self.header_here(core, *id)?;
+                if self.parts_here(core, *id)?.is_empty() {
+                    return Err(Errno::ENXIO);
+                }
                 if *id == ROOT_ID {
                     return Ok(Located::Root);
                 }
                 Ok(Located::Dir { parent: 0, name: String::new(), id: *id })
             }
             Target::Entry { dir, name } => {
-                let h = self.header_here(core, *dir)?;
+                let h = self.part_for(core, *dir, name)?;
                 if !perm::allows(creds, Owner::of_dir(&h.lookup), true, access::X) {
                     return Err(Errno::EACCES);
                 }
@@ -204,6 +233,9 @@ impl Mode for IndexFs {
                     // An rmdir of the directory is under way: the client retries
                     // under its locks, after which the directory is gone or back.
                     None if h.sealed => Err(Errno::EAGAIN),
+                    // A split may have moved the name since the header was read
+                    // (reads hold no lock): then ask again.
+                    None if !self.unchanged(core, &h)? => Err(Errno::EREMCHG),
                     None => Ok(Located::Absent { parent: *dir, name: name.clone() }),
                 }
             }
@@ -231,9 +263,12 @@ impl Mode for IndexFs {
     }
 
     /// Only directories with a partition here; another's attributes are on its
-    /// home (the caller answers `EREMOTE`).
+    /// home (the caller answers `EREMOTE`). The subdirectory count is of the
+    /// partitions here: all of them until the directory splits.
     fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno> {
-        Ok(self.header(core, id)?.map(|h| (h.lookup, h.subdirs.min(u32::MAX as u64 - 2) as u32)))
+        let parts = self.parts_here(core, id)?;
+        let subdirs: u64 = parts.iter().map(|h| h.subdirs).sum();
+        Ok(parts.into_iter().next().map(|h| (h.lookup, subdirs.min(u32::MAX as u64 - 2) as u32)))
     }
 
     fn blocks(&self, req: &Request) -> bool {
@@ -264,10 +299,43 @@ impl Mode for IndexFs {
             .collect()
     }
 
-    /// Lease waits: how many mutations waited, and for how long in all.
+    /// Lease waits (how many mutations waited, and for how long in all),
+    /// redirects answered, splits finished and unfinished.
     fn counters(&self) -> Vec<(String, u64)> {
         let (waits, ms) = self.lease_wait_counts();
-        vec![("lease_waits".into(), waits), ("lease_wait_ms".into(), ms)]
+        let (splits, unfinished, pending) = self.splits.counts();
+        vec![
+            ("lease_waits".into(), waits),
+            ("lease_wait_ms".into(), ms),
+            ("redirects".into(), self.redirects.load(Ordering::Relaxed)),
+            ("splits".into(), splits),
+            ("splits_unfinished".into(), unfinished),
+            ("splits_pending".into(), pending),
+        ]
+    }
+
+    fn grew(&self, dir: u64, n: u64) {
+        self.splits.grew(dir, n);
+    }
+
+    fn partitioned(&self) -> bool {
+        true
+    }
+
+    fn moved(&self, core: &Core, named: &[(u64, Option<String>)]) -> Option<Reply> {
+        let r = named.iter().find_map(|(dir, name)| self.redirect(core, *dir, name.as_deref()));
+        if r.is_some() {
+            self.redirects.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn background(&self, core: &Core, peers: &canopy_rpc::BlockingCaller) -> bool {
+        self.split_work(core, peers)
+    }
+
+    fn set_split_hook(&self, hook: Option<SplitHook>) {
+        self.splits.set_hook(hook);
     }
 
     fn dirs(&self) -> u64 {
@@ -289,6 +357,10 @@ impl Mode for IndexFs {
             Request::IxRenameDirIn { dst, lookup } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup),
             Request::IxRenameDirCommit { src, id, client } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client),
             Request::IxBulkInsert { dir, files, mode } => self.bulk_insert(core, creds, dir, files, mode),
+            Request::IxSplitIn { dir, part, lookup, parent, depth, subdirs, parts, chunk, last, entries, dirs } => {
+                self.split_in(core, dir, part, lookup, parent, depth, subdirs, parts, chunk, last, &entries, &dirs)
+            }
+            Request::IxReadDir { dir, after, limit } => self.read_dir(core, creds, dir, after.as_deref(), limit),
             _ => Err(Errno::ENOSYS),
         }
     }
@@ -308,6 +380,7 @@ impl IndexFs {
                 | Request::IxRenameDir { .. }
                 | Request::IxRenameDirCommit { .. }
                 | Request::IxBulkInsert { .. }
+                | Request::IxSplitIn { .. }
         )
     }
 
@@ -318,44 +391,64 @@ impl IndexFs {
 
     fn check(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {
         let me = core.cfg.index;
-        let mut headers = std::collections::HashMap::new();
+        let mut headers: std::collections::HashMap<(u64, u32), Header> = std::collections::HashMap::new();
         core.store
             .for_each(PARTS, b"", &mut |k, v| {
                 match keys::decode::<Header>(v) {
                     Some(h) => {
-                        if giga::home(h.lookup.id, core.cfg.servers) != me {
-                            r.problems.push(format!("server {me}: directory {:#x} has its header away from its home", h.lookup.id));
+                        if giga::server_of(h.lookup.id, h.part, core.cfg.servers) != me {
+                            r.problems.push(format!("server {me}: directory {:#x} has partition {} away from its server", h.lookup.id, h.part));
                         }
-                        headers.insert(h.lookup.id, h);
+                        headers.insert((h.lookup.id, h.part), h);
                     }
                     None => r.problems.push(format!("server {me}: undecodable header {k:?}")),
                 }
                 true
             })
             .map_err(io)?;
-        r.dirs = headers.len() as u64;
-        let mut subdirs: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        r.dirs = headers.keys().filter(|(_, p)| *p == 0).count() as u64;
+        // Per directory: the partitions held here and the bitmap they know.
+        let mut by_dir: std::collections::HashMap<u64, (Vec<Header>, PartMap)> = std::collections::HashMap::new();
+        for ((dir, _), h) in &headers {
+            by_dir.entry(*dir).or_insert_with(|| (Vec::new(), PartMap::new())).0.push(h.clone());
+        }
+        for (here, map) in by_dir.values_mut() {
+            *map = parts::known(here);
+        }
+        let mut subdirs: std::collections::HashMap<(u64, u32), u64> = std::collections::HashMap::new();
         for cf in [ENTRIES, DIRS] {
             core.store
                 .for_each(cf, b"", &mut |k, _| {
                     let dir = k.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
-                    if !headers.contains_key(&dir) {
-                        r.problems.push(format!("server {me}: entry {:?} in directory {dir:#x} that has no partition here", ix_name(k)));
-                    }
-                    if cf == DIRS {
-                        *subdirs.entry(dir).or_default() += 1;
+                    let name = ix_name(k).unwrap_or_default();
+                    let Some((here, map)) = by_dir.get(&dir) else {
+                        r.problems.push(format!("server {me}: entry {name:?} in directory {dir:#x} that has no partition here"));
+                        return true;
+                    };
+                    let part = map.part_of(giga::name_hash(&name));
+                    if here.iter().any(|h| h.part == part) {
+                        if cf == DIRS {
+                            *subdirs.entry((dir, part)).or_default() += 1;
+                        }
+                    } else if here.iter().any(|h| h.splitting.is_some()) {
+                        r.problems.push(format!("server {me}: {name:?} in directory {dir:#x} waits for an unfinished split"));
+                    } else {
+                        r.problems.push(format!("server {me}: {name:?} in directory {dir:#x} belongs to partition {part}, which is not here"));
                     }
                     true
                 })
                 .map_err(io)?;
         }
-        for (id, h) in &headers {
-            let n = subdirs.get(id).copied().unwrap_or(0);
+        for ((id, part), h) in &headers {
+            let n = subdirs.get(&(*id, *part)).copied().unwrap_or(0);
             if h.subdirs != n {
-                r.problems.push(format!("server {me}: directory {id:#x} counts {} subdirectories, holds {n}", h.subdirs));
+                r.problems.push(format!("server {me}: directory {id:#x} partition {part} counts {} subdirectories, holds {n}", h.subdirs));
             }
             if h.sealed {
                 r.problems.push(format!("server {me}: directory {id:#x} is sealed by an rmdir that has not finished"));
+            }
+            if let Some(c) = h.splitting {
+                r.problems.push(format!("server {me}: directory {id:#x} partition {part} has an unfinished split into {c}"));
             }
         }
         Ok(())

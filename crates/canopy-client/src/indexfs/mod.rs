@@ -26,9 +26,12 @@
 //! `EREMOTE` answers an operation on a name that is a directory: its attributes
 //! are on its home, which the client asks next.
 //!
-//! Not yet (issue "IndexFS mode"): GIGA+ splits (a directory is one partition,
-//! on its home), renames of a directory between two servers (`EXDEV`), bulk
-//! insertion.
+//! GIGA+ (`parts.rs`): a directory's names are spread over partitions on
+//! several servers. The client keeps a bitmap of each directory's partitions,
+//! sends a name to the server of its partition by that bitmap, and merges the
+//! newer bitmap a server answers with when the partition has moved
+//! (`IxMoved`), then resends. readdir, rmdir's seal and chmod's header update
+//! visit every partition, learning of more from each answer.
 
 use crate::core::{dir_attr_from, lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
@@ -39,7 +42,7 @@ use crate::txn::{after_commit, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
-use canopy_proto::giga;
+use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::{At, DirLookup, FileRef, IfExists, Intent, LockMode, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -48,7 +51,13 @@ use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+mod parts;
+
 const ROOT_ID: u64 = 1;
+
+/// How many redirects one operation follows before giving up (`EIO`): a
+/// directory splits at most 16 levels deep.
+const MAX_REDIRECTS: u32 = 64;
 
 /// Names per bulk insertion request (well inside a frame and the server's cap).
 const BULK_BATCH: usize = 100_000;
@@ -63,6 +72,8 @@ struct Cached {
 pub struct IndexFs {
     core: ClientCore,
     cache: Mutex<HashMap<(u64, String), Cached>>,
+    /// The partitions known of each directory (GIGA+ bitmaps).
+    maps: Mutex<HashMap<u64, PartMap>>,
 }
 
 impl std::ops::Deref for IndexFs {
@@ -91,13 +102,7 @@ struct Place {
 
 impl IndexFs {
     pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> IndexFs {
-        IndexFs { core: ClientCore::new(t, opts), cache: Mutex::new(HashMap::new()) }
-    }
-
-    /// The server holding the entries of directory `dir` (every directory is
-    /// one partition on its home until splits exist).
-    fn entries_of(&self, dir: u64) -> u32 {
-        giga::server_of(dir, 0, self.n)
+        IndexFs { core: ClientCore::new(t, opts), cache: Mutex::new(HashMap::new()), maps: Mutex::new(HashMap::new()) }
     }
 
     fn home(&self, dir: u64) -> u32 {
@@ -122,8 +127,8 @@ impl IndexFs {
             return Ok(hit.lookup.clone());
         }
         self.counters.cache_miss();
-        let server = if dir == 0 { self.home(ROOT_ID) } else { self.entries_of(dir) };
-        match self.rpc(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await? {
+        let server = if dir == 0 { self.home(ROOT_ID) } else { self.server_for(dir, name) };
+        match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await? {
             Reply::IxEntry { lookup, lease_ms, .. } => {
                 if lease_ms > 0 {
                     self.cache().insert(key, Cached { lookup: lookup.clone(), until_ms: now + lease_ms as u64 });
@@ -156,7 +161,7 @@ impl IndexFs {
             return Err(Errno::EACCES);
         }
         let at = At::Entry { dir: parent.id, name: name.to_string() };
-        Ok(Place { server: self.entries_of(parent.id), at, parent: Some((parent, name.to_string())) })
+        Ok(Place { server: self.server_for(parent.id, name), at, parent: Some((parent, name.to_string())) })
     }
 
     /// Drops the cached entries along `p`, so a retry asks the servers.
@@ -165,20 +170,25 @@ impl IndexFs {
         self.cache().retain(|(_, name), _| !names.contains(&name.as_str()));
     }
 
-    /// Runs `attempt`; on an error a directory mutation in flight could explain,
-    /// drops the path's cached entries and runs it again holding read locks on
-    /// `p` (which waits for that mutation to end).
+    /// Runs `attempt`, again after each redirect to a moved partition (the
+    /// bitmap it taught is merged); on an error a directory mutation in flight
+    /// could explain, drops the path's cached entries and runs it again holding
+    /// read locks on `p` (which waits for that mutation to end).
     async fn optimistic<T, F, Fut>(&self, p: &NsPath, attempt: F) -> Res<T>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
-        match attempt().await {
+        match self.following(&attempt).await {
             Err(e) if may_be_transient(&e) => {
                 self.counters.retried();
                 self.forget_path(p);
+                if e == Errno::ENXIO {
+                    // A directory named by a stale bitmap (one made again).
+                    self.forget_maps();
+                }
                 let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
-                let r = attempt().await;
+                let r = self.following(&attempt).await;
                 self.unlock(txn).await;
                 r.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
             }
@@ -186,11 +196,26 @@ impl IndexFs {
         }
     }
 
+    /// Runs `attempt` until it ends other than by a redirect.
+    async fn following<T, F, Fut>(&self, attempt: &F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        for _ in 0..MAX_REDIRECTS {
+            match attempt().await {
+                Err(Errno::EREMCHG) => continue,
+                other => return other,
+            }
+        }
+        Err(Errno::EIO)
+    }
+
     /// One request naming `p`'s entry, optimistically.
     async fn single(&self, c: &Creds, p: &NsPath, req: impl Fn(At) -> Request) -> Res<Reply> {
         self.optimistic(p, || async {
             let place = self.place(c, p).await?;
-            self.rpc(place.server, c, req(place.at)).await
+            self.rpc_ix(place.server, c, req(place.at)).await
         })
         .await
     }
@@ -208,7 +233,7 @@ impl IndexFs {
     }
 
     async fn stat_dir(&self, c: &Creds, id: u64) -> Res<Attr> {
-        let reply = self.rpc(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
+        let reply = self.rpc_ix(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
         self.attr_or_follow(reply).await
     }
 
@@ -221,7 +246,7 @@ impl IndexFs {
         self.optimistic(p, || async {
             let place = self.place(c, p).await?;
             let Some((parent, name)) = &place.parent else { return self.stat_dir(c, ROOT_ID).await };
-            match self.rpc(place.server, c, Request::Stat { at: place.at.clone() }).await {
+            match self.rpc_ix(place.server, c, Request::Stat { at: place.at.clone() }).await {
                 // A directory: its attributes are on its home.
                 Err(Errno::EREMOTE) => {
                     let l = self.subdir(c, parent, name, p).await?;
@@ -237,7 +262,7 @@ impl IndexFs {
     /// directory, sets its mtime and ctime on its home. Only logged on failure.
     async fn touch_parent(&self, c: &Creds, parent: Option<&DirLookup>) {
         let Some(parent) = parent.filter(|_| self.dir_times) else { return };
-        if let Err(e) = self.rpc(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
+        if let Err(e) = self.rpc_ix(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
             if e != Errno::ENOENT && e != Errno::ENXIO {
                 eprintln!("canopy-client: could not update the times of directory {:#x}: {e}", parent.id);
             }
@@ -254,14 +279,14 @@ impl IndexFs {
         self.step(|| Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EEXIST) };
-        let lookup = match self.rpc(place.server, c, Request::IxMkdir { dir: parent.id, name, mode }).await? {
+        let lookup = match self.rpc_ix(place.server, c, Request::IxMkdir { dir: parent.id, name, mode }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         self.step(|| Step::PrimaryDone(intent())).await?;
         let depth = p.components().count() as u32;
         let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth };
-        self.rpc(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))?;
+        self.rpc_ix(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))?;
         Ok(dir_attr_from(&lookup))
     }
 
@@ -271,20 +296,24 @@ impl IndexFs {
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EBUSY) };
         let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client() };
-        let child = match self.rpc(place.server, c, check).await? {
+        let child = match self.rpc_ix(place.server, c, check).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         let home = self.home(child.id);
         let root = Creds::root();
-        self.rpc(home, &root, Request::IxSeal { dir: child.id, seal: true }).await?;
-        if let Err(e) = self.rpc(home, &root, Request::IxDropHeader { dir: child.id }).await {
-            return Err(self.unseal_after(child.id, e).await);
+        self.seal_all(child.id).await?;
+        if let Err(e) = self.drop_all(child.id, false).await {
+            if self.rpc_ix(home, &root, Request::Stat { at: At::Dir(child.id) }).await.is_ok() {
+                return Err(self.unseal_after(child.id, e).await);
+            }
+            // Its home dropped it (the point recovery decides by): finish.
+            return Err(after_commit("rmdir", e));
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
         // Our own copy goes first: the server then need not wait for our lease.
         self.forget(parent.id, &name);
-        let r = self.rpc(place.server, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
+        let r = self.rpc_ix(place.server, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
         match r {
             Ok(_) => self.step(|| Step::PrimaryDone(intent())).await,
             Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
@@ -292,7 +321,7 @@ impl IndexFs {
                 // Refused: the directory stays; put its header back.
                 let depth = p.components().count() as u32;
                 let back = Request::IxMkHeader { lookup: child, parent: parent.id, depth };
-                self.rpc(home, &root, back).await.map_err(|_| Errno::EIO)?;
+                self.rpc_ix(home, &root, back).await.map_err(|_| Errno::EIO)?;
                 Err(e)
             }
         }
@@ -303,7 +332,7 @@ impl IndexFs {
         if outcome_unknown(&e) {
             return Errno::EIO;
         }
-        match self.rpc(self.home(dir), &Creds::root(), Request::IxSeal { dir, seal: false }).await {
+        match self.unseal_all(dir).await {
             Ok(_) => e,
             Err(_) => Errno::EIO,
         }
@@ -321,26 +350,25 @@ impl IndexFs {
             None => (Request::IxDirSetAttr { dir: 0, name: String::new(), set: set.clone(), client: self.fids.client() }, self.home(ROOT_ID)),
             Some((parent, name)) => (Request::IxDirSetAttr { dir: parent.id, name: name.clone(), set: set.clone(), client: self.fids.client() }, place.server),
         };
-        let attr = match self.rpc(server, c, req).await? {
+        let attr = match self.rpc_ix(server, c, req).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
         self.step(|| Step::PrimaryDone(intent())).await?;
-        match &place.parent {
-            None => {}
-            Some((parent, name)) => {
-                self.forget(parent.id, name);
-                let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
-                self.rpc(self.home(attr.ino), &Creds::root(), Request::IxHeaderSet { lookup }).await.map_err(|e| after_commit("directory setattr", e))?;
-            }
+        if let Some((parent, name)) = &place.parent {
+            self.forget(parent.id, name);
         }
+        // The root's home header changed with its entry; its other partitions
+        // (and every partition of another directory) take the copy.
+        let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
+        self.header_set_all(&lookup).await.map_err(|e| after_commit("directory setattr", e))?;
         Ok(attr)
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
         let r = self.single(c, p, |at| Request::SetAttr { at, set: set.clone() }).await;
         match r {
-            Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
+            Ok(Reply::Redirect { ino, home }) => match self.rpc_ix(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
                 Reply::Attr(a) => Ok(a),
                 other => Err(unexpected(other)),
             },
@@ -358,7 +386,7 @@ impl IndexFs {
                     self.locked(path_locks(&[p]), Intent::DirSetAttr { path: p.to_string() }, self.do_dir_setattr(c, p, &lookup_part(set))).await?;
                 }
                 match times_part(set) {
-                    Some(times) => self.attr_or_follow(self.rpc(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await,
+                    Some(times) => self.attr_or_follow(self.rpc_ix(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await,
                     None => self.stat_dir(c, dir).await,
                 }
             }
@@ -399,21 +427,20 @@ impl IndexFs {
             // A file there: a directory cannot replace it.
             Err(e) => return Err(e),
         };
-        let root = Creds::root();
         if let Some(r) = &replaced {
             // Rights first (EACCES, EPERM before ENOTEMPTY, as on Linux): to move
             // the source, and to replace the destination.
             if r.id != self.subdir(c, sdir, sname, s).await?.id {
-                self.rpc(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await?;
+                self.rpc_ix(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await?;
                 let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client() };
-                self.rpc(dp.server, c, check).await?;
+                self.rpc_ix(dp.server, c, check).await?;
             }
-            self.rpc(self.home(r.id), &root, Request::IxSeal { dir: r.id, seal: true }).await?;
+            self.seal_all(r.id).await?;
         }
         self.forget(sdir.id, sname);
         self.forget(ddir.id, dname);
         let result = if sp.server == dp.server {
-            self.rpc(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client() }).await
+            self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client() }).await
         } else {
             self.rename_dir_between(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
         };
@@ -421,12 +448,12 @@ impl IndexFs {
         self.forget(ddir.id, dname);
         match (result, replaced) {
             (Ok(Reply::Dir(gone)), _) => {
-                self.rpc(self.home(gone.id), &root, Request::IxDropHeader { dir: gone.id }).await.map_err(|e| after_commit("rename", e))?;
+                self.drop_all(gone.id, false).await.map_err(|e| after_commit("rename", e))?;
                 Ok(())
             }
             (Ok(_), Some(r)) => {
                 // Renamed onto itself: nothing replaced.
-                self.rpc(self.home(r.id), &root, Request::IxSeal { dir: r.id, seal: false }).await?;
+                self.unseal_all(r.id).await?;
                 Ok(())
             }
             (Ok(_), None) => Ok(()),
@@ -440,24 +467,24 @@ impl IndexFs {
     /// out. Answers as `IxRenameDir` does.
     async fn rename_dir_between(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<Reply> {
         let intent = || intent.clone();
-        let lookup = match self.rpc(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
+        let lookup = match self.rpc_ix(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         let id = lookup.id;
-        let inserted = self.rpc(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
+        let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
         self.step(|| Step::PrimaryDone(intent())).await?;
         let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client() };
-        self.rpc(sp.server, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
+        self.rpc_ix(sp.server, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
         Ok(inserted)
     }
 
     async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<()> {
         if sp.server == dp.server {
-            let r = self.rpc(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
+            let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
             return self.drop_remote(r).await;
         }
-        let record = match self.rpc(sp.server, c, Request::RenameOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
+        let record = match self.rpc_ix(sp.server, c, Request::RenameOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
             Reply::Record(r) => r,
             other => return Err(unexpected(other)),
         };
@@ -465,12 +492,12 @@ impl IndexFs {
             Record::Inode(i) => i.attr.ino,
             Record::Linked { ino, .. } => *ino,
         };
-        let inserted = self.rpc(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record }).await?;
+        let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record }).await?;
         if inserted == Reply::Unit {
             return Ok(());
         }
         self.step(|| Step::PrimaryDone(intent.clone())).await?;
-        self.rpc(sp.server, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.rpc_ix(sp.server, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 
@@ -479,7 +506,7 @@ impl IndexFs {
     /// takes the extra link back.
     async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<Attr> {
         let sp = self.place(c, s).await?;
-        let (ino, home) = match self.rpc(sp.server, c, Request::LinkShare { at: sp.at }).await? {
+        let (ino, home) = match self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at }).await? {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
                 self.link_delta(ino, home, 1).await?;
@@ -489,7 +516,7 @@ impl IndexFs {
         };
         let inserted = match self.place(c, d).await {
             Ok(Place { parent: None, .. }) => Err(Errno::EEXIST),
-            Ok(dp) => self.rpc(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(|_| ()),
+            Ok(dp) => self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(|_| ()),
             Err(e) => Err(e),
         };
         if let Err(e) = inserted {
@@ -514,7 +541,7 @@ impl IndexFs {
             })
             .await;
         match reply {
-            Ok(Reply::Redirect { ino, home }) => self.rpc(home, c, make(FileRef::Ino(ino))).await,
+            Ok(Reply::Redirect { ino, home }) => self.rpc_ix(home, c, make(FileRef::Ino(ino))).await,
             r => r,
         }
     }
@@ -530,7 +557,7 @@ impl IndexFs {
                 match self.fresh_lookup(parent.id, name).await {
                     Ok(l) => {
                         let depth = p.components().count() as u32;
-                        self.rpc(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
+                        self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
                         Ok(())
                     }
                     Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
@@ -546,13 +573,15 @@ impl IndexFs {
                     Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
                     Err(e) => return Err(e),
                 };
-                match self.rpc(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
+                match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
                     // The header is still there: undo (unseal).
-                    Ok(_) => self.rpc(self.home(child.id), &root, Request::IxSeal { dir: child.id, seal: false }).await.map(|_| ()),
-                    // Dropped: the directory was empty and sealed; finish.
+                    Ok(_) => self.unseal_all(child.id).await,
+                    // Dropped on its home: the directory was empty and sealed;
+                    // finish (its other partitions, then its entry).
                     Err(Errno::ENXIO) => {
+                        self.drop_all(child.id, true).await?;
                         let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client() };
-                        self.rpc(self.entries_of(parent.id), &root, req).await.map(|_| ())
+                        self.rpc_ix(self.server_for(parent.id, name), &root, req).await.map(|_| ())
                     }
                     Err(e) => Err(e),
                 }
@@ -561,7 +590,7 @@ impl IndexFs {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
                 match self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await {
-                    Ok(l) => self.rpc(self.home(l.id), &root, Request::IxHeaderSet { lookup: l }).await.map(|_| ()),
+                    Ok(l) => self.header_set_all(&l).await,
                     Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
                     Err(e) => Err(e),
                 }
@@ -589,7 +618,7 @@ impl IndexFs {
         if let Ok(dst) = self.fresh_lookup(ddir.id, dname).await {
             if dst.id == src.id {
                 let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
-                self.rpc(sp.server, &root, commit).await?;
+                self.rpc_ix(sp.server, &root, commit).await?;
             }
         }
         Ok(true)
@@ -604,7 +633,7 @@ impl IndexFs {
             let req = Request::RecoveryStat { at: place.at.clone() };
             let server = place.server;
             async move {
-                match self.rpc(server, &Creds::root(), req).await {
+                match self.rpc_ix(server, &Creds::root(), req).await {
                     Ok(Reply::Attr(a)) => Some(a.ino),
                     Ok(Reply::Redirect { ino, .. }) => Some(ino),
                     _ => None,
@@ -613,7 +642,7 @@ impl IndexFs {
         };
         if let (Some(a), Some(b)) = (ino_at(&sp).await, ino_at(&dp).await) {
             if a == b {
-                self.rpc(sp.server, &root, Request::RenameOutCommit { src: sp.at, ino: a }).await?;
+                self.rpc_ix(sp.server, &root, Request::RenameOutCommit { src: sp.at, ino: a }).await?;
             }
         }
         Ok(())
@@ -740,11 +769,7 @@ impl Namespace for IndexFs {
             let p = NsPath::parse(path)?;
             self.optimistic(&p, || async {
                 let dir = self.resolve_dir(c, &p).await?;
-                let req = Request::ReadDir { at: At::Dir(dir.id), after: after.map(str::to_string), limit: limit.clamp(1, 4096), with_dirs: true };
-                match self.rpc(self.home(dir.id), c, req).await? {
-                    Reply::Entries { entries, more } => Ok((entries, more)),
-                    other => Err(unexpected(other)),
-                }
+                self.list_page(c, dir.id, after, limit).await
             })
             .await
         })
@@ -836,8 +861,9 @@ impl Namespace for IndexFs {
         &self.counters
     }
 
-    /// Bulk insertion: the names go to the directory's server in batches of
-    /// [`BULK_BATCH`], each checked there and ingested as one table.
+    /// Bulk insertion: the names go in batches of [`BULK_BATCH`], each split
+    /// into one share per partition's server (sent at once), checked there and
+    /// ingested as one table.
     fn bulk_create<'a>(&'a self, c: &'a Creds, dir: &'a str, names: &'a [String], mode: u32) -> BoxFuture<'a, Res<BulkOutcome>> {
         Box::pin(async move {
             let p = NsPath::parse(dir)?;
@@ -847,16 +873,11 @@ impl Namespace for IndexFs {
                 let reply = self
                     .optimistic(&p, || async {
                         let d = self.resolve_dir(c, &p).await?;
-                        self.rpc(self.home(d.id), c, Request::IxBulkInsert { dir: d.id, files: files.clone(), mode }).await
+                        self.bulk_shares(c, d.id, files.clone(), mode).await
                     })
                     .await?;
-                match reply {
-                    Reply::Bulk { inserted, rejected } => {
-                        out.created += inserted;
-                        out.rejected.extend(rejected);
-                    }
-                    other => return Err(unexpected(other)),
-                }
+                out.created += reply.0;
+                out.rejected.extend(reply.1);
             }
             if out.created > 0 {
                 self.touch_parent(c, Some(&self.resolve_dir(c, &p).await?)).await;

@@ -1,0 +1,213 @@
+//! The client's side of GIGA+ (seed 000 §3.1): a bitmap of partitions per
+//! directory, learnt only from servers' answers (no broadcast), and the
+//! operations that must reach every partition of a directory (readdir, seal,
+//! drop, header update), each asking the servers it knows of and learning of
+//! more from their answers until none is new.
+
+use super::IndexFs;
+use crate::core::unexpected;
+use crate::namespace::Res;
+use canopy_proto::giga::{self, PartMap};
+use canopy_proto::msg::DirLookup;
+use canopy_proto::{Creds, DirEntry, Errno, Fid, Reply, Request};
+use std::collections::BTreeMap;
+
+impl IndexFs {
+    fn maps(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, PartMap>> {
+        self.maps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The partitions known of `dir` (partition 0 at least).
+    pub(super) fn map_of(&self, dir: u64) -> PartMap {
+        self.maps().get(&dir).cloned().unwrap_or_else(PartMap::new)
+    }
+
+    /// Merges what a server told of `dir`'s partitions.
+    pub(super) fn learn(&self, dir: u64, parts: &PartMap) {
+        if parts.len() > 1 {
+            self.maps().entry(dir).or_default().merge(parts);
+        }
+    }
+
+    /// Forgets every bitmap (a directory was made again under an id).
+    pub(super) fn forget_maps(&self) {
+        self.maps().clear();
+    }
+
+    /// The server of the partition of `dir` that `name` belongs to, as known.
+    pub(super) fn server_for(&self, dir: u64, name: &str) -> u32 {
+        let part = self.map_of(dir).part_of(giga::name_hash(name));
+        giga::server_of(dir, part, self.n)
+    }
+
+    /// The servers holding the partitions of `dir` known, its home first.
+    fn servers_of(&self, dir: u64) -> Vec<u32> {
+        let mut out = vec![self.home(dir)];
+        for p in self.map_of(dir).parts() {
+            let s = giga::server_of(dir, p, self.n);
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// One RPC to an IndexFS server. A redirect (the name's partition moved) is
+    /// learnt and answered `EREMCHG`, which `optimistic` resends.
+    pub(super) async fn rpc_ix(&self, server: u32, c: &Creds, req: Request) -> Res<Reply> {
+        match self.rpc(server, c, req).await? {
+            Reply::IxMoved { dir, parts } => {
+                self.counters.redirected();
+                self.learn(dir, &parts);
+                Err(Errno::EREMCHG)
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Sends `make()` to every server holding a partition of `dir`, learning
+    /// of more partitions from each answer (`known` reads it), until every
+    /// server known was asked. Answers the servers asked, in order, with their
+    /// replies; stops at the first error.
+    async fn each_partition_server(&self, dir: u64, c: &Creds, make: impl Fn() -> Request, known: impl Fn(&Reply) -> Option<&PartMap>) -> (Vec<(u32, Reply)>, Option<Errno>) {
+        let mut asked: Vec<(u32, Reply)> = Vec::new();
+        loop {
+            let todo: Vec<u32> = self.servers_of(dir).into_iter().filter(|s| !asked.iter().any(|(a, _)| a == s)).collect();
+            if todo.is_empty() {
+                return (asked, None);
+            }
+            let replies = futures::future::join_all(todo.iter().map(|s| self.rpc_ix(*s, c, make()))).await;
+            let mut failed = None;
+            for (s, r) in todo.into_iter().zip(replies) {
+                match r {
+                    Ok(reply) => {
+                        if let Some(m) = known(&reply) {
+                            self.learn(dir, m);
+                        }
+                        asked.push((s, reply));
+                    }
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            if let Some(e) = failed {
+                return (asked, Some(e));
+            }
+        }
+    }
+
+    /// Seals every partition of `dir` (refusing new names; `ENOTEMPTY` if any
+    /// holds one). On failure unseals what it sealed.
+    pub(super) async fn seal_all(&self, dir: u64) -> Res<()> {
+        let root = Creds::root();
+        let (sealed, failed) = self.each_partition_server(dir, &root, || Request::IxSeal { dir, seal: true }, parts_of).await;
+        let Some(e) = failed else { return Ok(()) };
+        for (s, _) in sealed {
+            if self.rpc_ix(s, &root, Request::IxSeal { dir, seal: false }).await.is_err() {
+                return Err(Errno::EIO);
+            }
+        }
+        Err(e)
+    }
+
+    /// Unseals every partition of `dir` found.
+    pub(super) async fn unseal_all(&self, dir: u64) -> Res<()> {
+        let (_, failed) = self.each_partition_server(dir, &Creds::root(), || Request::IxSeal { dir, seal: false }, parts_of).await;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Drops every partition of a sealed `dir`: its home's first (what
+    /// recovery decides by), then the other servers' that `seal_all` found, or
+    /// (`everywhere`, in recovery, when no bitmap is left to tell) every
+    /// server's.
+    pub(super) async fn drop_all(&self, dir: u64, everywhere: bool) -> Res<()> {
+        let root = Creds::root();
+        let home = self.home(dir);
+        let others: Vec<u32> = match everywhere {
+            true => (0..self.n).filter(|s| *s != home).collect(),
+            false => self.servers_of(dir).into_iter().filter(|s| *s != home).collect(),
+        };
+        self.rpc_ix(home, &root, Request::IxDropHeader { dir }).await?;
+        let replies = futures::future::join_all(others.iter().map(|s| self.rpc_ix(*s, &root, Request::IxDropHeader { dir }))).await;
+        self.maps().remove(&dir);
+        replies.into_iter().find_map(Result::err).map_or(Ok(()), Err)
+    }
+
+    /// Copies `lookup` into the header of every partition of its directory.
+    pub(super) async fn header_set_all(&self, lookup: &DirLookup) -> Res<()> {
+        let (_, failed) = self.each_partition_server(lookup.id, &Creds::root(), || Request::IxHeaderSet { lookup: lookup.clone() }, parts_of).await;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One readdir page of directory `dir`: every partition's server lists the
+    /// names after `after` it holds, and the page is the first `limit` of them.
+    pub(super) async fn list_page(&self, c: &Creds, dir: u64, after: Option<&str>, limit: u32) -> Res<(Vec<DirEntry>, bool)> {
+        let limit = limit.clamp(1, 4096);
+        let make = || Request::IxReadDir { dir, after: after.map(str::to_string), limit };
+        let (pages, failed) = self
+            .each_partition_server(dir, c, make, |r| match r {
+                Reply::IxEntries { parts, .. } => Some(parts),
+                _ => None,
+            })
+            .await;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mut all: Vec<DirEntry> = Vec::new();
+        let mut more = false;
+        for (_, reply) in pages {
+            match reply {
+                Reply::IxEntries { entries, more: m, .. } => {
+                    more |= m;
+                    all.extend(entries);
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        if all.len() > limit as usize {
+            all.truncate(limit as usize);
+            more = true;
+        }
+        Ok((all, more))
+    }
+
+    /// Bulk insertion into `dir`: each partition's server gets its share of
+    /// `files` in one request (all at once); a share refused as moved is
+    /// regrouped by the bitmap learnt and sent again.
+    pub(super) async fn bulk_shares(&self, c: &Creds, dir: u64, files: Vec<(String, Fid)>, mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
+        let mut pending = files;
+        let (mut inserted, mut rejected) = (0u64, Vec::new());
+        for _ in 0..super::MAX_REDIRECTS {
+            if pending.is_empty() {
+                return Ok((inserted, rejected));
+            }
+            let mut shares: BTreeMap<u32, Vec<(String, Fid)>> = BTreeMap::new();
+            for f in pending.drain(..) {
+                shares.entry(self.server_for(dir, &f.0)).or_default().push(f);
+            }
+            let sent = shares.into_iter().map(|(s, files)| async move {
+                let r = self.rpc_ix(s, c, Request::IxBulkInsert { dir, files: files.clone(), mode }).await;
+                (files, r)
+            });
+            for (files, r) in futures::future::join_all(sent).await {
+                match r {
+                    Ok(Reply::Bulk { inserted: n, rejected: mut refused }) => {
+                        inserted += n;
+                        rejected.append(&mut refused);
+                    }
+                    Err(Errno::EREMCHG) => pending.extend(files),
+                    Ok(other) => return Err(unexpected(other)),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Err(Errno::EIO)
+    }
+}
+
+fn parts_of(r: &Reply) -> Option<&PartMap> {
+    match r {
+        Reply::IxParts(m) => Some(m),
+        _ => None,
+    }
+}

@@ -1,0 +1,224 @@
+//! GIGA+ splits in IndexFS: a directory that grows past the split threshold
+//! spreads over every server and stays one POSIX directory (every name listed
+//! once, stat-able, renamable, removable, rmdir refused until it is empty);
+//! and a split survives either of its servers dying at each of its steps:
+//! after a restart every entry is in exactly one partition and fsck is clean.
+
+use canopy_client::Client;
+use canopy_proto::Errno;
+use canopy_server::{ModeOptions, SplitStep};
+use canopy_testkit::InProcCluster;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SERVERS: u32 = 4;
+const THRESHOLD: u64 = 40;
+
+fn opts() -> ModeOptions {
+    ModeOptions { split_threshold: THRESHOLD, ..ModeOptions::default() }
+}
+
+/// A server counter summed over the cluster.
+async fn counter(c: &Client, name: &str) -> u64 {
+    let stats = c.server_stats().await.unwrap();
+    stats.iter().flat_map(|s| s.counters.iter()).filter(|(n, _)| n == name).map(|(_, v)| v).sum()
+}
+
+/// Waits until no split is queued, running or unfinished anywhere.
+async fn settle(c: &Client) {
+    let start = Instant::now();
+    loop {
+        if counter(c, "splits_pending").await + counter(c, "splits_unfinished").await == 0 {
+            // Twice in a row: a check may be about to queue another split.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if counter(c, "splits_pending").await + counter(c, "splits_unfinished").await == 0 {
+                return;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "splits do not settle");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn names(c: &Client, dir: &str) -> Vec<String> {
+    c.readdir(dir).await.unwrap().into_iter().map(|e| e.name).collect()
+}
+
+async fn assert_fsck_clean(c: &Client) {
+    let report = c.fsck().await.unwrap();
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_directory_spreads_over_every_server_and_stays_one_directory() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    c.mkdir("/big", 0o755).await.unwrap();
+    let mut want = BTreeSet::new();
+    for i in 0..1200 {
+        let name = format!("f{i:04}");
+        if i % 40 == 0 {
+            c.mkdir(&format!("/big/{name}"), 0o750).await.unwrap();
+        } else {
+            c.create(&format!("/big/{name}"), 0o644).await.unwrap();
+        }
+        want.insert(name);
+    }
+    settle(&c).await;
+    assert!(counter(&c, "splits").await >= 3, "the directory split");
+    let files: Vec<u64> = c.server_stats().await.unwrap().iter().map(|s| s.files).collect();
+    let total: u64 = files.iter().sum();
+    for f in &files {
+        let share = *f as f64 / total as f64;
+        assert!((0.15..0.35).contains(&share), "spread {files:?}");
+    }
+    // One directory: each name listed once, in order, across partitions and pages.
+    assert_eq!(names(&c, "/big").await, want.iter().cloned().collect::<Vec<_>>());
+    let (page, more) = c.readdir_page("/big", Some("f0500"), 7).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), want.range("f0501".to_string()..).take(7).cloned().collect::<Vec<_>>());
+    assert!(more);
+    // A fresh client knows no split and is redirected to each partition.
+    let fresh = cluster.fresh_client();
+    for name in want.iter().step_by(37) {
+        fresh.stat(&format!("/big/{name}")).await.unwrap();
+    }
+    assert!(fresh.counters().snapshot().redirects > 0, "redirects taught the fresh client");
+    assert_eq!(fresh.stat("/big/nope").await, Err(Errno::ENOENT));
+    // Renames inside the directory and out of it; a subdirectory moves.
+    c.rename("/big/f0001", "/big/renamed").await.unwrap();
+    c.rename("/big/f0040", "/moved").await.unwrap();
+    c.create("/big/f0040/inside", 0o644).await.err();
+    c.stat("/moved").await.unwrap();
+    c.chmod("/big", 0o700).await.unwrap();
+    assert_eq!(fresh.stat("/big/renamed").await.unwrap().mode & 0o7777, 0o644);
+    assert_eq!(c.rmdir("/big").await, Err(Errno::ENOTEMPTY));
+    assert_fsck_clean(&c).await;
+    // Emptied, it goes, partitions and all.
+    for name in names(&c, "/big").await {
+        let p = format!("/big/{name}");
+        match c.unlink(&p).await {
+            Err(Errno::EISDIR) => c.rmdir(&p).await.unwrap(),
+            r => r.unwrap(),
+        }
+    }
+    assert!(names(&c, "/big").await.is_empty());
+    c.rmdir("/big").await.unwrap();
+    assert_eq!(c.stat("/big").await, Err(Errno::ENOENT));
+    c.mkdir("/big", 0o755).await.unwrap();
+    c.create("/big/again", 0o644).await.unwrap();
+    assert_eq!(names(&c, "/big").await, vec!["again"]);
+    assert_fsck_clean(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_insertion_reaches_every_partition() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    c.mkdir("/bulk", 0o755).await.unwrap();
+    let first: Vec<String> = (0..500).map(|i| format!("a{i}")).collect();
+    assert_eq!(c.bulk_create("/bulk", &first, 0o644).await.unwrap().created, 500);
+    settle(&c).await;
+    // Now split: the second batch goes to each partition's server.
+    let second: Vec<String> = (0..500).map(|i| format!("b{i}")).chain(["a7".to_string()]).collect();
+    let out = c.bulk_create("/bulk", &second, 0o644).await.unwrap();
+    assert_eq!(out.created, 500);
+    assert_eq!(out.rejected, vec![("a7".to_string(), Errno::EEXIST)]);
+    settle(&c).await;
+    assert_eq!(names(&c, "/bulk").await.len(), 1000);
+    for n in first.iter().chain(&second).step_by(23) {
+        c.stat(&format!("/bulk/{n}")).await.unwrap();
+    }
+    assert_fsck_clean(&c).await;
+}
+
+/// Which server dies, and where.
+#[derive(Debug, Clone, Copy)]
+enum Death {
+    Source(SplitStep),
+    Destination(SplitStep),
+}
+
+/// Installs a hook on every server that kills the split's source or
+/// destination at `death`'s step (and keeps it dead); answers whether it fired.
+fn arm(cluster: &InProcCluster, death: Death) -> Arc<AtomicBool> {
+    let fired = Arc::new(AtomicBool::new(false));
+    for s in &cluster.servers {
+        let fired = fired.clone();
+        s.set_split_hook(Some(Arc::new(move |step: SplitStep| {
+            let (source_side, at) = match death {
+                Death::Source(at) => (true, at),
+                Death::Destination(at) => (false, at),
+            };
+            let is_source_step = matches!(step, SplitStep::Recorded | SplitStep::Sent(_) | SplitStep::Installed);
+            if is_source_step != source_side {
+                return true;
+            }
+            if step == at {
+                fired.store(true, Ordering::SeqCst);
+            }
+            // Dead from then on: every later step of this side fails too.
+            !fired.load(Ordering::SeqCst)
+        })));
+    }
+    fired
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_survives_either_server_dying_at_each_step() {
+    let deaths = [
+        Death::Source(SplitStep::Recorded),
+        Death::Source(SplitStep::Sent(0)),
+        Death::Source(SplitStep::Installed),
+        Death::Destination(SplitStep::Cleared),
+        Death::Destination(SplitStep::Ingested(0)),
+    ];
+    for death in deaths {
+        let dir = tempfile::tempdir().unwrap();
+        let mut made = BTreeSet::new();
+        {
+            let cluster = InProcCluster::rocks_with("indexfs", SERVERS, dir.path(), opts());
+            let c = cluster.client();
+            c.mkdir("/d", 0o755).await.unwrap();
+            let fired = arm(&cluster, death);
+            let mut i = 0;
+            let start = Instant::now();
+            // Create until the split died, then a few more (some refused while
+            // the moving half waits for the split).
+            let mut after = 0;
+            while after < 30 {
+                let name = format!("n{i:05}");
+                i += 1;
+                match c.create(&format!("/d/{name}"), 0o644).await {
+                    Ok(_) => {
+                        made.insert(name);
+                    }
+                    Err(Errno::EAGAIN) => {}
+                    Err(e) => panic!("{death:?}: create {name}: {e}"),
+                }
+                if fired.load(Ordering::SeqCst) {
+                    after += 1;
+                }
+                assert!(start.elapsed() < Duration::from_secs(60), "{death:?}: the split never reached its step");
+            }
+            // The crash: the cluster goes with whatever its stores hold.
+            drop(c);
+            cluster.crash();
+        }
+        let cluster = InProcCluster::rocks_with("indexfs", SERVERS, dir.path(), opts());
+        let c = cluster.client();
+        settle(&c).await;
+        let listed = names(&c, "/d").await;
+        let unique: BTreeSet<String> = listed.iter().cloned().collect();
+        assert_eq!(unique.len(), listed.len(), "{death:?}: a name listed twice");
+        assert_eq!(unique, made, "{death:?}: the names made, each once");
+        for name in made.iter().step_by(7) {
+            c.stat(&format!("/d/{name}")).await.unwrap_or_else(|e| panic!("{death:?}: stat {name}: {e}"));
+        }
+        let files: u64 = c.server_stats().await.unwrap().iter().map(|s| s.files).sum();
+        assert_eq!(files, made.len() as u64, "{death:?}: entry counts");
+        assert!(counter(&c, "splits").await >= 1, "{death:?}: the split finished after the restart");
+        assert_fsck_clean(&c).await;
+    }
+}

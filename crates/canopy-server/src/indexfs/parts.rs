@@ -1,0 +1,108 @@
+//! Which partition of a directory holds a name, on this server (GIGA+, seed
+//! 000 §3.1): every header here knows the partitions it split off, so the
+//! union of the bitmaps of this server's partitions of a directory routes any
+//! name either to one of them or away (`EREMCHG`, answered with that bitmap
+//! as `Reply::IxMoved`).
+
+use super::{Header, IndexFs};
+use crate::core::{io, Core};
+use crate::keys::{self, PARTS};
+use canopy_proto::giga::{self, PartMap};
+use canopy_proto::{Errno, Reply};
+
+/// At most this many partitions of one directory on one server (a directory
+/// has at most 2^16).
+const MAX_HERE: usize = 1 << 16;
+
+/// The partitions of a directory that the headers `parts` know.
+pub(crate) fn known(parts: &[Header]) -> PartMap {
+    let mut m = PartMap::new();
+    for h in parts {
+        m.merge(&h.parts);
+    }
+    m
+}
+
+impl IndexFs {
+    /// Every partition of `dir` held here, in partition order.
+    pub(crate) fn parts_here(&self, core: &Core, dir: u64) -> Result<Vec<Header>, Errno> {
+        let found = core.store.scan(PARTS, &dir.to_be_bytes(), None, MAX_HERE).map_err(io)?;
+        found.iter().map(|(_, v)| keys::decode::<Header>(v).ok_or(Errno::EIO)).collect()
+    }
+
+    /// The partition here that holds `name` of `dir`. `ENXIO`: no partition of
+    /// `dir` is here; `EREMCHG`: the name's partition is elsewhere; `EAGAIN`:
+    /// a split of its partition is stuck (its new server did not answer) and
+    /// the name is in the half that moves.
+    pub(crate) fn part_for(&self, core: &Core, dir: u64, name: &str) -> Result<Header, Errno> {
+        let parts = self.parts_here(core, dir)?;
+        if parts.is_empty() {
+            return Err(Errno::ENXIO);
+        }
+        let hash = giga::name_hash(name);
+        let part = known(&parts).part_of(hash);
+        let h = parts.into_iter().find(|h| h.part == part).ok_or(Errno::EREMCHG)?;
+        if let Some(child) = h.splitting {
+            let mut after = h.parts.clone();
+            after.insert(child);
+            if after.part_of(hash) == child && !self.splits.running(dir, h.part) {
+                return Err(Errno::EAGAIN);
+            }
+        }
+        Ok(h)
+    }
+
+    /// Whether `h` is still what this server holds (a split since it was read
+    /// would have changed its bitmap).
+    pub(crate) fn unchanged(&self, core: &Core, h: &Header) -> Result<bool, Errno> {
+        Ok(self.part_header(core, h.lookup.id, h.part)?.is_some_and(|now| now.parts == h.parts))
+    }
+
+    /// The redirect for a request naming `name` in `dir` (`None`: names of
+    /// `dir` some of which are not here), if its partition is not here.
+    pub(crate) fn redirect(&self, core: &Core, dir: u64, name: Option<&str>) -> Option<Reply> {
+        if let Some(name) = name {
+            if self.part_for(core, dir, name) != Err(Errno::EREMCHG) {
+                return None;
+            }
+        }
+        let parts = self.parts_here(core, dir).ok().filter(|p| !p.is_empty())?;
+        Some(Reply::IxMoved { dir, parts: known(&parts) })
+    }
+
+    /// What this server knows of `dir`'s partitions (`ENXIO`: it holds none).
+    pub(crate) fn known_here(&self, core: &Core, dir: u64) -> Result<(Vec<Header>, PartMap), Errno> {
+        let parts = self.parts_here(core, dir)?;
+        if parts.is_empty() {
+            return Err(Errno::ENXIO);
+        }
+        let map = known(&parts);
+        Ok((parts, map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::msg::DirLookup;
+
+    fn header(part: u32, parts: &[u32]) -> Header {
+        let mut m = PartMap::new();
+        for p in parts {
+            m.insert(*p);
+        }
+        Header { lookup: DirLookup { id: 9, mode: 0o755, uid: 0, gid: 0 }, parent: 1, depth: 1, subdirs: 0, sealed: false, part, parts: m, splitting: None }
+    }
+
+    #[test]
+    fn the_union_of_the_headers_here_routes_every_name() {
+        // Partition 0 split off 1 and then 2; this server also holds 3 (1's child).
+        let here = [header(0, &[0, 1, 2]), header(3, &[0, 1, 3])];
+        let m = known(&here);
+        assert_eq!(m.parts().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        for i in 0..400 {
+            let h = giga::name_hash(&format!("n{i}"));
+            assert_eq!(m.part_of(h), (h & 3) as u32);
+        }
+    }
+}
