@@ -53,6 +53,8 @@ pub struct RpcFigures {
     pub cache_misses: u64,
     /// Mutations that waited for a lookup lease to run out (IndexFS).
     pub lease_waits: u64,
+    /// Requests redirected to a directory partition that had moved (IndexFS).
+    pub redirects: u64,
 }
 
 impl RpcFigures {
@@ -86,6 +88,10 @@ pub struct BenchReport {
     pub clients: usize,
     pub inflight: usize,
     pub phases: Vec<PhaseReport>,
+    /// File entries each server holds at the end (how the namespace spread).
+    pub entries_per_server: Vec<u64>,
+    /// Directory partition splits the servers made (IndexFS).
+    pub splits: u64,
 }
 
 impl BenchReport {
@@ -106,19 +112,30 @@ impl BenchReport {
             );
             if let Some((r, ratio)) = p.rpc.as_ref().and_then(|r| r.cache_hit_ratio().map(|x| (r, x))) {
                 caches += &format!(
-                    "{:<8} lookup cache: {:.1}% hits ({} hits, {} misses); {} lease waits\n",
+                    "{:<8} lookup cache: {:.1}% hits ({} hits, {} misses); {} lease waits; {} redirects\n",
                     p.name,
                     100.0 * ratio,
                     r.cache_hits,
                     r.cache_misses,
-                    r.lease_waits
+                    r.lease_waits,
+                    r.redirects
                 );
             }
             if p.errors > 0 {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches
+        s + &caches + &self.spread()
+    }
+
+    /// The entries each server holds, with its share, and the splits made.
+    fn spread(&self) -> String {
+        let total: u64 = self.entries_per_server.iter().sum();
+        if total == 0 {
+            return String::new();
+        }
+        let shares: Vec<String> = self.entries_per_server.iter().map(|n| format!("{n} ({:.1}%)", 100.0 * *n as f64 / total as f64)).collect();
+        format!("entries per server: {}; {} splits\n", shares.join(", "), self.splits)
     }
 }
 
@@ -175,14 +192,14 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()] }.table().contains("      -        -       -"));
-        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0 });
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0 }.table().contains("      -        -       -"));
+        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()] }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0 }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
-        assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits"), "{}", report(&p));
+        assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));
     }
 
     #[test]

@@ -64,6 +64,7 @@ fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
         total.recoveries += s.recoveries;
         total.cache_hits += s.cache_hits;
         total.cache_misses += s.cache_misses;
+        total.redirects += s.redirects;
     }
     total
 }
@@ -89,6 +90,7 @@ fn figures(sent: &CounterSnapshot, ops: u64, received: &[u64], lease_waits: u64)
         cache_hits: sent.cache_hits,
         cache_misses: sent.cache_misses,
         lease_waits,
+        redirects: sent.redirects,
     }
 }
 
@@ -152,11 +154,14 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
     if bulk {
         phases.push(bulk_phase(&clients, &first, &format!("{}/bulk", cfg.root), cfg.files).await?);
     }
+    let stats = first.server_stats().await.map_err(|e| format!("stats: {e}"))?;
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),
         servers: first.namespace().servers(),
         clients: clients.len(),
         inflight: cfg.inflight,
         phases,
+        entries_per_server: stats.iter().map(|s| s.files).collect(),
+        splits: stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "splits").map(|(_, n)| n).sum(),
     })
 }

@@ -145,12 +145,12 @@ impl Core {
         Ok(self.store.scan(ENTRIES, &id.to_be_bytes(), None, 1).map_err(io)?.is_empty())
     }
 
-    /// A directory's attributes from its lookup state, its subdirectory count
-    /// (nlink = 2 + subdirectories) and the times this server keeps of it (zero
-    /// where it keeps none).
-    pub(crate) fn dir_attr(&self, lookup: &DirLookup, subdirs: u32) -> Result<Attr, Errno> {
+    /// A directory's attributes from its lookup state, its link count (2 +
+    /// subdirectories, or 1 where they are not counted) and the times this
+    /// server keeps of it (zero where it keeps none).
+    pub(crate) fn dir_attr(&self, lookup: &DirLookup, nlink: u32) -> Result<Attr, Errno> {
         let times = self.load_dir_times(lookup.id)?.unwrap_or(NO_TIMES);
-        Ok(dir_attr_of(lookup, subdirs, times))
+        Ok(dir_attr_of(lookup, nlink, times))
     }
 
     /// Writes `batch` atomically, keeping the entry count. Callers hold the
@@ -226,9 +226,8 @@ impl Core {
 
 const NO_TIMES: DirTimes = DirTimes { atime: 0, mtime: 0, ctime: 0 };
 
-/// A directory's attributes from its lookup state, subdirectory count
-/// (nlink = 2 + subdirectories) and times.
-pub(crate) fn dir_attr_of(lookup: &DirLookup, subdirs: u32, times: DirTimes) -> Attr {
+/// A directory's attributes from its lookup state, link count and times.
+pub(crate) fn dir_attr_of(lookup: &DirLookup, nlink: u32, times: DirTimes) -> Attr {
     Attr {
         ino: lookup.id,
         kind: FileKind::Dir,
@@ -236,7 +235,7 @@ pub(crate) fn dir_attr_of(lookup: &DirLookup, subdirs: u32, times: DirTimes) -> 
         uid: lookup.uid,
         gid: lookup.gid,
         size: 0,
-        nlink: 2 + subdirs,
+        nlink,
         rdev: 0,
         atime: times.atime,
         mtime: times.mtime,
@@ -247,7 +246,7 @@ pub(crate) fn dir_attr_of(lookup: &DirLookup, subdirs: u32, times: DirTimes) -> 
 /// A directory's attributes from its lookup state alone (what a setattr of
 /// mode or owner is checked against).
 pub(crate) fn lookup_attr(lookup: &DirLookup) -> Attr {
-    dir_attr_of(lookup, 0, NO_TIMES)
+    dir_attr_of(lookup, 2, NO_TIMES)
 }
 
 fn describe(t: &crate::Target) -> String {

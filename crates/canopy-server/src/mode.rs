@@ -101,9 +101,10 @@ pub(crate) trait Mode: Send + Sync {
     /// it off; the client retries under locks).
     fn admit(&self, at: &Target) -> Result<(), Errno>;
 
-    /// The lookup state of directory `id` and how many subdirectories it has,
-    /// if this server knows it.
-    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno>;
+    /// The lookup state of directory `id`, if this server knows it, and its
+    /// link count (2 + its subdirectories; 1, as btrfs answers, where the mode
+    /// does not count them) if this server keeps its attributes.
+    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno>;
 
     /// The ids of the directories holding `targets` (0 where unknown), which a
     /// mutation of them serialises on.

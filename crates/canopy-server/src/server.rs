@@ -232,8 +232,8 @@ impl MetaServer {
     /// A directory's attributes: the mode's lookup state, the times kept here.
     /// `EREMOTE` if this server does not hold them (IndexFS: ask its home).
     pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
-        let (lookup, subdirs) = self.mode.dir(&self.core, id)?.ok_or(Errno::EREMOTE)?;
-        self.core.dir_attr(&lookup, subdirs)
+        let Some((lookup, Some(nlink))) = self.mode.dir(&self.core, id)? else { return Err(Errno::EREMOTE) };
+        self.core.dir_attr(&lookup, nlink)
     }
 }
 

@@ -173,6 +173,15 @@ fn a_store_of_another_mode_and_an_unknown_mode_are_refused() {
     canopy_store::Store::write(&*store, b).unwrap();
     let err = MetaServer::open_mode("shardfs", cfg, store, SystemClock::shared()).err().unwrap();
     assert!(err.contains("made by a server of mode indexfs, not shardfs"), "{err}");
+    // An IndexFS store of an earlier layout (no layout record) is refused too.
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    drop(MetaServer::open_mode("indexfs", cfg, store.clone(), SystemClock::shared()).unwrap());
+    drop(MetaServer::open_mode("indexfs", cfg, store.clone(), SystemClock::shared()).unwrap());
+    let mut b = canopy_store::Batch::new();
+    b.delete(canopy_server::keys::META, b"indexfs_layout".to_vec());
+    canopy_store::Store::write(&*store, b).unwrap();
+    let err = MetaServer::open_mode("indexfs", cfg, store, SystemClock::shared()).err().unwrap();
+    assert!(err.contains("IndexFS layout version 1") && err.contains("reads version 2"), "{err}");
 }
 
 /// IndexFS: a chmod of a directory another client holds a lease on waits until

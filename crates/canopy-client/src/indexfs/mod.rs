@@ -164,6 +164,16 @@ impl IndexFs {
         Ok(Place { server: self.server_for(parent.id, name), at, parent: Some((parent, name.to_string())) })
     }
 
+    /// `req` to the server of `place`'s partition, following redirects: for
+    /// the steps of a transaction after its commit point, which must reach
+    /// the name wherever a split moved it.
+    async fn place_rpc(&self, place: &Place, c: &Creds, req: Request) -> Res<Reply> {
+        match &place.parent {
+            Some((dir, name)) => self.entry_rpc(dir.id, name, c, req).await,
+            None => self.rpc_ix(place.server, c, req).await,
+        }
+    }
+
     /// Drops the cached entries along `p`, so a retry asks the servers.
     fn forget_path(&self, p: &NsPath) {
         let names: Vec<&str> = p.components().collect();
@@ -260,8 +270,21 @@ impl IndexFs {
 
     /// With directory times on: after a name was added or removed in `p`'s
     /// directory, sets its mtime and ctime on its home. Only logged on failure.
-    async fn touch_parent(&self, c: &Creds, parent: Option<&DirLookup>) {
-        let Some(parent) = parent.filter(|_| self.dir_times) else { return };
+    async fn touch_parent(&self, c: &Creds, p: &NsPath) {
+        if !self.dir_times {
+            return;
+        }
+        let Some((pp, _)) = p.split() else { return };
+        if let Ok(parent) = self.resolve_dir(c, &pp).await {
+            self.touch_dir(c, &parent).await;
+        }
+    }
+
+    /// [`IndexFs::touch_parent`] of a directory already resolved.
+    async fn touch_dir(&self, c: &Creds, parent: &DirLookup) {
+        if !self.dir_times {
+            return;
+        }
         if let Err(e) = self.rpc_ix(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
             if e != Errno::ENOENT && e != Errno::ENXIO {
                 eprintln!("canopy-client: could not update the times of directory {:#x}: {e}", parent.id);
@@ -269,10 +292,6 @@ impl IndexFs {
         }
     }
 
-    async fn parent_of(&self, c: &Creds, p: &NsPath) -> Option<DirLookup> {
-        let (pp, _) = p.split()?;
-        self.resolve_dir(c, &pp).await.ok()
-    }
 
     async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
         let intent = || Intent::Mkdir { path: p.to_string() };
@@ -313,7 +332,7 @@ impl IndexFs {
         self.step(|| Step::ReplicasDone(intent())).await?;
         // Our own copy goes first: the server then need not wait for our lease.
         self.forget(parent.id, &name);
-        let r = self.rpc_ix(place.server, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
+        let r = self.entry_rpc(parent.id, &name, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
         match r {
             Ok(_) => self.step(|| Step::PrimaryDone(intent())).await,
             Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
@@ -475,7 +494,7 @@ impl IndexFs {
         let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
         self.step(|| Step::PrimaryDone(intent())).await?;
         let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client() };
-        self.rpc_ix(sp.server, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
+        self.place_rpc(sp, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
         Ok(inserted)
     }
 
@@ -497,7 +516,7 @@ impl IndexFs {
             return Ok(());
         }
         self.step(|| Step::PrimaryDone(intent.clone())).await?;
-        self.rpc_ix(sp.server, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 
@@ -581,7 +600,7 @@ impl IndexFs {
                     Err(Errno::ENXIO) => {
                         self.drop_all(child.id, true).await?;
                         let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client() };
-                        self.rpc_ix(self.server_for(parent.id, name), &root, req).await.map(|_| ())
+                        self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
                     }
                     Err(e) => Err(e),
                 }
@@ -618,7 +637,7 @@ impl IndexFs {
         if let Ok(dst) = self.fresh_lookup(ddir.id, dname).await {
             if dst.id == src.id {
                 let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
-                self.rpc_ix(sp.server, &root, commit).await?;
+                self.place_rpc(&sp, &root, commit).await?;
             }
         }
         Ok(true)
@@ -629,23 +648,21 @@ impl IndexFs {
     async fn recover_file_rename(&self, s: &NsPath, d: &NsPath) -> Res<()> {
         let root = Creds::root();
         let (Ok(sp), Ok(dp)) = (self.place(&root, s).await, self.place(&root, d).await) else { return Ok(()) };
-        let ino_at = |place: &Place| {
-            let req = Request::RecoveryStat { at: place.at.clone() };
-            let server = place.server;
-            async move {
-                match self.rpc_ix(server, &Creds::root(), req).await {
-                    Ok(Reply::Attr(a)) => Some(a.ino),
-                    Ok(Reply::Redirect { ino, .. }) => Some(ino),
-                    _ => None,
-                }
-            }
-        };
-        if let (Some(a), Some(b)) = (ino_at(&sp).await, ino_at(&dp).await) {
+        if let (Some(a), Some(b)) = (self.ino_at(&sp).await, self.ino_at(&dp).await) {
             if a == b {
-                self.rpc_ix(sp.server, &root, Request::RenameOutCommit { src: sp.at, ino: a }).await?;
+                self.place_rpc(&sp, &root, Request::RenameOutCommit { src: sp.at.clone(), ino: a }).await?;
             }
         }
         Ok(())
+    }
+
+    /// The inode number of the file at `place`, if there is one.
+    async fn ino_at(&self, place: &Place) -> Option<u64> {
+        match self.place_rpc(place, &Creds::root(), Request::RecoveryStat { at: place.at.clone() }).await {
+            Ok(Reply::Attr(a)) => Some(a.ino),
+            Ok(Reply::Redirect { ino, .. }) => Some(ino),
+            _ => None,
+        }
     }
 
     /// `p`'s parent, resolved as root without the cache (`None`: gone).
@@ -673,7 +690,7 @@ impl Namespace for IndexFs {
                 return Err(Errno::EEXIST);
             }
             let attr = self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode))).await?;
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(attr)
         })
     }
@@ -685,7 +702,7 @@ impl Namespace for IndexFs {
                 return Err(Errno::EBUSY);
             }
             self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p))).await?;
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(())
         })
     }
@@ -700,7 +717,7 @@ impl Namespace for IndexFs {
             if let (true, IfExists::Open { access }) = (redirected, if_exists) {
                 perm::check_open_existing(c, &attr, access)?;
             }
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(attr)
         })
     }
@@ -710,7 +727,7 @@ impl Namespace for IndexFs {
             let p = NsPath::parse(path)?;
             let reply = self.single(c, &p, |at| Request::Create { at, mode, kind: NewKind::Special { kind, rdev }, if_exists: IfExists::Fail }).await?;
             let attr = self.attr_or_follow(reply).await?;
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(attr)
         })
     }
@@ -724,7 +741,7 @@ impl Namespace for IndexFs {
                 r => r?,
             };
             self.drop_remote(reply).await?;
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(())
         })
     }
@@ -783,8 +800,8 @@ impl Namespace for IndexFs {
             }
             let intent = Intent::Rename { src: s.to_string(), dst: d.to_string() };
             self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_rename(c, &s, &d))).await?;
-            self.touch_parent(c, self.parent_of(c, &s).await.as_ref()).await;
-            self.touch_parent(c, self.parent_of(c, &d).await.as_ref()).await;
+            self.touch_parent(c, &s).await;
+            self.touch_parent(c, &d).await;
             Ok(())
         })
     }
@@ -800,7 +817,7 @@ impl Namespace for IndexFs {
             let kind = NewKind::Symlink(target.to_string());
             let reply = self.single(c, &p, |at| Request::Create { at, mode: 0o777, kind: kind.clone(), if_exists: IfExists::Fail }).await?;
             let attr = self.attr_or_follow(reply).await?;
-            self.touch_parent(c, self.parent_of(c, &p).await.as_ref()).await;
+            self.touch_parent(c, &p).await;
             Ok(attr)
         })
     }
@@ -822,7 +839,7 @@ impl Namespace for IndexFs {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
             let attr = self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_link(c, &s, &d))).await?;
-            self.touch_parent(c, self.parent_of(c, &d).await.as_ref()).await;
+            self.touch_parent(c, &d).await;
             Ok(attr)
         })
     }
@@ -849,8 +866,24 @@ impl Namespace for IndexFs {
         Box::pin(self.all_stats())
     }
 
+    /// Servers are checked one after another, so a split that moves names
+    /// between two of them meanwhile could show them twice or not at all: the
+    /// check waits for splits under way and runs again if one happened.
     fn fsck(&self) -> BoxFuture<'_, Res<FsckSummary>> {
-        Box::pin(self.fsck_all(crate::fsck::DirLayout::Partitioned))
+        Box::pin(async move {
+            for _ in 0..100 {
+                let (done, busy) = self.split_activity().await?;
+                if busy > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+                let report = self.fsck_all(crate::fsck::DirLayout::Partitioned).await?;
+                if self.split_activity().await? == (done, 0) {
+                    return Ok(report);
+                }
+            }
+            self.fsck_all(crate::fsck::DirLayout::Partitioned).await
+        })
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
@@ -880,7 +913,7 @@ impl Namespace for IndexFs {
                 out.rejected.extend(reply.1);
             }
             if out.created > 0 {
-                self.touch_parent(c, Some(&self.resolve_dir(c, &p).await?)).await;
+                self.touch_dir(c, &self.resolve_dir(c, &p).await?).await;
             }
             Ok(out)
         })

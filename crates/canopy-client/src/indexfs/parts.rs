@@ -65,6 +65,18 @@ impl IndexFs {
         }
     }
 
+    /// `req` to the server of the partition of `dir` holding `name`, again
+    /// after each redirect.
+    pub(super) async fn entry_rpc(&self, dir: u64, name: &str, c: &Creds, req: Request) -> Res<Reply> {
+        for _ in 0..super::MAX_REDIRECTS {
+            match self.rpc_ix(self.server_for(dir, name), c, req.clone()).await {
+                Err(Errno::EREMCHG) => continue,
+                r => return r,
+            }
+        }
+        Err(Errno::EIO)
+    }
+
     /// Sends `make()` to every server holding a partition of `dir`, learning
     /// of more partitions from each answer (`known` reads it), until every
     /// server known was asked. Answers the servers asked, in order, with their
@@ -164,6 +176,8 @@ impl IndexFs {
             }
         }
         all.sort_by(|a, b| a.name.cmp(&b.name));
+        // A split under way may show a name on both of its servers.
+        all.dedup_by(|a, b| a.name == b.name);
         if all.len() > limit as usize {
             all.truncate(limit as usize);
             more = true;
@@ -202,6 +216,15 @@ impl IndexFs {
             }
         }
         Err(Errno::EIO)
+    }
+}
+
+impl IndexFs {
+    /// Splits the servers finished, and splits queued, running or unfinished.
+    pub(super) async fn split_activity(&self) -> Res<(u64, u64)> {
+        let stats = self.all_stats().await?;
+        let sum = |names: &[&str]| stats.iter().flat_map(|s| &s.counters).filter(|(n, _)| names.contains(&n.as_str())).map(|(_, v)| v).sum::<u64>();
+        Ok((sum(&["splits"]), sum(&["splits_pending", "splits_unfinished"])))
     }
 }
 

@@ -37,11 +37,11 @@ impl IndexFs {
             (h.lookup, 0)
         } else {
             canopy_proto::path::check_name(name)?;
-            self.searchable(core, creds, dir, name)?;
+            let h = self.searchable(core, creds, dir, name)?;
             match self.dir_entry(core, dir, name)? {
                 Some(d) => (d.lookup, d.depth.max(depth.min(d.depth))),
                 None if core.load_record(&ix_key(dir, name))?.is_some() => return Err(Errno::ENOTDIR),
-                None => return Err(Errno::ENOENT),
+                None => return Err(self.absent(core, &h)),
             }
         };
         let lease_ms = self.leases.lock().grant(lookup.id, depth.max(1), core.clock.now_ms(), client);
@@ -66,7 +66,7 @@ impl IndexFs {
         b.put(DIRS, ix_key(dir, name), keys::encode(&DirEntryValue { lookup: lookup.clone(), depth: parent.depth + 1 }));
         parent.subdirs += 1;
         self.put_header(&mut b, &parent);
-        core.write(b)?;
+        self.commit(core, b)?;
         self.splits.grew(dir, 1);
         Ok(Reply::Dir(lookup))
     }
@@ -98,7 +98,7 @@ impl IndexFs {
             self.put_header(&mut b, &Header { sealed: seal, ..h.clone() });
         }
         if !b.is_empty() {
-            core.write(b)?;
+            self.commit(core, b)?;
         }
         Ok(Reply::IxParts(known(&parts)))
     }
@@ -110,7 +110,7 @@ impl IndexFs {
         let child = match self.dir_entry(core, dir, name)? {
             Some(d) => d,
             None if core.load_record(&ix_key(dir, name))?.is_some() => return Err(Errno::ENOTDIR),
-            None => return Err(Errno::ENOENT),
+            None => return Err(self.absent(core, &h)),
         };
         let owner = Owner::of_dir(&h.lookup);
         perm::require_dir_write(creds, owner)?;
@@ -135,7 +135,7 @@ impl IndexFs {
         b.delete(DIRS, ix_key(dir, name));
         h.subdirs = h.subdirs.saturating_sub(1);
         self.put_header(&mut b, &h);
-        core.write(b)?;
+        self.commit(core, b)?;
         Ok(Reply::Dir(now.lookup))
     }
 
@@ -151,11 +151,11 @@ impl IndexFs {
             return Err(Errno::EBUSY);
         }
         let mut b = Batch::new();
-        for h in &parts {
+        for h in parts.iter() {
             b.delete(PARTS, super::part_key(dir, h.part));
         }
         b.delete(DIRTIMES, keys::id_key(dir).to_vec());
-        core.write(b)?;
+        self.commit(core, b)?;
         self.headers.fetch_sub(parts.len() as i64, Ordering::AcqRel);
         Ok(Reply::Unit)
     }
@@ -175,14 +175,15 @@ impl IndexFs {
             h.lookup = DirLookup { id: ROOT_ID, mode: attr.mode, uid: attr.uid, gid: attr.gid };
             let mut b = Batch::new();
             self.put_header(&mut b, &h);
-            core.write(b)?;
+            self.commit(core, b)?;
             return Ok(Reply::Attr(attr));
         }
         canopy_proto::path::check_name(name)?;
+        let h = self.part_for(core, dir, name)?;
         let id = match self.dir_entry(core, dir, name)? {
             Some(d) => d.lookup.id,
             None if core.load_record(&ix_key(dir, name))?.is_some() => return Err(Errno::ENOTDIR),
-            None => return Err(Errno::ENOENT),
+            None => return Err(self.absent(core, &h)),
         };
         let _lease = self.wait_leases(core, id, client);
         let at = Target::Entry { dir, name: name.to_string() };
@@ -194,7 +195,7 @@ impl IndexFs {
         entry.lookup = DirLookup { id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         let mut b = Batch::new();
         b.put(DIRS, ix_key(dir, name), keys::encode(&entry));
-        core.write(b)?;
+        self.commit(core, b)?;
         Ok(Reply::Attr(attr))
     }
 
@@ -209,7 +210,7 @@ impl IndexFs {
             return Ok(Reply::IxParts(map));
         }
         let mut b = Batch::new();
-        for h in &parts {
+        for h in parts.iter() {
             self.put_header(&mut b, &Header { lookup: lookup.clone(), ..h.clone() });
         }
         if self.is_home(core, id) {
@@ -217,7 +218,7 @@ impl IndexFs {
             let times = core.load_dir_times(id)?.map_or(DirTimes { atime: now, mtime: now, ctime: now }, |t| DirTimes { ctime: now, ..t });
             b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
         }
-        core.write(b)?;
+        self.commit(core, b)?;
         Ok(Reply::IxParts(map))
     }
 
@@ -264,7 +265,7 @@ impl IndexFs {
             self.put_header(&mut b, &sh);
             self.put_header(&mut b, &dh);
         }
-        core.write(b)?;
+        self.commit(core, b)?;
         Ok(match replaced {
             Some(r) => Reply::Dir(r.lookup),
             None => Reply::Unit,
@@ -308,7 +309,7 @@ impl IndexFs {
             h.subdirs += 1;
             self.put_header(&mut b, &h);
         }
-        core.write(b)?;
+        self.commit(core, b)?;
         Ok(match replaced {
             Some(r) => Reply::Dir(r.lookup),
             None => Reply::Unit,
@@ -319,15 +320,17 @@ impl IndexFs {
     /// live, its entry goes (if it still names directory `id`).
     pub(crate) fn rename_dir_commit(&self, core: &Core, src: &Target, id: u64, client: u64) -> Result<Reply, Errno> {
         let Target::Entry { dir, name } = src else { return Err(Errno::EINVAL) };
+        // A split may have moved the name: the client follows the redirect.
+        self.part_for(core, *dir, name)?;
         let _lease = self.wait_leases(core, id, client);
         let _g = core.lock_stripes(|| vec![*dir], false, &[src]);
+        let mut h = self.part_for(core, *dir, name)?;
         if self.dir_entry(core, *dir, name)?.is_some_and(|d| d.lookup.id == id) {
-            let mut h = self.part_for(core, *dir, name)?;
             h.subdirs = h.subdirs.saturating_sub(1);
             let mut b = Batch::new();
             b.delete(DIRS, ix_key(*dir, name));
             self.put_header(&mut b, &h);
-            core.write(b)?;
+            self.commit(core, b)?;
         }
         Ok(Reply::Unit)
     }

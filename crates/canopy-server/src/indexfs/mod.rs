@@ -89,6 +89,27 @@ pub(crate) fn part_key(dir: u64, part: u32) -> Vec<u8> {
     k
 }
 
+/// The version of IndexFS's own values in a store (`Header`); bump it when
+/// they change. Version 1 headers had no partition bitmap.
+const LAYOUT: u32 = 2;
+const LAYOUT_KEY: &[u8] = b"indexfs_layout";
+
+/// Refuses a store whose IndexFS values this release cannot read, and records
+/// the version in a new one.
+fn check_layout(core: &Core) -> Result<(), String> {
+    let found = match core.store.get(keys::META, LAYOUT_KEY).map_err(|e| e.to_string())? {
+        Some(v) => <[u8; 4]>::try_from(&v[..]).map(u32::from_be_bytes).map_err(|_| "corrupt IndexFS layout record".to_string())?,
+        None if core.fresh => LAYOUT,
+        None => 1,
+    };
+    if found != LAYOUT {
+        return Err(format!("this server's data directory holds IndexFS layout version {found}, but this program reads version {LAYOUT}: run the Canopy release that wrote it, or start from an empty data directory"));
+    }
+    let mut b = Batch::new();
+    b.put(keys::META, LAYOUT_KEY.to_vec(), LAYOUT.to_be_bytes().to_vec());
+    core.store.write(b).map_err(|e| e.to_string())
+}
+
 pub(crate) struct IndexFs {
     leases: Mutex<Leases>,
     /// Headers held here (for `Stats`).
@@ -99,10 +120,12 @@ pub(crate) struct IndexFs {
     /// Requests answered with a redirect (`IxMoved`).
     redirects: AtomicU64,
     splits: split::Splits,
+    cache: parts::HeaderCache,
 }
 
 impl IndexFs {
     pub(crate) fn open(core: &Core, policy: LeasePolicy, split_threshold: u64) -> Result<IndexFs, String> {
+        check_layout(core)?;
         let mut headers = 0i64;
         let mut unfinished = Vec::new();
         core.store
@@ -121,6 +144,7 @@ impl IndexFs {
             lease_wait_ms: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
             splits: split::Splits::new(split_threshold, unfinished),
+            cache: parts::HeaderCache::default(),
         };
         if giga::home(ROOT_ID, core.cfg.servers) == core.cfg.index && me.header(core, ROOT_ID).map_err(|e| e.to_string())?.is_none() {
             let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
@@ -165,7 +189,7 @@ impl IndexFs {
         let mut b = Batch::new();
         self.put_header(&mut b, &Header { lookup, parent, depth, subdirs: 0, sealed: false, part: 0, parts: PartMap::new(), splitting: None });
         b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
-        core.write(b)?;
+        self.commit(core, b)?;
         self.headers.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -235,8 +259,10 @@ impl Mode for IndexFs {
                     None if h.sealed => Err(Errno::EAGAIN),
                     // A split may have moved the name since the header was read
                     // (reads hold no lock): then ask again.
-                    None if !self.unchanged(core, &h)? => Err(Errno::EREMCHG),
-                    None => Ok(Located::Absent { parent: *dir, name: name.clone() }),
+                    None => match self.absent(core, &h) {
+                        Errno::ENOENT => Ok(Located::Absent { parent: *dir, name: name.clone() }),
+                        e => Err(e),
+                    },
                 }
             }
         }
@@ -262,13 +288,19 @@ impl Mode for IndexFs {
         Ok(())
     }
 
-    /// Only directories with a partition here; another's attributes are on its
-    /// home (the caller answers `EREMOTE`). The subdirectory count is of the
-    /// partitions here: all of them until the directory splits.
-    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno> {
+    /// Directories with a partition here; their attributes only on their
+    /// home (elsewhere the caller answers `EREMOTE`).
+    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {
         let parts = self.parts_here(core, id)?;
-        let subdirs: u64 = parts.iter().map(|h| h.subdirs).sum();
-        Ok(parts.into_iter().next().map(|h| (h.lookup, subdirs.min(u32::MAX as u64 - 2) as u32)))
+        let Some(first) = parts.first() else { return Ok(None) };
+        let Some(home) = parts.iter().find(|h| h.part == 0) else { return Ok(Some((first.lookup.clone(), None))) };
+        // Split: its subdirectories are counted in partitions on other
+        // servers, so it says "not counted" (tools such as find then look).
+        let nlink = match home.parts.len() > 1 {
+            true => 1,
+            false => 2 + home.subdirs.min(u32::MAX as u64 - 2) as u32,
+        };
+        Ok(Some((first.lookup.clone(), Some(nlink))))
     }
 
     fn blocks(&self, req: &Request) -> bool {

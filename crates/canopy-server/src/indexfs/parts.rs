@@ -9,10 +9,31 @@ use crate::core::{io, Core};
 use crate::keys::{self, PARTS};
 use canopy_proto::giga::{self, PartMap};
 use canopy_proto::{Errno, Reply};
+use canopy_store::Batch;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// At most this many partitions of one directory on one server (a directory
 /// has at most 2^16).
 const MAX_HERE: usize = 1 << 16;
+
+/// Directories whose headers the cache holds before it starts over.
+const CACHED_DIRS: usize = 65_536;
+
+/// The headers of directories read lately. Every header write bumps `epoch`
+/// after it lands, which empties the cache; a reader keeps what it read only
+/// if no write landed meanwhile, so the cache never holds a header older
+/// than the last write it saw completed.
+#[derive(Default)]
+pub(crate) struct HeaderCache {
+    epoch: AtomicU64,
+    /// The epoch the entries were read at, and the entries.
+    map: RwLock<(u64, Cached)>,
+}
+
+type Cached = HashMap<u64, Arc<Vec<Header>>>;
 
 /// The partitions of a directory that the headers `parts` know.
 pub(crate) fn known(parts: &[Header]) -> PartMap {
@@ -24,10 +45,43 @@ pub(crate) fn known(parts: &[Header]) -> PartMap {
 }
 
 impl IndexFs {
-    /// Every partition of `dir` held here, in partition order.
-    pub(crate) fn parts_here(&self, core: &Core, dir: u64) -> Result<Vec<Header>, Errno> {
+    /// Every partition of `dir` held here, in partition order: from the cache
+    /// unless a header was written since it was filled.
+    pub(crate) fn parts_here(&self, core: &Core, dir: u64) -> Result<Arc<Vec<Header>>, Errno> {
+        let epoch = self.cache.epoch.load(Ordering::Acquire);
+        {
+            let c = self.cache.map.read();
+            if c.0 == epoch {
+                if let Some(parts) = c.1.get(&dir) {
+                    return Ok(parts.clone());
+                }
+            }
+        }
         let found = core.store.scan(PARTS, &dir.to_be_bytes(), None, MAX_HERE).map_err(io)?;
-        found.iter().map(|(_, v)| keys::decode::<Header>(v).ok_or(Errno::EIO)).collect()
+        let parts: Arc<Vec<Header>> = Arc::new(found.iter().map(|(_, v)| keys::decode::<Header>(v).ok_or(Errno::EIO)).collect::<Result<_, _>>()?);
+        let mut c = self.cache.map.write();
+        // Only what was read with no header written meanwhile is kept.
+        if self.cache.epoch.load(Ordering::Acquire) == epoch {
+            if c.0 != epoch || c.1.len() >= CACHED_DIRS {
+                *c = (epoch, HashMap::new());
+            }
+            c.1.insert(dir, parts.clone());
+        }
+        Ok(parts)
+    }
+
+    /// Writes `b`, which may change headers (the cache then starts over).
+    pub(crate) fn commit(&self, core: &Core, b: Batch) -> Result<(), Errno> {
+        let r = core.write(b);
+        self.cache.epoch.fetch_add(1, Ordering::AcqRel);
+        r
+    }
+
+    /// [`IndexFs::commit`] of a batch that removes `n` file entries.
+    pub(crate) fn commit_removing(&self, core: &Core, b: Batch, n: u64) -> Result<(), Errno> {
+        let r = core.write_removing(b, n);
+        self.cache.epoch.fetch_add(1, Ordering::AcqRel);
+        r
     }
 
     /// The partition here that holds `name` of `dir`. `ENXIO`: no partition of
@@ -41,7 +95,7 @@ impl IndexFs {
         }
         let hash = giga::name_hash(name);
         let part = known(&parts).part_of(hash);
-        let h = parts.into_iter().find(|h| h.part == part).ok_or(Errno::EREMCHG)?;
+        let h = parts.iter().find(|h| h.part == part).cloned().ok_or(Errno::EREMCHG)?;
         if let Some(child) = h.splitting {
             let mut after = h.parts.clone();
             after.insert(child);
@@ -58,6 +112,17 @@ impl IndexFs {
         Ok(self.part_header(core, h.lookup.id, h.part)?.is_some_and(|now| now.parts == h.parts))
     }
 
+    /// The errno for a name that partition `h` was found not to hold:
+    /// `ENOENT`, unless a split moved the name since `h` was read (`EREMCHG`:
+    /// the client asks again).
+    pub(crate) fn absent(&self, core: &Core, h: &Header) -> Errno {
+        match self.unchanged(core, h) {
+            Ok(true) => Errno::ENOENT,
+            Ok(false) => Errno::EREMCHG,
+            Err(e) => e,
+        }
+    }
+
     /// The redirect for a request naming `name` in `dir` (`None`: names of
     /// `dir` some of which are not here), if its partition is not here.
     pub(crate) fn redirect(&self, core: &Core, dir: u64, name: Option<&str>) -> Option<Reply> {
@@ -71,7 +136,7 @@ impl IndexFs {
     }
 
     /// What this server knows of `dir`'s partitions (`ENXIO`: it holds none).
-    pub(crate) fn known_here(&self, core: &Core, dir: u64) -> Result<(Vec<Header>, PartMap), Errno> {
+    pub(crate) fn known_here(&self, core: &Core, dir: u64) -> Result<(Arc<Vec<Header>>, PartMap), Errno> {
         let parts = self.parts_here(core, dir)?;
         if parts.is_empty() {
             return Err(Errno::ENXIO);

@@ -215,6 +215,7 @@ fn count_range(core: &Core, cf: &'static str, start: &[u8], end: &[u8], cap: u64
 /// of `servers`: while its children land on servers its depth has not reached.
 fn may_split(parts: &PartMap, part: u32, servers: u32) -> bool {
     let d = parts.depth(part);
+    // Below 2^d < N, the child (part + 2^d) is on another server than `part`.
     d < MAX_DEPTH && (1u64 << d) < servers as u64
 }
 
@@ -283,7 +284,7 @@ impl IndexFs {
                 h.splitting = Some(c);
                 let mut b = Batch::new();
                 self.put_header(&mut b, &h);
-                core.write(b)?;
+                self.commit(core, b)?;
                 c
             }
         };
@@ -294,30 +295,20 @@ impl IndexFs {
         let (start, end) = key_range(dir, giga::part_range(child, depth));
         let mut child_parts = h.parts.clone();
         child_parts.insert(child);
+        // A child lands on another server: `may_split` stops at 2^depth
+        // partitions below the server count.
         let dest = giga::server_of(dir, child, core.cfg.servers);
-        let moved_dirs = if dest == core.cfg.index {
-            count_range(core, DIRS, &start, &end, u64::MAX)?
-        } else {
-            self.send_range(core, peers, &h, child, &child_parts, dest, &start, &end)?
-        };
+        let moved_dirs = self.send_range(core, peers, &h, child, &child_parts, dest, &start, &end)?;
         self.splits.step(SplitStep::Installed)?;
         let moved_files = count_range(core, ENTRIES, &start, &end, u64::MAX)?;
         let mut b = Batch::new();
-        if dest == core.cfg.index {
-            // The child is here too: only the headers change.
-            let c = Header { subdirs: moved_dirs, part: child, parts: child_parts.clone(), splitting: None, sealed: false, ..h.clone() };
-            self.put_header(&mut b, &c);
-            self.headers.fetch_add(1, Ordering::AcqRel);
-        } else {
-            b.delete_range(ENTRIES, start.clone(), end.clone());
-            b.delete_range(DIRS, start, end);
-        }
+        b.delete_range(ENTRIES, start.clone(), end.clone());
+        b.delete_range(DIRS, start, end);
         h.parts = child_parts;
         h.subdirs = h.subdirs.saturating_sub(moved_dirs);
         h.splitting = None;
         self.put_header(&mut b, &h);
-        let removed = if dest == core.cfg.index { 0 } else { moved_files };
-        core.write_removing(b, removed)?;
+        self.commit_removing(core, b, moved_files)?;
         self.splits.done.fetch_add(1, Ordering::Relaxed);
         // The halves may still be over the threshold (a bulk insertion).
         self.splits.grew(dir, self.splits.threshold);
@@ -393,7 +384,7 @@ impl IndexFs {
             let mut b = Batch::new();
             b.delete_range(ENTRIES, start.clone(), end.clone());
             b.delete_range(DIRS, start.clone(), end.clone());
-            core.write_removing(b, stale)?;
+            self.commit_removing(core, b, stale)?;
             self.splits.step(SplitStep::Cleared)?;
         }
         for (cf, table) in [(ENTRIES, entries), (DIRS, dirs)] {
@@ -407,7 +398,7 @@ impl IndexFs {
             let h = Header { lookup, parent, depth, subdirs, sealed: false, part, parts, splitting: None };
             let mut b = Batch::new();
             self.put_header(&mut b, &h);
-            core.write(b)?;
+            self.commit(core, b)?;
             core.added_entries(files);
             self.headers.fetch_add(1, Ordering::AcqRel);
         }

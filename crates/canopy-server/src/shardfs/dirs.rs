@@ -88,8 +88,8 @@ impl ShardFs {
             Located::Absent { .. } => return Err(Errno::ENOENT),
         };
         let had_times = core.load_dir_times(id)?.is_some();
-        let (lookup, subdirs) = crate::mode::Mode::dir(self, core, id)?.ok_or(Errno::ENOENT)?;
-        let mut attr = core.dir_attr(&lookup, subdirs)?;
+        let (lookup, nlink) = crate::mode::Mode::dir(self, core, id)?.ok_or(Errno::ENOENT)?;
+        let mut attr = core.dir_attr(&lookup, nlink.ok_or(Errno::EIO)?)?;
         setattr::apply(creds, &mut attr, set, core.now_ns())?;
         let lookup = DirLookup { id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         let mut b = Batch::new();

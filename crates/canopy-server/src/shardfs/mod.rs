@@ -155,8 +155,8 @@ impl Mode for ShardFs {
         self.fences.admit(&self.target_path(at)?)
     }
 
-    fn dir(&self, _core: &Core, id: u64) -> Result<Option<(DirLookup, u32)>, Errno> {
-        Ok(self.table.read().get(id).map(|n| (n.lookup.clone(), n.subdirs.len() as u32)))
+    fn dir(&self, _core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {
+        Ok(self.table.read().get(id).map(|n| (n.lookup.clone(), Some(2 + n.subdirs.len() as u32))))
     }
 
     fn blocks(&self, _req: &Request) -> bool {
