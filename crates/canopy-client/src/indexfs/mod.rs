@@ -62,6 +62,10 @@ const MAX_REDIRECTS: u32 = 64;
 /// Names per bulk insertion request (well inside a frame and the server's cap).
 const BULK_BATCH: usize = 100_000;
 
+/// Bulk insertion batches sent at once: while the servers ingest some, the
+/// next are built and sent.
+const IN_FLIGHT: usize = 2;
+
 #[derive(Debug, Clone)]
 struct Cached {
     lookup: DirLookup,
@@ -665,6 +669,16 @@ impl IndexFs {
         }
     }
 
+    /// One batch of a bulk insertion into `p`: (files made, names refused).
+    async fn bulk_batch(&self, c: &Creds, p: &NsPath, names: &[String], mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
+        let files: Vec<(String, canopy_proto::Fid)> = names.iter().map(|n| (n.clone(), self.fids.next())).collect();
+        self.optimistic(p, || async {
+            let d = self.resolve_dir(c, p).await?;
+            self.bulk_shares(c, d.id, files.clone(), mode).await
+        })
+        .await
+    }
+
     /// `p`'s parent, resolved as root without the cache (`None`: gone).
     async fn fresh_parent(&self, p: &NsPath) -> Res<Option<DirLookup>> {
         let Some((pp, _)) = p.split() else { return Ok(None) };
@@ -901,16 +915,14 @@ impl Namespace for IndexFs {
         Box::pin(async move {
             let p = NsPath::parse(dir)?;
             let mut out = BulkOutcome::default();
-            for batch in names.chunks(BULK_BATCH) {
-                let files: Vec<(String, canopy_proto::Fid)> = batch.iter().map(|n| (n.clone(), self.fids.next())).collect();
-                let reply = self
-                    .optimistic(&p, || async {
-                        let d = self.resolve_dir(c, &p).await?;
-                        self.bulk_shares(c, d.id, files.clone(), mode).await
-                    })
-                    .await?;
-                out.created += reply.0;
-                out.rejected.extend(reply.1);
+            let batches: Vec<&[String]> = names.chunks(BULK_BATCH).collect();
+            for group in batches.chunks(IN_FLIGHT) {
+                let replies = futures::future::join_all(group.iter().map(|b| self.bulk_batch(c, &p, b, mode))).await;
+                for reply in replies {
+                    let (created, rejected) = reply?;
+                    out.created += created;
+                    out.rejected.extend(rejected);
+                }
             }
             if out.created > 0 {
                 self.touch_dir(c, &self.resolve_dir(c, &p).await?).await;
