@@ -92,6 +92,9 @@ pub struct BenchReport {
     pub entries_per_server: Vec<u64>,
     /// Directory partition splits the servers made (IndexFS).
     pub splits: u64,
+    /// RPCs per stat with every client cache dropped first, by the path's
+    /// depth (components), after a stat phase.
+    pub cold_stat_rpcs: Vec<(usize, f64)>,
 }
 
 impl BenchReport {
@@ -125,7 +128,15 @@ impl BenchReport {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches + &self.spread()
+        s + &caches + &self.spread() + &self.cold()
+    }
+
+    fn cold(&self) -> String {
+        if self.cold_stat_rpcs.is_empty() {
+            return String::new();
+        }
+        let by: Vec<String> = self.cold_stat_rpcs.iter().map(|(d, r)| format!("depth {d}: {r:.2}")).collect();
+        format!("stat with cold caches, RPCs per stat by path depth: {}\n", by.join(", "))
     }
 
     /// The entries each server holds, with its share, and the splits made.
@@ -192,11 +203,11 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0 }.table().contains("      -        -       -"));
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![] }.table().contains("      -        -       -"));
         p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0 }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![] }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
         assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));

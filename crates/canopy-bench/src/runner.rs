@@ -122,6 +122,32 @@ async fn bulk_phase(clients: &[Client], first: &Client, dir: &str, files: usize)
     Ok(phase)
 }
 
+/// Stats up to `SAMPLE` files at each path depth of `tree`, each with the
+/// client's caches dropped first: (depth, RPCs per stat).
+async fn cold_stats(client: &Client, tree: &Tree) -> Result<Vec<(usize, f64)>, String> {
+    const SAMPLE: usize = 50;
+    let mut by_depth: std::collections::BTreeMap<usize, Vec<&String>> = std::collections::BTreeMap::new();
+    for f in &tree.files {
+        let d = f.split('/').filter(|c| !c.is_empty()).count();
+        let at = by_depth.entry(d).or_default();
+        if at.len() < SAMPLE {
+            at.push(f);
+        }
+    }
+    let mut out = Vec::new();
+    for (depth, files) in by_depth {
+        let before = client.counters().snapshot();
+        for f in &files {
+            client.drop_caches();
+            client.stat(f).await.map_err(|e| format!("stat {f}: {e}"))?;
+        }
+        let rpcs = client.counters().snapshot().since(&before).total_rpcs();
+        out.push((depth, rpcs as f64 / files.len().max(1) as f64));
+    }
+    client.drop_caches();
+    Ok(out)
+}
+
 /// Runs the configured phases with `clients` and reports each.
 pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport, String> {
     let first = clients.first().ok_or("no clients")?.clone();
@@ -131,6 +157,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
     let steps = if others.is_empty() { Vec::new() } else { plan(&tree, &others, cfg.stats, cfg.seed)? };
     first.mkdir(&cfg.root, DIR_MODE).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
+    let mut cold_stat_rpcs = Vec::new();
     // Worker w uses client w mod clients, so each client has `inflight` in flight.
     let workers = Workers::tasks((0..clients.len() * cfg.inflight).map(|w| clients[w % clients.len()].clone()).collect());
     for step in steps {
@@ -149,6 +176,11 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         let ops = step.ops() as u64;
         let mut phase = PhaseReport::new(name, ops, &m);
         phase.rpc = Some(figures(&sent, ops, &received, waits_after.saturating_sub(waits_before)));
+        // Right after the first stat phase, while every file is where the tree
+        // says: the same stats from cold caches.
+        if phase.name == "stat" && cold_stat_rpcs.is_empty() {
+            cold_stat_rpcs = cold_stats(&first, &tree).await?;
+        }
         phases.push(phase);
     }
     if bulk {
@@ -163,5 +195,6 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         phases,
         entries_per_server: stats.iter().map(|s| s.files).collect(),
         splits: stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "splits").map(|(_, n)| n).sum(),
+        cold_stat_rpcs,
     })
 }

@@ -18,6 +18,9 @@ async fn every_phase_on_an_in_process_cluster() {
     // 9 leaves (d0 is the only directory with children).
     let ops: Vec<u64> = report.phases.iter().map(|p| p.ops).collect();
     assert_eq!(ops, [10, 200, 400, 10, 9]);
+    // ShardFS caches nothing: a stat is one RPC at every depth.
+    assert!(!report.cold_stat_rpcs.is_empty(), "measured after the stat phase");
+    assert!(report.cold_stat_rpcs.iter().all(|(_, r)| *r == 1.0), "{:?}", report.cold_stat_rpcs);
     for p in &report.phases {
         assert_eq!(p.errors, 0, "{}", p.name);
         assert!(p.seconds > 0.0 && p.latency_us.p50 > 0.0, "{p:?}");

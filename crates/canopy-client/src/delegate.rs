@@ -155,6 +155,9 @@ impl Namespace for Delegated {
     fn counters(&self) -> &ClientCounters {
         self.direct.counters()
     }
+    fn drop_caches(&self) {
+        self.direct.drop_caches()
+    }
     fn mode_name(&self) -> &'static str {
         self.direct.mode_name()
     }

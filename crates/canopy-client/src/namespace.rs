@@ -64,6 +64,10 @@ pub trait Namespace: Send + Sync + 'static {
     fn repair(&self) -> BoxFuture<'_, Res<u64>>;
     fn counters(&self) -> &ClientCounters;
 
+    /// Forgets whatever the client caches of the namespace (IndexFS: its
+    /// lookup leases and partition bitmaps), as a fresh client would start.
+    fn drop_caches(&self) {}
+
     /// Creates regular files `names` of mode `mode` in directory `dir` at once
     /// (IndexFS: bulk insertion). A name taken or invalid is refused on its own
     /// and the rest are made; an error about the directory (it is missing, or
@@ -243,6 +247,11 @@ impl Client {
 
     pub async fn repair(&self) -> Res<u64> {
         self.ns.repair().await
+    }
+
+    /// See [`Namespace::drop_caches`].
+    pub fn drop_caches(&self) {
+        self.ns.drop_caches()
     }
 
     pub fn counters(&self) -> &ClientCounters {

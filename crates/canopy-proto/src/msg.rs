@@ -499,7 +499,15 @@ requests! {
     /// server, names after `after` in name order; answered with the bitmap
     /// this server knows, so a client reading every partition finds them all.
     IxReadDir { dir: u64, after: Option<String>, limit: u32 } = 0x030F,
+    /// IndexFS: `IxLookup` of each (directory, name, depth), all held by this
+    /// server, answered one by one (`Reply::IxRenewed`): a client renews
+    /// the leases of the entries it is using that run out soon in one RPC.
+    /// At most [`MAX_RENEW`] items.
+    IxRenew { items: Vec<(u64, String, u32)>, client: u64 } = 0x0310,
 }
+
+/// The most entries one `IxRenew` may name.
+pub const MAX_RENEW: usize = 1024;
 
 /// The successful answer to a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -554,6 +562,9 @@ pub enum Reply {
     /// IndexFS: a page of a directory's entries on one server, with the
     /// partitions it knows.
     IxEntries { entries: Vec<DirEntry>, more: bool, parts: crate::giga::PartMap },
+    /// IndexFS: each `IxRenew` item's entry (lookup state, depth, lease), or
+    /// why not.
+    IxRenewed(Vec<Result<(DirLookup, u32, u32), Errno>>),
 }
 
 #[cfg(test)]
@@ -619,6 +630,7 @@ mod tests {
         ("IxBulkInsert", 0x030D),
         ("IxSplitIn", 0x030E),
         ("IxReadDir", 0x030F),
+        ("IxRenew", 0x0310),
     ];
 
     #[test]
@@ -672,6 +684,7 @@ mod tests {
             Reply::IxMoved { .. } => 22,
             Reply::IxParts(_) => 23,
             Reply::IxEntries { .. } => 24,
+            Reply::IxRenewed(_) => 25,
         }
     }
 
@@ -706,6 +719,7 @@ mod tests {
             Reply::IxMoved { dir: 1, parts: crate::giga::PartMap::new() },
             Reply::IxParts(crate::giga::PartMap::new()),
             Reply::IxEntries { entries: vec![], more: false, parts: crate::giga::PartMap::new() },
+            Reply::IxRenewed(vec![]),
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -71,7 +71,15 @@ struct Cached {
     lookup: DirLookup,
     /// Client-clock milliseconds: the lease ran from when the lookup was sent.
     until_ms: u64,
+    lease_ms: u64,
+    /// Its depth below the root, as the lookup named it.
+    depth: u32,
+    /// Read from the cache since it was fetched: worth renewing.
+    used: bool,
 }
+
+/// Most entries one lookup renews besides its own (`IxRenew`).
+const RENEW_MAX: usize = 255;
 
 pub struct IndexFs {
     core: ClientCore,
@@ -126,21 +134,82 @@ impl IndexFs {
     async fn lookup(&self, c: &Creds, dir: u64, name: &str, depth: u32) -> Res<DirLookup> {
         let key = (dir, name.to_string());
         let now = self.clock.now_ms();
-        if let Some(hit) = self.cache().get(&key).filter(|h| h.until_ms > now) {
+        if let Some(hit) = self.cache().get_mut(&key).filter(|h| h.until_ms > now) {
             self.counters.cache_hit();
+            hit.used = true;
             return Ok(hit.lookup.clone());
         }
         self.counters.cache_miss();
-        let server = if dir == 0 { self.home(ROOT_ID) } else { self.server_for(dir, name) };
+        let server = self.server_of_entry(dir, name);
+        let renew = self.due_for_renewal(server, &key, now);
+        if !renew.is_empty() {
+            match self.lookup_renewing(c, server, (dir, name.to_string(), depth), renew, now).await {
+                // Moved by a split: asked alone, the server says where to.
+                Err(Errno::EREMCHG) => {}
+                r => return r,
+            }
+        }
         match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await? {
-            Reply::IxEntry { lookup, lease_ms, .. } => {
-                if lease_ms > 0 {
-                    self.cache().insert(key, Cached { lookup: lookup.clone(), until_ms: now + lease_ms as u64 });
-                }
+            Reply::IxEntry { lookup, lease_ms, depth, .. } => {
+                self.cache_entry(key, &lookup, depth, lease_ms, now);
                 Ok(lookup)
             }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// The server holding the entry `name` of `dir` (the root's: its home).
+    fn server_of_entry(&self, dir: u64, name: &str) -> u32 {
+        if dir == 0 {
+            self.home(ROOT_ID)
+        } else {
+            self.server_for(dir, name)
+        }
+    }
+
+    fn cache_entry(&self, key: (u64, String), lookup: &DirLookup, depth: u32, lease_ms: u32, now: u64) {
+        if lease_ms > 0 {
+            let lease_ms = lease_ms as u64;
+            self.cache().insert(key, Cached { lookup: lookup.clone(), until_ms: now + lease_ms, lease_ms, depth, used: false });
+        }
+    }
+
+    /// Other cached entries held by `server` that were used since they were
+    /// fetched and whose leases have run out or pass their middle: a lookup
+    /// that must ask `server` anyway renews them in the same RPC, so a client
+    /// using many directories pays one RPC per server per lease, not one per
+    /// directory.
+    fn due_for_renewal(&self, server: u32, missed: &(u64, String), now: u64) -> Vec<(u64, String, u32)> {
+        let cache = self.cache();
+        cache
+            .iter()
+            .filter(|(k, v)| v.used && v.until_ms <= now + v.lease_ms / 2 && *k != missed)
+            .filter(|(k, _)| self.server_of_entry(k.0, &k.1) == server)
+            .take(RENEW_MAX)
+            .map(|(k, v)| (k.0, k.1.clone(), v.depth))
+            .collect()
+    }
+
+    /// The lookup of `first` with `others` renewed in one `IxRenew`.
+    async fn lookup_renewing(&self, c: &Creds, server: u32, first: (u64, String, u32), others: Vec<(u64, String, u32)>, now: u64) -> Res<DirLookup> {
+        let mut items = vec![first];
+        items.extend(others);
+        let answers = match self.rpc_ix(server, c, Request::IxRenew { items: items.clone(), client: self.fids.client() }).await? {
+            Reply::IxRenewed(a) if a.len() == items.len() => a,
+            other => return Err(unexpected(other)),
+        };
+        let mut mine = Err(Errno::EIO);
+        for (i, ((dir, name, _), answer)) in items.into_iter().zip(answers).enumerate() {
+            match &answer {
+                Ok((lookup, depth, lease_ms)) => self.cache_entry((dir, name), lookup, *depth, *lease_ms, now),
+                // Gone, moved or no longer ours to see: ask again when needed.
+                Err(_) => self.forget(dir, &name),
+            }
+            if i == 0 {
+                mine = answer.map(|(l, _, _)| l);
+            }
+        }
+        mine
     }
 
     /// The directory `p` names, checking search permission on each directory
@@ -906,6 +975,11 @@ impl Namespace for IndexFs {
 
     fn counters(&self) -> &ClientCounters {
         &self.counters
+    }
+
+    fn drop_caches(&self) {
+        self.cache().clear();
+        self.forget_maps();
     }
 
     /// Bulk insertion: the names go in batches of [`BULK_BATCH`], each split

@@ -48,6 +48,21 @@ impl IndexFs {
         Ok(Reply::IxEntry { lookup, depth, parts: PartMap::new(), lease_ms })
     }
 
+    /// `lookup` of each item, answered one by one.
+    pub(crate) fn renew(&self, core: &Core, creds: &Creds, items: &[(u64, String, u32)], client: u64) -> Result<Reply, Errno> {
+        if items.len() > canopy_proto::msg::MAX_RENEW {
+            return Err(Errno::EMSGSIZE);
+        }
+        let answers = items
+            .iter()
+            .map(|(dir, name, depth)| match self.lookup(core, creds, *dir, name, *depth, client)? {
+                Reply::IxEntry { lookup, depth, lease_ms, .. } => Ok((lookup, depth, lease_ms)),
+                _ => Err(Errno::EIO),
+            })
+            .collect();
+        Ok(Reply::IxRenewed(answers))
+    }
+
     pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, dir: u64, name: &str, mode: u32) -> Result<Reply, Errno> {
         canopy_proto::path::check_name(name)?;
         let at = Target::Entry { dir, name: name.to_string() };

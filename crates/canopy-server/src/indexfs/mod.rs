@@ -393,6 +393,7 @@ impl Mode for IndexFs {
                 self.split_in(core, dir, part, lookup, parent, depth, subdirs, parts, chunk, last, &entries, &dirs)
             }
             Request::IxReadDir { dir, after, limit } => self.read_dir(core, creds, dir, after.as_deref(), limit),
+            Request::IxRenew { items, client } => self.renew(core, creds, &items, client),
             _ => Err(Errno::ENOSYS),
         }
     }
