@@ -62,6 +62,21 @@ const MAX_REDIRECTS: u32 = 64;
 /// Names per bulk insertion request (well inside a frame and the server's cap).
 const BULK_BATCH: usize = 100_000;
 
+/// `names` in batches growing from 8,192 to [`BULK_BATCH`]: the first land
+/// while the directory is still one partition, and it splits (and the client
+/// learns where) before the big ones are sent.
+fn ramped(names: &[String]) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut rest, mut size) = (names, 8_192);
+    while !rest.is_empty() {
+        let (batch, tail) = rest.split_at(size.min(rest.len()));
+        out.push(batch);
+        rest = tail;
+        size = (size * 2).min(BULK_BATCH);
+    }
+    out
+}
+
 /// Bulk insertion batches sent at once: while the servers ingest some, the
 /// next are built and sent.
 const IN_FLIGHT: usize = 2;
@@ -989,7 +1004,7 @@ impl Namespace for IndexFs {
         Box::pin(async move {
             let p = NsPath::parse(dir)?;
             let mut out = BulkOutcome::default();
-            let batches: Vec<&[String]> = names.chunks(BULK_BATCH).collect();
+            let batches = ramped(names);
             for group in batches.chunks(IN_FLIGHT) {
                 let replies = futures::future::join_all(group.iter().map(|b| self.bulk_batch(c, &p, b, mode))).await;
                 for reply in replies {
