@@ -71,6 +71,14 @@ impl From<NsPath> for Target {
     }
 }
 
+/// An entry a request names by directory id: its directory and its name's
+/// hash (`None`: names of the directory, as a bulk insertion carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub dir: u64,
+    pub hash: Option<u64>,
+}
+
 /// What a mode decides on a server. Methods that touch the store get the
 /// server's [`Core`]; none may panic on input.
 pub(crate) trait Mode: Send + Sync {
@@ -136,9 +144,9 @@ pub(crate) trait Mode: Send + Sync {
         false
     }
 
-    /// The redirect for a request that named `named` (directory id, and name
-    /// or the whole directory) and was refused with `EREMCHG`.
-    fn moved(&self, _core: &Core, _named: &[(u64, Option<String>)]) -> Option<Reply> {
+    /// The redirect for a request that named `named` and was refused with
+    /// `EREMCHG`.
+    fn moved(&self, _core: &Core, _named: &[Option<Named>]) -> Option<Reply> {
         None
     }
 

@@ -8,10 +8,11 @@
 //! mutations in different directories run at once.
 
 use crate::core::{Core, MutationHook, ServerConfig};
-use crate::mode::{Located, Mode, Target};
+use crate::mode::{Located, Mode, Named, Target};
 use crate::mutlock::MutGuard;
 use canopy_posix::perm::Owner;
 use canopy_proto::auth::Identity;
+use canopy_proto::giga;
 use canopy_proto::clock::{SharedClock, SystemClock};
 use canopy_proto::msg::{At, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Reply, Request};
@@ -134,7 +135,7 @@ impl MetaServer {
     /// precondition checked, and failures are errnos.
     pub fn handle(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         self.counters.count(&req);
-        let named = if self.mode.partitioned() { named_entries(&req) } else { Vec::new() };
+        let named = if self.mode.partitioned() { named_entries(&req) } else { [None, None] };
         match self.dispatch(creds, req) {
             // The name's partition is elsewhere: say where to look (IndexFS).
             Err(Errno::EREMCHG) => self.mode.moved(&self.core, &named).ok_or(Errno::EREMCHG),
@@ -237,50 +238,9 @@ impl MetaServer {
     }
 }
 
-/// The (directory id, name) pairs `req` names (`None`: the whole directory),
-/// for the redirect a partitioned mode answers.
-fn named_entries(req: &Request) -> Vec<(u64, Option<String>)> {
-    use canopy_proto::msg::FileRef;
-    let entry = |at: &At| match at {
-        At::Entry { dir, name } => vec![(*dir, Some(name.clone()))],
-        _ => Vec::new(),
-    };
+/// The entry a generic single-entry request names.
+fn generic_at(req: &Request) -> Option<&At> {
     match req {
-        Request::Stat { at }
-        | Request::Create { at, .. }
-        | Request::Unlink { at }
-        | Request::SetAttr { at, .. }
-        | Request::Readlink { at }
-        | Request::Access { at, .. }
-        | Request::LinkShare { at }
-        | Request::LinkInsert { at, .. }
-        | Request::RecoveryStat { at }
-        | Request::RenameIn { dst: at, .. }
-        | Request::IxRenameDirIn { dst: at, .. }
-        // The source's side of a rename between servers: only its name is here.
-        | Request::RenameOut { src: at, .. }
-        | Request::RenameOutCommit { src: at, .. }
-        | Request::IxRenameDirOut { src: at, .. }
-        | Request::IxRenameDirCommit { src: at, .. } => entry(at),
-        Request::RenameLocal { src, dst } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)].concat(),
-        Request::ReadData { at, .. } | Request::WriteData { at, .. } | Request::Spilled { at, .. } | Request::Extend { at, .. } => match at {
-            FileRef::Entry { dir, name } => vec![(*dir, Some(name.clone()))],
-            _ => Vec::new(),
-        },
-        Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
-            vec![(*dir, Some(name.clone()))]
-        }
-        Request::IxBulkInsert { dir, .. } => vec![(*dir, None)],
-        _ => Vec::new(),
-    }
-}
-
-/// Whether `req` names its entry by a directory id. A mode that then checks
-/// only that directory (IndexFS trusts the client's cached ancestors) serves
-/// such requests to the cluster key only: a user key could name any directory.
-fn names_by_id(req: &Request) -> bool {
-    use canopy_proto::msg::FileRef;
-    let at = match req {
         Request::Stat { at }
         | Request::Create { at, .. }
         | Request::Unlink { at }
@@ -290,13 +250,61 @@ fn names_by_id(req: &Request) -> bool {
         | Request::ReadDir { at, .. }
         | Request::TouchDir { at }
         | Request::LinkShare { at }
-        | Request::LinkInsert { at, .. } => at,
-        Request::ReadData { at, .. } | Request::WriteData { at, .. } | Request::Spilled { at, .. } | Request::Extend { at, .. } => {
-            return matches!(at, FileRef::Entry { .. })
-        }
-        _ => return false,
+        | Request::LinkInsert { at, .. } => Some(at),
+        _ => None,
+    }
+}
+
+/// The file a data request names.
+fn data_file(req: &Request) -> Option<&canopy_proto::msg::FileRef> {
+    match req {
+        Request::ReadData { at, .. } | Request::WriteData { at, .. } | Request::Spilled { at, .. } | Request::Extend { at, .. } => Some(at),
+        _ => None,
+    }
+}
+
+/// The entries `req` names by directory id, for the redirect a partitioned
+/// mode answers (at most two: a rename's). Hashes, not names: this runs
+/// before every request of such a mode.
+fn named_entries(req: &Request) -> [Option<Named>; 2] {
+    use canopy_proto::msg::FileRef;
+    let entry = |at: &At| match at {
+        At::Entry { dir, name } => Some(Named { dir: *dir, hash: Some(giga::name_hash(name)) }),
+        _ => None,
     };
-    !matches!(at, At::Path(_))
+    let named = |dir: &u64, name: &str| Some(Named { dir: *dir, hash: Some(giga::name_hash(name)) });
+    if let Some(at) = generic_at(req) {
+        return [entry(at), None];
+    }
+    if let Some(FileRef::Entry { dir, name }) = data_file(req) {
+        return [named(dir, name), None];
+    }
+    match req {
+        Request::RecoveryStat { at }
+        | Request::RenameIn { dst: at, .. }
+        | Request::IxRenameDirIn { dst: at, .. }
+        // The source's side of a rename between servers: only its name is here.
+        | Request::RenameOut { src: at, .. }
+        | Request::RenameOutCommit { src: at, .. }
+        | Request::IxRenameDirOut { src: at, .. }
+        | Request::IxRenameDirCommit { src: at, .. } => [entry(at), None],
+        Request::RenameLocal { src, dst } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)],
+        Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
+            [named(dir, name), None]
+        }
+        Request::IxBulkInsert { dir, .. } => [Some(Named { dir: *dir, hash: None }), None],
+        _ => [None, None],
+    }
+}
+
+/// Whether `req` names its entry by a directory id. A mode that then checks
+/// only that directory (IndexFS trusts the client's cached ancestors) serves
+/// such requests to the cluster key only: a user key could name any directory.
+fn names_by_id(req: &Request) -> bool {
+    if let Some(at) = generic_at(req) {
+        return !matches!(at, At::Path(_));
+    }
+    matches!(data_file(req), Some(canopy_proto::msg::FileRef::Entry { .. }))
 }
 
 impl canopy_rpc::Service for MetaServer {

@@ -30,7 +30,7 @@ pub use split::{SplitHook, SplitStep, DEFAULT_SPLIT_THRESHOLD};
 
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, PARTS};
-use crate::mode::{Located, Mode, Target};
+use crate::mode::{Located, Mode, Named, Target};
 use crate::ROOT_ID;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -354,8 +354,8 @@ impl Mode for IndexFs {
         true
     }
 
-    fn moved(&self, core: &Core, named: &[(u64, Option<String>)]) -> Option<Reply> {
-        let r = named.iter().find_map(|(dir, name)| self.redirect(core, *dir, name.as_deref()));
+    fn moved(&self, core: &Core, named: &[Option<Named>]) -> Option<Reply> {
+        let r = named.iter().flatten().find_map(|n| self.redirect(core, n.dir, n.hash));
         if r.is_some() {
             self.redirects.fetch_add(1, Ordering::Relaxed);
         }

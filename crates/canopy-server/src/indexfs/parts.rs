@@ -89,11 +89,15 @@ impl IndexFs {
     /// a split of its partition is stuck (its new server did not answer) and
     /// the name is in the half that moves.
     pub(crate) fn part_for(&self, core: &Core, dir: u64, name: &str) -> Result<Header, Errno> {
+        self.part_of_hash(core, dir, giga::name_hash(name))
+    }
+
+    /// [`IndexFs::part_for`] of a name by its hash.
+    fn part_of_hash(&self, core: &Core, dir: u64, hash: u64) -> Result<Header, Errno> {
         let parts = self.parts_here(core, dir)?;
         if parts.is_empty() {
             return Err(Errno::ENXIO);
         }
-        let hash = giga::name_hash(name);
         let part = known(&parts).part_of(hash);
         let h = parts.iter().find(|h| h.part == part).cloned().ok_or(Errno::EREMCHG)?;
         if let Some(child) = h.splitting {
@@ -123,11 +127,12 @@ impl IndexFs {
         }
     }
 
-    /// The redirect for a request naming `name` in `dir` (`None`: names of
-    /// `dir` some of which are not here), if its partition is not here.
-    pub(crate) fn redirect(&self, core: &Core, dir: u64, name: Option<&str>) -> Option<Reply> {
-        if let Some(name) = name {
-            if self.part_for(core, dir, name) != Err(Errno::EREMCHG) {
+    /// The redirect for a request naming the name of hash `hash` in `dir`
+    /// (`None`: names of `dir` some of which are not here), if its partition
+    /// is not here.
+    pub(crate) fn redirect(&self, core: &Core, dir: u64, hash: Option<u64>) -> Option<Reply> {
+        if let Some(hash) = hash {
+            if self.part_of_hash(core, dir, hash) != Err(Errno::EREMCHG) {
                 return None;
             }
         }
