@@ -171,8 +171,9 @@ fn key_range(dir: u64, range: (u64, Option<u64>)) -> (Vec<u8>, Vec<u8>) {
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Visits the pairs of `cf` in `[start, end)` in chunks of at most `CHUNK`.
-fn for_chunks(core: &Core, cf: &'static str, start: &[u8], end: &[u8], f: &mut dyn FnMut(Pairs) -> Result<(), Errno>) -> Result<(), Errno> {
+/// Visits the pairs of `cf` in `[start, end)` in chunks of at most `CHUNK`,
+/// until `f` answers false.
+fn for_chunks(core: &Core, cf: &'static str, start: &[u8], end: &[u8], f: &mut dyn FnMut(Pairs) -> Result<bool, Errno>) -> Result<(), Errno> {
     let prefix = &start[..8];
     let mut cursor = start.to_vec();
     loop {
@@ -182,32 +183,20 @@ fn for_chunks(core: &Core, cf: &'static str, start: &[u8], end: &[u8], f: &mut d
         let Some((last, _)) = page.last() else { return Ok(()) };
         cursor = last.clone();
         let ended = !full || cursor.as_slice() >= end;
-        f(page)?;
-        if ended {
+        if !f(page)? || ended {
             return Ok(());
         }
     }
 }
 
-/// How many keys of `cf` lie in `[start, end)`, counting no further than `cap`.
+/// How many keys of `cf` lie in `[start, end)`; past `cap`, a count that is
+/// only known to be larger.
 fn count_range(core: &Core, cf: &'static str, start: &[u8], end: &[u8], cap: u64) -> Result<u64, Errno> {
     let mut n = 0u64;
-    let mut stop = false;
-    let mut cursor = start.to_vec();
-    while !stop {
-        let page = core.store.scan(cf, &start[..8], Some(&cursor), CHUNK).map_err(io)?;
-        stop = page.len() < CHUNK;
-        for (k, _) in &page {
-            if k.as_slice() >= end || n > cap {
-                return Ok(n);
-            }
-            n += 1;
-        }
-        match page.last() {
-            Some((k, _)) => cursor = k.clone(),
-            None => stop = true,
-        }
-    }
+    for_chunks(core, cf, start, end, &mut |page| {
+        n += page.len() as u64;
+        Ok(n <= cap)
+    })?;
     Ok(n)
 }
 
@@ -317,7 +306,7 @@ impl IndexFs {
         Ok(())
     }
 
-    /// Entries and subdirectories in partition `h`, counted up to just past the
+    /// Entries and subdirectories in partition `h`, counted until past the
     /// threshold.
     fn part_size(&self, core: &Core, h: &Header) -> Result<u64, Errno> {
         let (start, end) = key_range(h.lookup.id, giga::part_range(h.part, h.parts.depth(h.part)));
@@ -336,14 +325,14 @@ impl IndexFs {
         let mut files: Vec<Vec<u8>> = Vec::new();
         for_chunks(core, ENTRIES, start, end, &mut |pairs| {
             files.push(tables::table_bytes(core, pairs)?);
-            Ok(())
+            Ok(true)
         })?;
         let mut dirs: Vec<Vec<u8>> = Vec::new();
         let mut moved_dirs = 0u64;
         for_chunks(core, DIRS, start, end, &mut |pairs| {
             moved_dirs += pairs.len() as u64;
             dirs.push(tables::table_bytes(core, pairs)?);
-            Ok(())
+            Ok(true)
         })?;
         let chunks = files.len().max(dirs.len()).max(1);
         let (mut files, mut dirs) = (files.into_iter(), dirs.into_iter());
