@@ -283,6 +283,14 @@ async fn internal_requests_need_the_cluster_key() {
 /// and absurd names one by one.
 #[tokio::test]
 async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
+    // The last step of a split of directory `dir` into partition `part`, with
+    // `table` as its file entries.
+    fn split_in(dir: u64, part: u32, table: Vec<u8>) -> Request {
+        let mut parts = canopy_proto::giga::PartMap::new();
+        parts.insert(part);
+        let lookup = DirLookup { id: dir, mode: 0o755, uid: 0, gid: 0 };
+        Request::IxSplitIn { dir, part, lookup, parent: 1, depth: 1, subdirs: 0, parts, chunk: 0, last: true, entries: table, dirs: Vec::new() }
+    }
     use canopy_proto::msg::{At, FileRef};
     let server = MetaServer::open_mode("indexfs", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), canopy_proto::clock::SystemClock::shared()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -306,6 +314,9 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
         Request::IxRenameDirIn { dst: At::Entry { dir: 1, name: "b".into() }, lookup: dir.clone() },
         Request::IxRenameDirCommit { src: At::Entry { dir: 1, name: "a".into() }, id: 77, client: 1 },
         Request::IxBulkInsert { dir: 1, files: vec![("f".into(), fid)], mode: 0o644 },
+        split_in(1, 1, b"x".to_vec()),
+        Request::IxReadDir { dir: 1, after: None, limit: 10 },
+        Request::IxRenew { items: vec![(1, "x".into(), 1)], client: 1 },
         // Generic requests, but naming by id.
         Request::Stat { at: At::Dir(1) },
         Request::Stat { at: At::Entry { dir: 1, name: "x".into() } },
@@ -321,6 +332,21 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     assert_eq!(inserted, 1);
     assert_eq!(rejected.iter().map(|(_, e)| *e).collect::<Vec<_>>(), vec![Errno::EINVAL, Errno::EINVAL, Errno::ENAMETOOLONG]);
     assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 999, files: vec![("f".into(), fid)], mode: 0o644 }, T).await, Err(Errno::ENXIO));
+    // Renewals: bounded, and answered one by one.
+    let too_many = vec![(1, "x".to_string(), 1); canopy_proto::msg::MAX_RENEW + 1];
+    assert_eq!(root.call(&Creds::root(), &Request::IxRenew { items: too_many, client: 1 }, T).await, Err(Errno::EMSGSIZE));
+    let items = vec![(999, "x".to_string(), 1), (1, "nope".to_string(), 1), (1, "a/b".to_string(), 1)];
+    let Ok(Reply::IxRenewed(answers)) = root.call(&Creds::root(), &Request::IxRenew { items, client: 1 }, T).await else { panic!("renew") };
+    assert_eq!(answers.iter().map(|a| a.as_ref().err().copied()).collect::<Vec<_>>(), vec![Some(Errno::ENXIO), Some(Errno::ENOENT), Some(Errno::EINVAL)]);
+    // A split step that names partition 0, another directory's state, or
+    // carries no table is refused, and changes nothing.
+    assert_eq!(root.call(&Creds::root(), &split_in(55, 0, Vec::new()), T).await, Err(Errno::EINVAL));
+    let mut wrong_dir = split_in(55, 1, Vec::new());
+    if let Request::IxSplitIn { lookup, .. } = &mut wrong_dir {
+        lookup.id = 56;
+    }
+    assert_eq!(root.call(&Creds::root(), &wrong_dir, T).await, Err(Errno::EINVAL));
+    assert_eq!(root.call(&Creds::root(), &split_in(55, 1, b"not a table".to_vec()), T).await, Err(Errno::EIO));
     let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };
     assert_eq!((report.dirs, report.files, report.problems.len()), (1, 1, 0), "{:?}", report.problems);
 }
