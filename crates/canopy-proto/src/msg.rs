@@ -473,7 +473,7 @@ requests! {
     /// directory `dir`, each with its name and the FID its creator made. The
     /// server checks the caller may write there and that no name is taken, then
     /// ingests the rest as one table; taken or invalid names are answered one
-    /// by one in `Reply::Bulk`.
+    /// by one in `Reply::Bulk`. At most [`BULK_MAX`] files.
     IxBulkInsert { dir: u64, files: Vec<(String, Fid)>, mode: u32 } = 0x030D,
     /// IndexFS, server to server: one step of a GIGA+ split, on the server of
     /// the new partition `part` of directory `dir`. `entries` and `dirs` are
@@ -508,6 +508,9 @@ requests! {
 
 /// The most entries one `IxRenew` may name.
 pub const MAX_RENEW: usize = 1024;
+
+/// The most files one `IxBulkInsert` may carry (a frame bounds it too).
+pub const BULK_MAX: usize = 200_000;
 
 /// The successful answer to a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

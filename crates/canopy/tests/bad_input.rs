@@ -325,7 +325,7 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     for req in refused {
         assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
     }
-    let too_many = (0..canopy_server::indexfs::BULK_MAX + 1).map(|_| (String::new(), fid)).collect();
+    let too_many = (0..canopy_proto::msg::BULK_MAX + 1).map(|_| (String::new(), fid)).collect();
     assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: too_many, mode: 0o644 }, T).await, Err(Errno::EMSGSIZE));
     let absurd = vec![(String::new(), fid), ("a/b".into(), fid), ("n".repeat(300), fid), ("ok".into(), fid)];
     let Ok(Reply::Bulk { inserted, rejected }) = root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: absurd, mode: 0o644 }, T).await else { panic!("bulk") };

@@ -12,26 +12,64 @@ use crate::keys::{self, DIRS, ENTRIES};
 use crate::mode::Target;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::S_ISGID;
-use canopy_proto::msg::{FileData, Inode, Record};
+use canopy_proto::msg::{FileData, Inode, Record, BULK_MAX};
 use canopy_proto::path::check_name;
 use canopy_proto::{Attr, Creds, Errno, Fid, FileKind, Reply};
-use std::collections::HashSet;
 
-/// Names one request may carry (a frame bounds it too).
-pub const BULK_MAX: usize = 200_000;
+/// Keys looked up together in one batched collision check.
+const CHECK_CHUNK: usize = 4096;
 
-/// Why `name` may not be made in a directory whose keys `taken` answers for.
-fn refusal(name: &str, seen: &mut HashSet<String>, taken: impl Fn(&[u8]) -> Result<bool, Errno>, key: &[u8]) -> Result<Option<Errno>, Errno> {
+/// Why `name` may never be made, whatever the directory holds.
+fn invalid(name: &str) -> Option<Errno> {
     if let Err(e) = check_name(name) {
-        return Ok(Some(e));
+        return Some(e);
     }
-    if name == "." || name == ".." {
-        return Ok(Some(Errno::EINVAL));
+    (name == "." || name == "..").then_some(Errno::EINVAL)
+}
+
+/// Names of a batch by their entry key, with their index in the batch.
+type Keyed = Vec<(Vec<u8>, usize)>;
+/// Names of a batch refused, by index, with why.
+type Refused = Vec<(usize, Errno)>;
+
+/// The names of `files` a create could make in `dir`, in key order, and the
+/// others with why. A name given twice is made once, the first time.
+fn screen(dir: u64, files: &[(String, Fid)]) -> (Keyed, Refused) {
+    let mut refused = Vec::new();
+    let mut keyed = Vec::with_capacity(files.len());
+    for (i, (name, _)) in files.iter().enumerate() {
+        match invalid(name) {
+            Some(e) => refused.push((i, e)),
+            None => keyed.push((ix_key(dir, name), i)),
+        }
     }
-    if !seen.insert(name.to_string()) || taken(key)? {
-        return Ok(Some(Errno::EEXIST));
+    keyed.sort_unstable();
+    keyed.dedup_by(|later, first| {
+        let twice = later.0 == first.0;
+        if twice {
+            refused.push((later.1, Errno::EEXIST));
+        }
+        twice
+    });
+    (keyed, refused)
+}
+
+/// Drops from `keyed` the keys present in `cf`, refusing them with EEXIST.
+fn drop_taken(core: &Core, cf: &'static str, keyed: &mut Keyed, refused: &mut Refused) -> Result<(), Errno> {
+    let mut taken = Vec::with_capacity(keyed.len());
+    for chunk in keyed.chunks(CHECK_CHUNK) {
+        let keys: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
+        taken.extend(core.store.contains_each(cf, &keys).map_err(io)?);
     }
-    Ok(None)
+    let mut flags = taken.into_iter();
+    keyed.retain(|(_, i)| {
+        let is_taken = flags.next().unwrap_or(false);
+        if is_taken {
+            refused.push((*i, Errno::EEXIST));
+        }
+        !is_taken
+    });
+    Ok(())
 }
 
 impl IndexFs {
@@ -53,37 +91,33 @@ impl IndexFs {
         let owner = Owner::of_dir(&h.lookup);
         perm::require(creds, owner, true, canopy_proto::attr::access::X)?;
         perm::require_dir_write(creds, owner)?;
+        let (mut keyed, mut refused) = screen(dir, &files);
         // A directory with nothing in it has no name to collide with but the
         // batch's own; one without subdirectories, none among them.
-        let no_files = core.no_local_entries(dir)?;
-        let no_dirs = parts.iter().all(|h| h.subdirs == 0);
-        let taken = |key: &[u8]| -> Result<bool, Errno> {
-            let file = !no_files && core.store.get(ENTRIES, key).map_err(io)?.is_some();
-            Ok(file || (!no_dirs && core.store.get(DIRS, key).map_err(io)?.is_some()))
-        };
+        if !core.no_local_entries(dir)? {
+            drop_taken(core, ENTRIES, &mut keyed, &mut refused)?;
+        }
+        if parts.iter().any(|h| h.subdirs > 0) {
+            drop_taken(core, DIRS, &mut keyed, &mut refused)?;
+        }
         let now = core.now_ns();
         let gid = if owner.mode & S_ISGID != 0 { owner.gid } else { creds.gid };
-        let mut seen = HashSet::with_capacity(files.len());
-        let mut rejected = Vec::new();
-        let mut pairs = Vec::with_capacity(files.len());
-        for (name, fid) in files {
-            let key = ix_key(dir, &name);
-            if let Some(e) = refusal(&name, &mut seen, taken, &key)? {
-                rejected.push((name, e));
-                continue;
-            }
+        let mut pairs = Vec::with_capacity(keyed.len());
+        for (key, i) in keyed {
             let ino = core.new_id()?;
             let attr = Attr { ino, kind: FileKind::File, mode: mode & 0o7777, uid: creds.uid, gid, size: 0, nlink: 1, rdev: 0, atime: now, mtime: now, ctime: now };
-            let record = Record::Inode(Inode { attr, target: None, data: Some(FileData { fid, inline: Some(Vec::new()) }) });
+            let record = Record::Inode(Inode { attr, target: None, data: Some(FileData { fid: files[i].1, inline: Some(Vec::new()) }) });
             pairs.push((key, keys::encode(&record)));
         }
         let inserted = pairs.len() as u64;
         if inserted > 0 {
-            pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             super::tables::ingest_pairs(core, ENTRIES, pairs)?;
             core.added_entries(inserted);
             self.splits.grew(dir, inserted);
         }
+        refused.sort_unstable_by_key(|(i, _)| *i);
+        let mut files = files.into_iter().map(|(name, _)| Some(name)).collect::<Vec<_>>();
+        let rejected = refused.into_iter().map(|(i, e)| (files[i].take().unwrap_or_default(), e)).collect();
         Ok(Reply::Bulk { inserted, rejected })
     }
 }
@@ -92,15 +126,21 @@ impl IndexFs {
 mod tests {
     use super::*;
 
+    fn named(names: &[&str]) -> Vec<(String, Fid)> {
+        names.iter().map(|n| (n.to_string(), Fid(0))).collect()
+    }
+
     #[test]
     fn names_are_refused_as_a_create_would_refuse_them() {
-        let mut seen = HashSet::new();
-        let free = |_: &[u8]| Ok(false);
-        assert_eq!(refusal("a", &mut seen, free, b"k"), Ok(None));
-        assert_eq!(refusal("a", &mut seen, free, b"k"), Ok(Some(Errno::EEXIST)), "twice in one batch");
-        assert_eq!(refusal("b", &mut seen, |_: &[u8]| Ok(true), b"k"), Ok(Some(Errno::EEXIST)), "taken");
-        assert_eq!(refusal("..", &mut seen, free, b"k"), Ok(Some(Errno::EINVAL)));
-        assert_eq!(refusal("x/y", &mut seen, free, b"k"), Ok(Some(Errno::EINVAL)));
-        assert_eq!(refusal(&"n".repeat(256), &mut seen, free, b"k"), Ok(Some(Errno::ENAMETOOLONG)));
+        let long = "n".repeat(256);
+        let files = named(&["a", "..", "b", "a", "x/y", &long, "b", "c"]);
+        let (keyed, mut refused) = screen(7, &files);
+        refused.sort_unstable_by_key(|(i, _)| *i);
+        assert_eq!(refused, vec![(1, Errno::EINVAL), (3, Errno::EEXIST), (4, Errno::EINVAL), (5, Errno::ENAMETOOLONG), (6, Errno::EEXIST)]);
+        let mut made: Vec<usize> = keyed.iter().map(|(_, i)| *i).collect();
+        assert!(keyed.windows(2).all(|w| w[0].0 < w[1].0), "keys in order, each once");
+        made.sort_unstable();
+        assert_eq!(made, vec![0, 2, 7], "the first of each name is made");
+        assert!(keyed.iter().all(|(k, i)| *k == ix_key(7, &files[*i].0)));
     }
 }

@@ -19,7 +19,6 @@
 //! bitmap of the directory (`parts.rs`), which the client merges and resends.
 
 mod bulk;
-pub use bulk::BULK_MAX;
 mod dirs;
 pub mod lease;
 mod parts;
