@@ -13,6 +13,12 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc rather than the system allocator: a server allocates a key, a
+/// value and a frame buffer per entry it touches, and glibc's malloc and free
+/// took a fifth of a bulk insertion's CPU.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "canopy", version, about = "A scalable metadata service for distributed file systems")]
 struct Cli {
