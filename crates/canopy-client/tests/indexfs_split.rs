@@ -133,6 +133,40 @@ async fn bulk_insertion_reaches_every_partition() {
     assert_fsck_clean(&c).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    c.mkdir("/bulk", 0o755).await.unwrap();
+    // Every split fails before its first chunk is sent, until released: the
+    // directory's first partition stays mid-split (its moving half refused).
+    let stuck = Arc::new(AtomicBool::new(true));
+    for s in &cluster.servers {
+        let stuck = stuck.clone();
+        s.set_split_hook(Some(Arc::new(move |step: SplitStep| !(stuck.load(Ordering::SeqCst) && step == SplitStep::Sent(0)))));
+    }
+    let first: Vec<String> = (0..500).map(|i| format!("a{i}")).collect();
+    assert_eq!(c.bulk_create("/bulk", &first, 0o644).await.unwrap().created, 500);
+    let start = Instant::now();
+    while counter(&c, "splits_unfinished").await == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no split got stuck");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let release = stuck.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        release.store(false, Ordering::SeqCst);
+    });
+    let second: Vec<String> = (0..500).map(|i| format!("b{i}")).collect();
+    let out = c.bulk_create("/bulk", &second, 0o644).await.unwrap();
+    assert_eq!((out.created, out.rejected), (500, vec![]), "each name once, none refused as its own duplicate");
+    settle(&c).await;
+    let listed = names(&c, "/bulk").await;
+    assert_eq!(listed.len(), 1000);
+    assert_eq!(listed.iter().collect::<BTreeSet<_>>(), first.iter().chain(&second).collect::<BTreeSet<_>>());
+    assert_fsck_clean(&c).await;
+}
+
 /// Which server dies, and where.
 #[derive(Debug, Clone, Copy)]
 enum Death {

@@ -59,8 +59,11 @@ const ROOT_ID: u64 = 1;
 /// directory splits at most 16 levels deep.
 const MAX_REDIRECTS: u32 = 64;
 
-/// Names per bulk insertion request (well inside a frame and the server's cap).
-const BULK_BATCH: usize = 100_000;
+/// Names per bulk insertion batch once the directory has spread: each
+/// server's share is one ingest (cut to fit frames if need be), so larger
+/// batches mean fewer overlapping tables to check and compact. 1M names:
+/// 100,000 a batch took 2.0 s, 250,000 1.6 s.
+const BULK_BATCH: usize = 250_000;
 
 /// `names` in batches growing from 8,192 to [`BULK_BATCH`]: the first land
 /// while the directory is still one partition, and it splits (and the client
@@ -756,11 +759,10 @@ impl IndexFs {
     /// One batch of a bulk insertion into `p`: (files made, names refused).
     async fn bulk_batch(&self, c: &Creds, p: &NsPath, names: &[String], mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
         let files: Vec<(String, canopy_proto::Fid)> = names.iter().map(|n| (n.clone(), self.fids.next())).collect();
-        self.optimistic(p, || async {
-            let d = self.resolve_dir(c, p).await?;
-            self.bulk_shares(c, d.id, files.clone(), mode).await
-        })
-        .await
+        let d = self.optimistic(p, || self.resolve_dir(c, p)).await?;
+        // Shares land one by one, so the batch is not sent again whole: a
+        // directory gone meanwhile (its bitmap stale) is just gone.
+        self.bulk_shares(c, d.id, files, mode).await.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
     }
 
     /// `p`'s parent, resolved as root without the cache (`None`: gone).

@@ -8,7 +8,7 @@ use super::IndexFs;
 use crate::core::unexpected;
 use crate::namespace::Res;
 use canopy_proto::giga::{self, PartMap};
-use canopy_proto::msg::DirLookup;
+use canopy_proto::msg::{DirLookup, BULK_MAX};
 use canopy_proto::{Creds, DirEntry, Errno, Fid, Reply, Request};
 use std::collections::BTreeMap;
 
@@ -187,38 +187,95 @@ impl IndexFs {
 
     /// Bulk insertion into `dir`: each partition's server gets its share of
     /// `files` in one request (all at once); a share refused as moved is
-    /// regrouped by the bitmap learnt and sent again.
+    /// regrouped by the bitmap learnt and sent again, and one refused while
+    /// its partition's split is unfinished (`EAGAIN`) is sent again after a
+    /// pause. Shares land independently, so only the refused ones go again.
     pub(super) async fn bulk_shares(&self, c: &Creds, dir: u64, files: Vec<(String, Fid)>, mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
         let mut pending = files;
         let (mut inserted, mut rejected) = (0u64, Vec::new());
-        for _ in 0..super::MAX_REDIRECTS {
-            if pending.is_empty() {
-                return Ok((inserted, rejected));
-            }
+        let (mut redirects, mut pause) = (0, BULK_PAUSE_MIN);
+        while !pending.is_empty() {
             let mut shares: BTreeMap<u32, Vec<(String, Fid)>> = BTreeMap::new();
             for f in pending.drain(..) {
                 shares.entry(self.server_for(dir, &f.0)).or_default().push(f);
             }
-            let sent = shares.into_iter().map(|(s, files)| async move {
+            let requests = shares.into_iter().flat_map(|(s, files)| in_frames(files).into_iter().map(move |f| (s, f)));
+            let sent = requests.map(|(s, files)| async move {
                 let r = self.rpc_ix(s, c, Request::IxBulkInsert { dir, files: files.clone(), mode }).await;
                 (files, r)
             });
+            let (mut moved, mut busy) = (false, false);
             for (files, r) in futures::future::join_all(sent).await {
                 match r {
                     Ok(Reply::Bulk { inserted: n, rejected: mut refused }) => {
                         inserted += n;
                         rejected.append(&mut refused);
                     }
-                    Err(Errno::EREMCHG) => pending.extend(files),
+                    Err(Errno::EREMCHG) => {
+                        moved = true;
+                        pending.extend(files);
+                    }
+                    Err(Errno::EAGAIN) => {
+                        busy = true;
+                        pending.extend(files);
+                    }
                     Ok(other) => return Err(unexpected(other)),
                     Err(e) => return Err(e),
                 }
             }
+            if moved {
+                redirects += 1;
+                if redirects > super::MAX_REDIRECTS {
+                    return Err(Errno::EIO);
+                }
+            }
+            if busy && !moved {
+                if pause > BULK_PAUSE_MAX {
+                    return Err(Errno::EAGAIN);
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
         }
-        Err(Errno::EIO)
+        Ok((inserted, rejected))
     }
 }
 
+/// Pauses before a share refused during a split goes again: doubling from
+/// 1 ms, giving up (`EAGAIN`) after about 16 s, by when the servers' split
+/// retries (every 500 ms) have had many chances.
+const BULK_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+const BULK_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(8192);
+
+/// What one name adds to a bulk request at most: its length prefix, itself
+/// and its file id (a varint of up to 19 bytes).
+fn bulk_bytes(name: &str) -> usize {
+    name.len() + 2 + 19
+}
+
+/// A share's names in requests of at most [`BULK_REQUEST_BYTES`] and
+/// [`BULK_MAX`] names, so a share of long names, or one sent
+/// before the directory split, still fits in frames.
+fn in_frames(files: Vec<(String, Fid)>) -> Vec<Vec<(String, Fid)>> {
+    let mut out: Vec<Vec<(String, Fid)>> = Vec::new();
+    let mut bytes = 0;
+    for f in files {
+        let b = bulk_bytes(&f.0);
+        let full = out.last().is_none_or(|last| bytes + b > BULK_REQUEST_BYTES || last.len() == BULK_MAX);
+        if full {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += b;
+        if let Some(last) = out.last_mut() {
+            last.push(f);
+        }
+    }
+    out
+}
+
+/// Bulk request budget: half a frame, the rest for headroom.
+const BULK_REQUEST_BYTES: usize = canopy_proto::frame::MAX_FRAME / 2;
 impl IndexFs {
     /// Splits the servers finished, and splits queued, running or unfinished.
     pub(super) async fn split_activity(&self) -> Res<(u64, u64)> {
@@ -232,5 +289,26 @@ fn parts_of(r: &Reply) -> Option<&PartMap> {
     match r {
         Reply::IxParts(m) => Some(m),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_is_cut_into_requests_that_fit_a_frame() {
+        let long = |i: usize| (format!("{i:0>250}"), Fid(u128::MAX));
+        let files: Vec<_> = (0..20_000).map(long).collect();
+        let requests = in_frames(files.clone());
+        assert!(requests.len() > 1, "20,000 long names do not fit one frame");
+        for r in &requests {
+            let frame = canopy_proto::frame::encode_request(&mut bytes::BytesMut::new(), 1, &Creds::root(), &Request::IxBulkInsert { dir: 2, files: r.clone(), mode: 0o644 });
+            assert!(frame.is_ok(), "a request of {} names fits", r.len());
+        }
+        assert_eq!(requests.concat(), files, "every name once, in order");
+        let short: Vec<_> = (0..450_000).map(|i| (i.to_string(), Fid(i as u128))).collect();
+        assert!(in_frames(short).iter().all(|r| r.len() <= BULK_MAX));
+        assert!(in_frames(Vec::new()).is_empty());
     }
 }
