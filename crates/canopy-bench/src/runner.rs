@@ -6,7 +6,7 @@
 use crate::drive::Workers;
 use crate::plan::plan;
 use crate::report::{cov, BenchReport, PhaseReport, RpcFigures};
-use crate::workload::{Tree, DIR_MODE};
+use crate::workload::{Op, Tree, DIR_MODE};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
 use canopy_proto::Errno;
@@ -99,9 +99,10 @@ fn figures(sent: &CounterSnapshot, ops: u64, received: &[u64], lease_waits: u64)
 pub const BULK_PHASE: &str = "bulk-create";
 
 /// Makes `files` files in the new directory `dir` with one `bulk_create`, then
-/// stats a sample of them (every name refused counts as an error). Its latency
-/// is the whole call's.
-async fn bulk_phase(clients: &[Client], first: &Client, dir: &str, files: usize) -> Result<PhaseReport, String> {
+/// stats every one of them with all `workers`, untimed (every name refused
+/// counts as an error). Its latency is the whole call's.
+async fn bulk_phase(clients: &[Client], workers: &Workers<Client>, dir: &str, files: usize) -> Result<PhaseReport, String> {
+    let first = clients.first().ok_or("no clients")?;
     first.mkdir(dir, DIR_MODE).await.map_err(|e| format!("cannot create {dir}: {e}"))?;
     let names: Vec<String> = (0..files).map(|i| format!("f{i:08}")).collect();
     let (recv_before, _) = received_per_server(first).await.map_err(|e| format!("stats: {e}"))?;
@@ -112,9 +113,11 @@ async fn bulk_phase(clients: &[Client], first: &Client, dir: &str, files: usize)
     let sent = sum_snapshots(clients).since(&sent_before);
     let (recv_after, _) = received_per_server(first).await.map_err(|e| format!("stats: {e}"))?;
     let received: Vec<u64> = recv_after.iter().zip(&recv_before).map(|(a, b)| a - b).collect();
-    // Every name made must be there: a sample, spread over the names.
-    for name in names.iter().step_by((files / 1000).max(1)) {
-        first.stat(&format!("{dir}/{name}")).await.map_err(|e| format!("{dir}/{name} after the bulk create: {e}"))?;
+    // Every name made must be there.
+    let paths: Vec<String> = names.iter().map(|name| format!("{dir}/{name}")).collect();
+    let checked = workers.drive(Op::Stat, std::sync::Arc::new(paths), &indicatif::ProgressBar::hidden()).await;
+    if checked.errors > 0 {
+        return Err(format!("{} of the {files} files made by the bulk create in {dir} cannot be stat'ed", checked.errors));
     }
     let m = crate::drive::Measured { latencies: vec![(seconds * 1e9) as u64], errors: out.rejected.len() as u64, seconds };
     let mut phase = PhaseReport::new(BULK_PHASE.into(), files as u64, &m);
@@ -184,7 +187,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         phases.push(phase);
     }
     if bulk {
-        phases.push(bulk_phase(&clients, &first, &format!("{}/bulk", cfg.root), cfg.files).await?);
+        phases.push(bulk_phase(&clients, &workers, &format!("{}/bulk", cfg.root), cfg.files).await?);
     }
     let stats = first.server_stats().await.map_err(|e| format!("stats: {e}"))?;
     Ok(BenchReport {

@@ -36,3 +36,17 @@ async fn every_phase_on_an_in_process_cluster() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulk_phase_makes_every_file_across_a_splitting_directory() {
+    let opts = canopy_server::ModeOptions { split_threshold: 50, ..Default::default() };
+    let cluster = InProcCluster::memory_with("indexfs", 3, opts);
+    let clients = vec![cluster.fresh_client(), cluster.fresh_client()];
+    let cfg = BenchConfig { clients: 2, inflight: 4, files: 3000, phases: vec!["bulk-create".into()], ..BenchConfig::default() };
+    let report = run(clients, &cfg).await.unwrap();
+    let [bulk] = &report.phases[..] else { panic!("one phase: {:?}", report.phases) };
+    assert_eq!((bulk.name.as_str(), bulk.ops, bulk.errors), ("bulk-create", 3000, 0));
+    assert_eq!(report.entries_per_server.iter().sum::<u64>(), 3000, "{:?}", report.entries_per_server);
+    assert!(report.splits >= 2, "the directory spread: {} splits", report.splits);
+    assert!(report.entries_per_server.iter().all(|&n| n > 0), "{:?}", report.entries_per_server);
+}
