@@ -371,12 +371,14 @@ impl ShardFs {
         body: impl std::future::Future<Output = Res<T>>,
     ) -> Res<T> {
         let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
-        let fenced = self.fan_out(servers, &Creds::root(), |_| Request::Fence { txn, paths: paths.clone() }).await;
+        let servers: Vec<u32> = servers.collect();
+        let fenced = self.fan_out(servers.iter().copied(), &Creds::root(), |_| Request::Fence { txn, paths: paths.clone() }).await;
         let r = match fenced.iter().find_map(|(_, r)| r.as_ref().err()) {
             Some(e) => Err(*e),
             None => body.await,
         };
-        match self.unfence(txn).await {
+        // Only where fences went up (a file rename fences two servers, not N).
+        match self.unfence_on(servers.into_iter(), txn).await {
             Ok(()) => r,
             // Already left to recovery, which lifts the fences too.
             Err(_) if r.as_ref().is_err_and(outcome_unknown) => r,
@@ -388,7 +390,12 @@ impl ShardFs {
     /// Lifts transaction `txn`'s fences on every server. A server that refuses the
     /// connection is not running, and fences live in memory: it holds none.
     pub(crate) async fn unfence(&self, txn: u64) -> Res<()> {
-        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Unfence { txn }).await {
+        self.unfence_on(0..self.n, txn).await
+    }
+
+    /// `unfence`, on `servers` only.
+    async fn unfence_on(&self, servers: impl Iterator<Item = u32>, txn: u64) -> Res<()> {
+        for (_, r) in self.fan_out(servers, &Creds::root(), |_| Request::Unfence { txn }).await {
             match r {
                 Ok(_) | Err(Errno::ECONNREFUSED) => {}
                 Err(e) => return Err(e),
