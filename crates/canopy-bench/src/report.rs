@@ -5,6 +5,7 @@
 
 use crate::drive::Measured;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Microseconds, fractional: a system call on tmpfs takes about one.
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +56,8 @@ pub struct RpcFigures {
     pub lease_waits: u64,
     /// Requests redirected to a directory partition that had moved (IndexFS).
     pub redirects: u64,
+    /// Of `rpcs`, those sent to the lock service.
+    pub lockd_rpcs: u64,
 }
 
 impl RpcFigures {
@@ -95,6 +98,10 @@ pub struct BenchReport {
     /// RPCs per stat with every client cache dropped first, by the path's
     /// depth (components), after a stat phase.
     pub cold_stat_rpcs: Vec<(usize, f64)>,
+    /// CPU seconds each daemon spent during the run, by name (`server-0`,
+    /// `lockd`): only when the bench started the cluster itself.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon_cpu_seconds: BTreeMap<String, f64>,
 }
 
 impl BenchReport {
@@ -128,7 +135,15 @@ impl BenchReport {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches + &self.spread() + &self.cold()
+        s + &caches + &self.spread() + &self.cold() + &self.cpu()
+    }
+
+    fn cpu(&self) -> String {
+        if self.daemon_cpu_seconds.is_empty() {
+            return String::new();
+        }
+        let by: Vec<String> = self.daemon_cpu_seconds.iter().map(|(d, s)| format!("{d} {s:.2}")).collect();
+        format!("CPU seconds of each daemon during the run: {}\n", by.join(", "))
     }
 
     fn cold(&self) -> String {
@@ -203,11 +218,11 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![] }.table().contains("      -        -       -"));
-        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0 });
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
+        p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0, lockd_rpcs: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![] }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], daemon_cpu_seconds: BTreeMap::new() }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
         assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));

@@ -91,6 +91,7 @@ fn figures(sent: &CounterSnapshot, ops: u64, received: &[u64], lease_waits: u64)
         cache_misses: sent.cache_misses,
         lease_waits,
         redirects: sent.redirects,
+        lockd_rpcs: sent.lockd,
     }
 }
 
@@ -199,5 +200,6 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         entries_per_server: stats.iter().map(|s| s.files).collect(),
         splits: stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "splits").map(|(_, n)| n).sum(),
         cold_stat_rpcs,
+        daemon_cpu_seconds: Default::default(),
     })
 }

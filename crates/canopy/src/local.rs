@@ -11,7 +11,7 @@ use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::ClientAuth;
 use clap::Args;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -449,22 +449,67 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
             let key = connect::cluster_key(&c, "bench")?;
             run_bench(&c, &key, args, format!("/bench-{stamp}-{}", std::process::id()))?
         }
-        None => {
-            args.durability.parse::<canopy_store::Durability>()?;
-            let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
-            cluster::check_mode(&args.mode)?;
-            let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
-            tuning.check()?;
-            let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), &tuning)?;
-            ensure_cluster_key(&c)?;
-            eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
-            start(tmp.path(), &c, &args.durability, listeners)?;
-            let result = wait_ready(&c, tmp.path(), Duration::from_secs(30))
-                .and_then(|_| own_key(&c))
-                .and_then(|key| run_bench(&c, &key, args, "/bench".into()));
-            stop(tmp.path())?;
-            result?
-        }
+        None => bench_on_temporary_cluster(args)?,
     };
     emit(report.table(), &report, args.json.as_deref())
+}
+
+/// Runs the bench on a temporary cluster of server processes started for it,
+/// and stops the cluster after.
+pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::BenchReport, String> {
+    args.durability.parse::<canopy_store::Durability>()?;
+    let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
+    cluster::check_mode(&args.mode)?;
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
+    tuning.check()?;
+    let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), &tuning)?;
+    ensure_cluster_key(&c)?;
+    eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
+    start(tmp.path(), &c, &args.durability, listeners)?;
+    let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| {
+        let before = daemon_cpu_seconds(tmp.path());
+        let mut report = run_bench(&c, &key, args, "/bench".into())?;
+        report.daemon_cpu_seconds = daemon_cpu_seconds(tmp.path()).into_iter().map(|(name, s)| (name.clone(), s - before.get(&name).copied().unwrap_or(0.0))).collect();
+        Ok(report)
+    });
+    stop(tmp.path())?;
+    result
+}
+
+/// CPU seconds each live daemon whose pid file is in `dir` has used so far,
+/// by name.
+fn daemon_cpu_seconds(dir: &Path) -> BTreeMap<String, f64> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeMap::new() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            (path.extension()? == "pid").then_some(())?;
+            let name = path.file_stem()?.to_str()?.to_string();
+            let pid = read_pid(&path)?;
+            Some((name, threads_cpu_seconds(pid).or_else(|| process_cpu_seconds(pid))?))
+        })
+        .collect()
+}
+
+/// The CPU time of process `pid`'s live threads, to the nanosecond (the
+/// scheduler's account in /proc/PID/task/TID/schedstat).
+fn threads_cpu_seconds(pid: i32) -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
+}
+
+/// The user and system CPU time of process `pid`, in clock ticks' resolution.
+fn process_cpu_seconds(pid: i32) -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // utime and stime: fields 14 and 15, the 12th and 13th after the
+    // parenthesised command name.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / ticks)
 }
