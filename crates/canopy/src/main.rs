@@ -4,6 +4,7 @@
 mod commands;
 mod connect;
 mod daemon;
+mod eval;
 mod format;
 mod keys;
 mod local;
@@ -60,6 +61,9 @@ enum Cmd {
     /// Run the benchmark (on a temporary local cluster unless one is given, or with
     /// --posix DIR on directories through system calls).
     Bench(local::BenchArgs),
+    /// Seed 000's evaluation: Figures 6, 7 and 8 for every mode, on simulated
+    /// clusters of up to 128 servers, as tables, plots and a report.
+    Eval(eval::EvalArgs),
     /// Mount the namespace with FUSE (file contents on back-end directories).
     Mount(mount::MountArgs),
     /// Unmount a Canopy mount.
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::Server(args) => daemon::run_server(&args),
         Cmd::Lockd(args) => daemon::run_lockd(&args),
         Cmd::Bench(args) => local::bench(&args, cli.cluster.as_deref()),
+        Cmd::Eval(args) => eval::eval(&args),
         Cmd::Mount(args) => mount::mount(&args, cli.cluster.as_deref()),
         Cmd::Umount(args) => mount::umount(&args),
         Cmd::Key(cmd) => keys::run(cmd, cli.cluster.as_deref()),
