@@ -41,6 +41,14 @@ pub trait Service: Send + Sync + 'static {
     fn blocks(&self, _req: &Request) -> bool {
         false
     }
+
+    /// Whether answering `req` may wait a long time (for a lease to run out):
+    /// it is then answered on a thread of its own and its reply sent when
+    /// ready, so the requests that came with it on its connection are not
+    /// held behind it.
+    fn waits(&self, _req: &Request) -> bool {
+        false
+    }
 }
 
 pub use blocking::BlockingCaller;

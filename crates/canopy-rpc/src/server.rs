@@ -233,14 +233,44 @@ fn take_requests(buf: &mut BytesMut) -> (Vec<Incoming>, Option<Errno>) {
 /// (a synced write), the whole pass runs on the blocking pool, so the reactor
 /// goes on serving other connections meanwhile; one hand-off per pass, not per
 /// request, keeps pipelined clients cheap.
+///
+/// A request that may wait long (for a lease to run out) is answered apart,
+/// later: otherwise every request pipelined behind it on the connection, and
+/// the connection's next reads, would wait as long.
 async fn answer(peer: &Identity, service: &Arc<dyn Service>, requests: Vec<Incoming>) -> Vec<Answer> {
+    let (waiting, requests): (Vec<Incoming>, Vec<Incoming>) = requests.into_iter().partition(|(_, _, r)| r.as_ref().is_ok_and(|(_, req)| service.waits(req)));
+    let mut answers: Vec<Answer> = waiting.into_iter().map(|incoming| answer_apart(peer, service, incoming)).collect();
     let blocks = requests.iter().any(|(_, _, r)| r.as_ref().is_ok_and(|(_, req)| service.blocks(req)));
     if !blocks {
-        return answer_now(peer, &**service, requests);
+        answers.extend(answer_now(peer, &**service, requests));
+        return answers;
     }
     let (peer, service) = (peer.clone(), service.clone());
     // A handler that panicked says nothing of these requests: no answers.
-    tokio::task::spawn_blocking(move || answer_now(&peer, &*service, requests)).await.unwrap_or_default()
+    answers.extend(tokio::task::spawn_blocking(move || answer_now(&peer, &*service, requests)).await.unwrap_or_default());
+    answers
+}
+
+/// One request answered on a blocking thread of its own, its reply sent when
+/// ready.
+fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): Incoming) -> Answer {
+    let (creds, req) = match decoded {
+        Ok(decoded) => decoded,
+        Err(e) => return Answer::Now(id, op, Err(e)),
+    };
+    let (peer, service) = (peer.clone(), service.clone());
+    Answer::Later(
+        id,
+        op,
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || service.call(&peer, peer.acting_as(creds), req)).await {
+                Ok(Handled::Now(r)) => r,
+                Ok(Handled::Later(f)) => f.await,
+                // The handler panicked: what it did is unknown.
+                Err(_) => Err(Errno::EIO),
+            }
+        }),
+    )
 }
 
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {

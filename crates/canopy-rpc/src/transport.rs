@@ -127,7 +127,18 @@ impl Transport for InProcTransport {
             // A message on a network is a point where other tasks run: yield, so
             // concurrent clients interleave here as they would over TCP.
             tokio::task::yield_now().await;
-            match service.call(&self.peer, creds, req) {
+            // As over TCP, a request that may wait long (a lease) waits on a
+            // thread of its own, not on one the other clients' tasks need.
+            let handled = if service.waits(&req) {
+                let peer = self.peer.clone();
+                match tokio::task::spawn_blocking(move || service.call(&peer, creds, req)).await {
+                    Ok(handled) => handled,
+                    Err(_) => return Err(Errno::EIO),
+                }
+            } else {
+                service.call(&self.peer, creds, req)
+            };
+            match handled {
                 Handled::Now(r) => r,
                 Handled::Later(f) => f.await,
             }

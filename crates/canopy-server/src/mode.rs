@@ -122,9 +122,16 @@ pub(crate) trait Mode: Send + Sync {
     /// `after`, at most `limit`.
     fn subdirs(&self, core: &Core, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno>;
 
-    /// Whether `req`, one of the mode's own, may wait (a lease): it then runs
-    /// off the reactor.
+    /// Whether `req`, one of the mode's own, may block its thread (a lease
+    /// wait, a table ingest): it then runs off the reactor.
     fn blocks(&self, req: &Request) -> bool;
+
+    /// Whether `req`, one of the mode's own, may wait a long time (for a lease
+    /// to run out): it is then answered apart from the requests that came with
+    /// it, which are not held behind it.
+    fn waits(&self, _req: &Request) -> bool {
+        false
+    }
 
     /// How many directories this server holds (for `Stats`).
     fn dirs(&self) -> u64;

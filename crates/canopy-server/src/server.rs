@@ -339,4 +339,8 @@ impl canopy_rpc::Service for MetaServer {
                     | Request::Stats
             )
     }
+
+    fn waits(&self, req: &Request) -> bool {
+        self.mode.waits(req)
+    }
 }

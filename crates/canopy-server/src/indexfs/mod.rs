@@ -306,6 +306,10 @@ impl Mode for IndexFs {
         IndexFs::blocks(req)
     }
 
+    fn waits(&self, req: &Request) -> bool {
+        IndexFs::waits(req)
+    }
+
     fn parent_ids(&self, targets: &[&Target]) -> Vec<u64> {
         targets
             .iter()
@@ -403,16 +407,16 @@ impl Mode for IndexFs {
 }
 
 impl IndexFs {
-    /// Mutations that must wait for leases run off the reactor.
+    /// Mutations that wait for leases, and table ingests, run off the reactor.
     pub(crate) fn blocks(req: &Request) -> bool {
+        IndexFs::waits(req) || matches!(req, Request::IxBulkInsert { .. } | Request::IxSplitIn { .. })
+    }
+
+    /// Mutations that wait until no lease on their entry is live.
+    pub(crate) fn waits(req: &Request) -> bool {
         matches!(
             req,
-            Request::IxRmdir { check_only: false, .. }
-                | Request::IxDirSetAttr { .. }
-                | Request::IxRenameDir { .. }
-                | Request::IxRenameDirCommit { .. }
-                | Request::IxBulkInsert { .. }
-                | Request::IxSplitIn { .. }
+            Request::IxRmdir { check_only: false, .. } | Request::IxDirSetAttr { .. } | Request::IxRenameDir { .. } | Request::IxRenameDirCommit { .. }
         )
     }
 
