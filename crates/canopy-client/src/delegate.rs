@@ -209,6 +209,10 @@ impl Service for Delegating {
     fn blocks(&self, req: &Request) -> bool {
         !matches!(req, Request::Delegate { .. }) && self.inner.blocks(req)
     }
+
+    fn waits(&self, req: &Request) -> bool {
+        !matches!(req, Request::Delegate { .. }) && self.inner.waits(req)
+    }
 }
 
 /// Runs one delegated call as `c`'s user and turns its result into a reply.

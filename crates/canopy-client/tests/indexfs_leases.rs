@@ -51,3 +51,33 @@ async fn a_lookup_renews_the_leases_in_use_on_its_server() {
     let one = c.counters().snapshot().since(&before);
     assert_eq!(one.cache_misses, 2, "the root (renewing /d0 alone) and /d1");
 }
+
+/// Lease waits the servers counted so far.
+async fn lease_waits(c: &canopy_client::Client) -> u64 {
+    let stats = c.server_stats().await.unwrap();
+    stats.iter().flat_map(|s| &s.counters).filter(|(name, _)| name == "lease_waits").map(|(_, n)| n).sum()
+}
+
+/// A directory chmod waiting out another client's lease holds up nobody else:
+/// on a runtime of one thread, a third client's stat is answered while the
+/// chmod still waits (the server answers a waiting request on a thread of its
+/// own, also behind the delegating service real daemons run).
+#[tokio::test(flavor = "current_thread")]
+async fn a_chmod_waiting_out_a_lease_holds_up_no_other_request() {
+    let cluster = InProcCluster::memory_mode("indexfs", 1);
+    let setup = cluster.client();
+    setup.mkdir("/d", 0o755).await.unwrap();
+    setup.create("/d/f", 0o644).await.unwrap();
+    // Another client caches /d under a lease (1 s by default).
+    cluster.client_with(NsOptions::default()).stat("/d/f").await.unwrap();
+    let chmod = {
+        let c = cluster.client_with(NsOptions::default());
+        tokio::spawn(async move { c.chmod("/d", 0o700).await })
+    };
+    while lease_waits(&setup).await == 0 {
+        tokio::task::yield_now().await;
+    }
+    cluster.client_with(NsOptions::default()).stat("/d/f").await.unwrap();
+    assert!(!chmod.is_finished(), "the stat waited for the chmod's lease wait");
+    assert_eq!(chmod.await.unwrap().unwrap().mode & 0o777, 0o700);
+}
