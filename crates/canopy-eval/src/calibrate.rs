@@ -56,6 +56,20 @@ impl Measured {
         })
     }
 
+    /// Each figure's median over several runs (the machine is shared and
+    /// noisy: one run can be far off the others).
+    pub fn median(runs: &[Measured]) -> Option<Measured> {
+        let med = |f: fn(&Measured) -> f64| median(runs.iter().map(f).collect());
+        let ratios: Vec<f64> = runs.iter().filter_map(|m| m.lock_cpu_ratio).collect();
+        Some(Measured {
+            create_ops_per_sec: med(|m| m.create_ops_per_sec)?,
+            create_rpcs_per_op: med(|m| m.create_rpcs_per_op)?,
+            stat_ops_per_sec: med(|m| m.stat_ops_per_sec)?,
+            stat_rpcs_per_op: med(|m| m.stat_rpcs_per_op)?,
+            lock_cpu_ratio: median(ratios),
+        })
+    }
+
     /// The costs that make `servers` saturated servers do what was measured.
     pub fn costs(&self, servers: u32) -> Costs {
         let per_rpc = |ops: f64, amp: f64| (servers as f64 * 1e9 / (ops * amp).max(1.0)).round() as Ns;
@@ -71,6 +85,17 @@ impl Measured {
             None => write_ns,
         };
         Costs { read_ns, write_ns, lock_ns, net_ns: NET_NS }
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(xs[n / 2]),
+        _ => Some((xs[n / 2 - 1] + xs[n / 2]) / 2.0),
     }
 }
 
@@ -104,6 +129,14 @@ mod tests {
         // 50 us and 5/9 of 40 us = 44.4 us; a lock costs a quarter of that.
         let cheap_locks = Measured { lock_cpu_ratio: Some(0.25), ..m };
         assert_eq!(cheap_locks.costs(4).lock_ns, 11_111);
+    }
+
+    #[test]
+    fn the_median_of_runs_takes_each_figure_apart() {
+        let run = |c: f64, s: f64, r: Option<f64>| Measured { create_ops_per_sec: c, create_rpcs_per_op: 1.0, stat_ops_per_sec: s, stat_rpcs_per_op: 1.0, lock_cpu_ratio: r };
+        let m = Measured::median(&[run(30.0, 90.0, Some(1.0)), run(50.0, 70.0, None), run(40.0, 80.0, Some(0.5))]).unwrap();
+        assert_eq!((m.create_ops_per_sec, m.stat_ops_per_sec, m.lock_cpu_ratio), (40.0, 80.0, Some(0.75)));
+        assert!(Measured::median(&[]).is_none());
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub struct Profile {
     pub fig8_stats_per_chmod: usize,
     /// Operations each simulated client keeps in flight.
     pub inflight: usize,
-    /// The real calibration bench: creates and stats.
+    /// The real calibration benches: how many, and their creates and stats.
+    pub calibration_runs: usize,
     pub calibration_files: usize,
     pub calibration_stats: usize,
     pub seed: u64,
@@ -71,6 +72,7 @@ impl Profile {
             fig8_stats_per_client: 300,
             fig8_stats_per_chmod: 50,
             inflight: 16,
+            calibration_runs: 3,
             calibration_files: 100_000,
             calibration_stats: 200_000,
             seed: 42,

@@ -27,12 +27,12 @@ use report::{CalibrationRow, Results};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Two real `canopy bench` runs of one mode (creates and stats on a real
-/// cluster of [`calibrate::REAL_SERVERS`] server processes, 1000 directories,
-/// 4 clients x 32 in flight): one calibrates the simulator, the other checks it.
+/// Real `canopy bench` runs of one mode (creates and stats on a real cluster
+/// of [`calibrate::REAL_SERVERS`] server processes, 1000 directories, 4
+/// clients x 32 in flight): their medians calibrate the simulator, which is
+/// then checked against them.
 pub struct RealRuns {
-    pub calibration: canopy_bench::BenchReport,
-    pub check: canopy_bench::BenchReport,
+    pub runs: Vec<canopy_bench::BenchReport>,
 }
 
 /// Runs every figure for `modes` at `profile`'s size. A mode with `real` runs
@@ -50,6 +50,7 @@ pub async fn evaluate(profile: Profile, modes: &[&'static str], real: &BTreeMap<
                 calibrated: false,
                 costs: calibrate::UNCALIBRATED,
                 measured: None,
+                runs: Vec::new(),
                 real_create_ops_per_sec: None,
                 real_stat_ops_per_sec: None,
                 simulated_create_ops_per_sec: None,
@@ -65,11 +66,11 @@ pub async fn evaluate(profile: Profile, modes: &[&'static str], real: &BTreeMap<
     Ok(Results { profile, modes: modes.iter().map(|m| m.to_string()).collect(), calibration, fig6, fig7, fig8, seconds: start.elapsed().as_secs_f64() })
 }
 
-/// Calibrates `mode` from one real bench and checks the simulator against the
-/// other.
-async fn calibrate_mode(mode: &'static str, p: &Profile, runs: &RealRuns, progress: &Progress) -> Result<CalibrationRow, String> {
-    let measured = Measured::of(&runs.calibration)?;
-    let check = Measured::of(&runs.check)?;
+/// Calibrates `mode` from the medians of its real benches, and checks the
+/// simulator, running the same workload, against them.
+async fn calibrate_mode(mode: &'static str, p: &Profile, real: &RealRuns, progress: &Progress) -> Result<CalibrationRow, String> {
+    let runs = real.runs.iter().map(Measured::of).collect::<Result<Vec<_>, _>>()?;
+    let measured = Measured::median(&runs).ok_or("no real bench to calibrate on")?;
     let costs = measured.costs(calibrate::REAL_SERVERS);
     let (create, stat) = experiments::simulate_bench(mode, costs, p.calibration_files, p.calibration_stats, p.seed, progress).await?;
     Ok(CalibrationRow {
@@ -77,8 +78,9 @@ async fn calibrate_mode(mode: &'static str, p: &Profile, runs: &RealRuns, progre
         calibrated: true,
         costs,
         measured: Some(measured),
-        real_create_ops_per_sec: Some(check.create_ops_per_sec),
-        real_stat_ops_per_sec: Some(check.stat_ops_per_sec),
+        runs,
+        real_create_ops_per_sec: Some(measured.create_ops_per_sec),
+        real_stat_ops_per_sec: Some(measured.stat_ops_per_sec),
         simulated_create_ops_per_sec: Some(create),
         simulated_stat_ops_per_sec: Some(stat),
     })

@@ -18,7 +18,9 @@ pub struct CalibrationRow {
     pub calibrated: bool,
     pub costs: Costs,
     pub measured: Option<Measured>,
-    /// A second real bench of the same shape, and the simulator's figures for it.
+    /// Each real bench.
+    pub runs: Vec<Measured>,
+    /// The real benches' medians, and the simulator's figures for their workload.
     pub real_create_ops_per_sec: Option<f64>,
     pub real_stat_ops_per_sec: Option<f64>,
     pub simulated_create_ops_per_sec: Option<f64>,
@@ -298,6 +300,15 @@ pub fn weak_efficiency(small: &Fig7Row, large: &Fig7Row) -> f64 {
     large.ops_per_sec_per_server / small.ops_per_sec_per_server.max(1e-9)
 }
 
+/// A median and, in brackets, the runs it is the median of.
+fn with_runs(median: Option<f64>, runs: impl Iterator<Item = f64>) -> String {
+    let runs: Vec<String> = runs.map(|r| format!("{r:.0}")).collect();
+    match runs.is_empty() {
+        true => opt(median, 0),
+        false => format!("{} ({})", opt(median, 0), runs.join(", ")),
+    }
+}
+
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
 }
@@ -352,8 +363,8 @@ fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |", x.config, x.op, x.servers, x.count, x.p50_us, x.p70_us, x.p99_us, x.lease_waits);
     }
     let _ = writeln!(m, "\n## Calibration\n");
-    let _ = writeln!(m, "Each RPC costs its server a service time by the work it does, from a real `canopy bench` (creates and stats, 4 server processes, 4 clients x 32 in flight) on this machine: servers / (RPCs per second). A second real bench of the same shape checks the simulator, which runs that bench's workload on 4 simulated servers. A lock service RPC costs the mean server RPC times the ratio of CPU time per RPC of the real lock service and servers during the calibration bench (its mkdir phase locks). Network: {} µs each way (assumed).\n", crate::calibrate::NET_NS / 1000);
-    let _ = writeln!(m, "| mode | calibrated | read µs | write µs | lock µs | real creates/s | simulated | ratio | real stats/s | simulated | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(m, "Each RPC costs its server a service time by the work it does, from real `canopy bench` runs (creates and stats, 4 server processes, 4 clients x 32 in flight) on this machine, the median of each figure over the runs (they are listed: the machine is shared, and runs differ): servers / (RPCs per second). The simulator then runs the bench's workload on 4 simulated servers, and its rates are set beside those medians. A lock service RPC costs the mean server RPC times the ratio of CPU time per RPC of the real lock service and servers (their mkdir phases lock). Network: {} µs each way (assumed).\n", crate::calibrate::NET_NS / 1000);
+    let _ = writeln!(m, "| mode | calibrated | read µs | write µs | lock µs | real creates/s (median) | simulated | ratio | real stats/s (median) | simulated | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|");
     for c in &r.calibration {
         let (rc, rs) = c.ratios().map(|(a, b)| (Some(a), Some(b))).unwrap_or((None, None));
         let _ = writeln!(
@@ -364,10 +375,10 @@ fn markdown(r: &Results) -> String {
             c.costs.read_ns as f64 / 1000.0,
             c.costs.write_ns as f64 / 1000.0,
             c.costs.lock_ns as f64 / 1000.0,
-            opt(c.real_create_ops_per_sec, 0),
+            with_runs(c.real_create_ops_per_sec, c.runs.iter().map(|r| r.create_ops_per_sec)),
             opt(c.simulated_create_ops_per_sec, 0),
             opt(rc, 2),
-            opt(c.real_stat_ops_per_sec, 0),
+            with_runs(c.real_stat_ops_per_sec, c.runs.iter().map(|r| r.stat_ops_per_sec)),
             opt(c.simulated_stat_ops_per_sec, 0),
             opt(rs, 2)
         );
