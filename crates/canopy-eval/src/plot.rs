@@ -85,10 +85,10 @@ where
     root.present().map_err(err)
 }
 
-/// The top of a value axis: a little above the largest value.
+/// The top of a linear axis: room above the highest bar or point for the legend.
 fn headroom(max: f64) -> f64 {
     if max > 0.0 {
-        max * 1.15
+        max * 1.3
     } else {
         1.0
     }
@@ -110,7 +110,8 @@ where
             String::new()
         }
     };
-    let y_fmt = |v: &f64| if v.abs() >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") };
+    // Whole numbers on an axis that reaches 100, two decimals on one that does not.
+    let y_fmt = move |v: &f64| if max >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") };
     let width = 0.8 / series.len().max(1) as f64;
     let bar = |s: usize, g: usize| (g as f64 - 0.4 + s as f64 * width, g as f64 - 0.4 + (s as f64 + 1.0) * width);
     if p.log {

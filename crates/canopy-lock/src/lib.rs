@@ -4,6 +4,8 @@
 //! - [`locktable`]: which locks are held; pure, all-or-nothing grants.
 //! - [`service`]: the daemon: waits for grants, keeps records in the store, and
 //!   re-grants the locks of recorded transactions after a restart.
+//! - [`waiters`]: the queue of waiting requests; pure. A request is not granted
+//!   while an earlier waiter wants a conflicting lock (no writer starves).
 //!
 //! Locking a path means a write lock on it and read locks on its ancestors (seed
 //! 000 §3.3); the table implies the ancestors' read locks, so a lock set names only
@@ -16,5 +18,6 @@
 
 pub mod locktable;
 pub mod service;
+pub mod waiters;
 
 pub use service::LockService;

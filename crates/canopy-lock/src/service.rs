@@ -16,6 +16,7 @@
 //! changes nothing, so an expired one is simply released.
 
 use crate::locktable::LockTable;
+use crate::waiters::{Place, Waiters};
 use canopy_proto::auth::Identity;
 use canopy_proto::msg::{Intent, LockMode, TxnInfo};
 use canopy_proto::{Creds, Errno, Reply, Request};
@@ -67,6 +68,8 @@ struct Meta {
 
 struct State {
     table: LockTable,
+    /// Requests waiting for their locks, first come first served.
+    waiters: Waiters,
     next_txn: u64,
     meta: std::collections::HashMap<u64, Meta>,
 }
@@ -106,6 +109,7 @@ impl LockService {
             store,
             state: Mutex::new(State {
                 table: LockTable::default(),
+                waiters: Waiters::default(),
                 next_txn: stored_next.max(max_txn + 1),
                 meta: std::collections::HashMap::new(),
             }),
@@ -182,15 +186,18 @@ impl LockService {
     }
 
     /// One attempt: record and grant, hand over an expired conflicting transaction,
-    /// or `None` if something live conflicts.
-    fn try_lock(&self, locks: &[(String, LockMode)], intent: &Intent, lease_ms: u32, waited: bool) -> Option<RpcResult> {
+    /// or `None` if something live conflicts or an earlier waiter (ahead of
+    /// `place`, the request's place in the queue if it waits already) wants a
+    /// conflicting lock.
+    fn try_lock(&self, locks: &[(String, LockMode)], intent: &Intent, lease_ms: u32, place: Option<Place>) -> Option<RpcResult> {
         let mut st = self.state.lock();
         if let Some(handover) = self.expired_conflict(&mut st, locks, lease_ms) {
             return Some(handover);
         }
-        if !st.table.conflicts(locks).is_empty() {
+        if st.waiters.behind_a_conflict(place, locks) || !st.table.conflicts(locks).is_empty() {
             return None;
         }
+        let waited = place.is_some();
         let txn = st.next_txn;
         let ticket = match new_ticket() {
             Ok(t) => t,
@@ -213,12 +220,14 @@ impl LockService {
 
     async fn lock(self: Arc<Self>, locks: Vec<(String, LockMode)>, intent: Intent, lease_ms: u32, wait_ms: u32) -> RpcResult {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS) as u64);
-        let mut waited = false;
+        // Its place in the queue once it waits; left when it is granted, gives
+        // up, or its caller goes away (the future is dropped).
+        let mut queued = Queued { svc: &self, place: None };
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Some(result) = self.try_lock(&locks, &intent, lease_ms, waited) {
+            if let Some(result) = self.try_lock(&locks, &intent, lease_ms, queued.place) {
                 return result;
             }
             // Wake on a release, or periodically: a lease running out wakes no one.
@@ -226,9 +235,16 @@ impl LockService {
             if tokio::time::Instant::now() >= deadline {
                 return Err(Errno::EAGAIN);
             }
-            waited = true;
+            if queued.place.is_none() {
+                queued.place = Some(self.state.lock().waiters.join(&locks));
+            }
             let _ = tokio::time::timeout_at(tick.min(deadline), released).await;
         }
+    }
+
+    /// Requests waiting for their locks now.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().waiters.len()
     }
 
     /// Extends a live lease. One that already ran out may have been handed to a
@@ -335,6 +351,22 @@ impl Service for LockDaemon {
     }
 }
 
+/// A lock request's place in the queue, given up when it is dropped; the
+/// requests behind it then look again.
+struct Queued<'a> {
+    svc: &'a LockService,
+    place: Option<Place>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.place {
+            self.svc.state.lock().waiters.leave(place);
+            self.svc.released.notify_waiters();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,6 +387,28 @@ mod tests {
             Handled::Now(r) => r,
             Handled::Later(f) => f.await,
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_writer_is_not_overtaken_by_later_locks_below_it() {
+        let clock = ManualClock::new();
+        let d = Arc::new(LockDaemon(LockService::open_with_clock(Arc::new(MemStore::new(CFS)), clock.clone()).unwrap()));
+        let Ok(Reply::Locked { txn, ticket, .. }) = call(&d, lock_req("/d/a", 60_000)).await else { panic!("not granted") };
+        let writer = {
+            let d = d.clone();
+            tokio::spawn(async move { call(&d, lock_req("/d", 60_000)).await })
+        };
+        while d.0.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // /d/b conflicts with nothing held, but the writer of /d came first.
+        let later = Request::Lock { locks: vec![("/d/b".into(), LockMode::Write)], intent: Intent::Mkdir { path: "/d/b".into() }, lease_ms: 60_000, wait_ms: 300 };
+        assert_eq!(call(&d, later).await, Err(Errno::EAGAIN));
+        // Elsewhere is not held up.
+        assert!(matches!(call(&d, lock_req("/e", 60_000)).await, Ok(Reply::Locked { .. })));
+        assert_eq!(call(&d, Request::Unlock { txn, ticket }).await, Ok(Reply::Unit));
+        assert!(matches!(writer.await.unwrap(), Ok(Reply::Locked { waited: true, .. })));
+        assert_eq!(d.0.waiting(), 0, "the granted writer left the queue");
     }
 
     #[tokio::test]
