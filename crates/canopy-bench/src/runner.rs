@@ -9,6 +9,7 @@ use crate::report::{cov, BenchReport, PhaseReport, RpcFigures};
 use crate::workload::{Op, Tree, DIR_MODE};
 use canopy_client::counters::CounterSnapshot;
 use canopy_client::Client;
+use canopy_proto::msg::ServerStats;
 use canopy_proto::Errno;
 
 #[derive(Debug, Clone)]
@@ -74,7 +75,7 @@ fn sum_snapshots(clients: &[Client]) -> CounterSnapshot {
 async fn received_per_server(client: &Client) -> Result<(Vec<u64>, u64), Errno> {
     let stats = client.server_stats().await?;
     let received = stats.iter().map(|s| s.rpcs.iter().filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum()).collect();
-    let waits = stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "lease_waits").map(|(_, n)| n).sum();
+    let waits = ServerStats::total(&stats, "lease_waits");
     Ok((received, waits))
 }
 
@@ -198,7 +199,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         inflight: cfg.inflight,
         phases,
         entries_per_server: stats.iter().map(|s| s.files).collect(),
-        splits: stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "splits").map(|(_, n)| n).sum(),
+        splits: ServerStats::total(&stats, "splits"),
         cold_stat_rpcs,
         daemon_cpu_seconds: Default::default(),
     })

@@ -54,8 +54,7 @@ async fn a_lookup_renews_the_leases_in_use_on_its_server() {
 
 /// Lease waits the servers counted so far.
 async fn lease_waits(c: &canopy_client::Client) -> u64 {
-    let stats = c.server_stats().await.unwrap();
-    stats.iter().flat_map(|s| &s.counters).filter(|(name, _)| name == "lease_waits").map(|(_, n)| n).sum()
+    canopy_proto::msg::ServerStats::total(&c.server_stats().await.unwrap(), "lease_waits")
 }
 
 /// A directory chmod waiting out another client's lease holds up nobody else:

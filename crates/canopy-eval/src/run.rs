@@ -9,6 +9,7 @@ use crate::des::SimOp;
 use crate::record::{Dest, Recorder};
 use crate::workload::{Kind, Op, Phase};
 use canopy_client::{open_namespace, Client, NsOptions};
+use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Errno};
 use canopy_server::ModeOptions;
 use canopy_testkit::InProcCluster;
@@ -21,7 +22,6 @@ use std::time::Instant;
 pub struct SimCluster {
     cluster: InProcCluster,
     clients: Vec<(Client, Arc<Recorder>)>,
-    pub servers: u32,
 }
 
 /// What one phase did on a simulated cluster.
@@ -90,7 +90,7 @@ impl SimCluster {
                 (Client::new(ns, Creds::root()), rec)
             })
             .collect();
-        SimCluster { cluster, clients, servers }
+        SimCluster { cluster, clients }
     }
 
     /// Runs `phase`: each wave's client lists at once, a client's operations
@@ -106,16 +106,16 @@ impl SimCluster {
                 run_list(client, rec, ops, bar)
             });
             let mut recorded = Vec::new();
-            for (ops, errors) in futures::future::join_all(runs).await {
+            for ops in futures::future::join_all(runs).await {
                 for (op, latency, err) in &ops {
                     out.latencies.entry(op.kind).or_default().push(*latency);
                     if let Some(e) = err {
+                        out.errors += 1;
                         if out.error_samples.len() < 5 {
                             out.error_samples.push(e.clone());
                         }
                     }
                 }
-                out.errors += errors;
                 out.ops += ops.len() as u64;
                 recorded.push(ops.into_iter().map(|(op, _, _)| op).collect());
             }
@@ -137,7 +137,7 @@ impl SimCluster {
     /// Lease waits the servers counted so far.
     async fn lease_waits(&self) -> u64 {
         let Ok(stats) = self.cluster.client().server_stats().await else { return 0 };
-        stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == "lease_waits").map(|(_, n)| n).sum()
+        ServerStats::total(&stats, "lease_waits")
     }
 
     /// Stops the cluster and lets its memory go (the servers' own clients
@@ -165,23 +165,19 @@ impl SimCluster {
 }
 
 /// One client's operations in order: each with its RPCs, real latency and
-/// error (if any); and how many failed.
-async fn run_list(client: &Client, rec: &Recorder, ops: &[Op], bar: &ProgressBar) -> (Vec<(SimOp, u64, Option<String>)>, u64) {
+/// error (if any).
+async fn run_list(client: &Client, rec: &Recorder, ops: &[Op], bar: &ProgressBar) -> Vec<(SimOp, u64, Option<String>)> {
     let mut out = Vec::with_capacity(ops.len());
-    let mut errors = 0;
     rec.take();
     for op in ops {
         let t = Instant::now();
         let r = apply(client, op).await;
         let latency = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let err = r.err().map(|e| {
-            errors += 1;
-            format!("{op:?}: {e}")
-        });
+        let err = r.err().map(|e| format!("{op:?}: {e}"));
         out.push((SimOp { kind: op.kind(), rpcs: rec.take() }, latency, err));
         bar.inc(1);
     }
-    (out, errors)
+    out
 }
 
 async fn apply(c: &Client, op: &Op) -> Result<(), Errno> {
@@ -200,7 +196,21 @@ async fn apply(c: &Client, op: &Op) -> Result<(), Errno> {
 mod tests {
     use super::*;
     use crate::trees::{generate, Shape};
+    use crate::trees::Namespace;
     use crate::workload::{creates, mkdirs, stats, Choice, Op, Phase};
+
+    /// `servers` servers of `mode` and `clients` clients, with `ns` (under
+    /// /e) made.
+    async fn populated(mode: &'static str, servers: u32, clients: usize, ns: &Namespace) -> SimCluster {
+        let sim = SimCluster::start(mode, servers, clients, ModeOptions::default());
+        sim.make_root("/e").await.unwrap();
+        let bar = ProgressBar::hidden();
+        for phase in [mkdirs(ns, clients), creates(ns, clients)] {
+            let o = sim.run(&phase, &bar).await;
+            assert_eq!(o.errors, 0, "{:?}", o.error_samples);
+        }
+        sim
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shardfs_stats_are_one_rpc_and_mkdirs_reach_every_server() {
@@ -224,12 +234,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_shardfs_file_rename_reaches_its_two_primaries_not_every_server() {
-        let sim = SimCluster::start("shardfs", 32, 1, ModeOptions::default());
         let ns = generate(Shape::Balanced, "/e", 1, 40, 1);
-        sim.make_root("/e").await.unwrap();
+        let sim = populated("shardfs", 32, 1, &ns).await;
         let bar = ProgressBar::hidden();
-        sim.run(&mkdirs(&ns, 1), &bar).await;
-        sim.run(&creates(&ns, 1), &bar).await;
         let renames = ns.files.iter().map(|f| Op::Rename(f.clone(), format!("{f}r"))).collect();
         let r = sim.run(&Phase { waves: vec![vec![renames]] }, &bar).await;
         assert_eq!((r.ops, r.errors), (40, 0), "{:?}", r.error_samples);
@@ -241,12 +248,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn indexfs_stats_from_cold_caches_walk_the_path() {
-        let sim = SimCluster::start("indexfs", 8, 2, ModeOptions::default());
         let ns = generate(Shape::Balanced, "/e", 111, 500, 1);
-        sim.make_root("/e").await.unwrap();
+        let sim = populated("indexfs", 8, 2, &ns).await;
         let bar = ProgressBar::hidden();
-        sim.run(&mkdirs(&ns, 2), &bar).await;
-        sim.run(&creates(&ns, 2), &bar).await;
         sim.drop_caches();
         let cold = sim.run(&stats(&ns, 2, 1, Choice::Uniform, 3), &bar).await;
         // /e/d0/dX/dY/f: the root's entry, /e, d0, dX and dY looked up, then

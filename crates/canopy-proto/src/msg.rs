@@ -254,6 +254,14 @@ pub struct ServerStats {
     pub counters: Vec<(String, u64)>,
 }
 
+impl ServerStats {
+    /// The mode's counter `name` summed over every server (0 where a mode
+    /// has none).
+    pub fn total(stats: &[ServerStats], name: &str) -> u64 {
+        stats.iter().flat_map(|s| &s.counters).filter(|(c, _)| c == name).map(|(_, n)| n).sum()
+    }
+}
+
 /// One server's view for `canopy fsck`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsckReport {

@@ -51,6 +51,17 @@ pub trait Service: Send + Sync + 'static {
     }
 }
 
+/// Answers `req` on a blocking thread of its own (it may wait long, see
+/// [`Service::waits`]), then whatever the handler handed back.
+pub(crate) async fn call_apart(service: std::sync::Arc<dyn Service>, peer: Identity, creds: Creds, req: Request) -> RpcResult {
+    match tokio::task::spawn_blocking(move || service.call(&peer, creds, req)).await {
+        Ok(Handled::Now(r)) => r,
+        Ok(Handled::Later(f)) => f.await,
+        // The handler panicked: what it did is unknown.
+        Err(_) => Err(Errno::EIO),
+    }
+}
+
 pub use blocking::BlockingCaller;
 pub use handshake::ClientAuth;
 pub use transport::{InProcTransport, Target, TcpTransport, Transport};

@@ -258,19 +258,7 @@ fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): 
         Ok(decoded) => decoded,
         Err(e) => return Answer::Now(id, op, Err(e)),
     };
-    let (peer, service) = (peer.clone(), service.clone());
-    Answer::Later(
-        id,
-        op,
-        Box::pin(async move {
-            match tokio::task::spawn_blocking(move || service.call(&peer, peer.acting_as(creds), req)).await {
-                Ok(Handled::Now(r)) => r,
-                Ok(Handled::Later(f)) => f.await,
-                // The handler panicked: what it did is unknown.
-                Err(_) => Err(Errno::EIO),
-            }
-        }),
-    )
+    Answer::Later(id, op, Box::pin(crate::call_apart(service.clone(), peer.clone(), peer.acting_as(creds), req)))
 }
 
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {

@@ -129,16 +129,10 @@ impl Transport for InProcTransport {
             tokio::task::yield_now().await;
             // As over TCP, a request that may wait long (a lease) waits on a
             // thread of its own, not on one the other clients' tasks need.
-            let handled = if service.waits(&req) {
-                let peer = self.peer.clone();
-                match tokio::task::spawn_blocking(move || service.call(&peer, creds, req)).await {
-                    Ok(handled) => handled,
-                    Err(_) => return Err(Errno::EIO),
-                }
-            } else {
-                service.call(&self.peer, creds, req)
-            };
-            match handled {
+            if service.waits(&req) {
+                return crate::call_apart(service, self.peer.clone(), creds, req).await;
+            }
+            match service.call(&self.peer, creds, req) {
                 Handled::Now(r) => r,
                 Handled::Later(f) => f.await,
             }

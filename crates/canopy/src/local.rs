@@ -469,7 +469,10 @@ pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::Benc
     let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| {
         let before = daemon_cpu_seconds(tmp.path());
         let mut report = run_bench(&c, &key, args, "/bench".into())?;
-        report.daemon_cpu_seconds = daemon_cpu_seconds(tmp.path()).into_iter().map(|(name, s)| (name.clone(), s - before.get(&name).copied().unwrap_or(0.0))).collect();
+        report.daemon_cpu_seconds = daemon_cpu_seconds(tmp.path()).into_iter().map(|(name, s)| {
+            let spent = s - before.get(&name).copied().unwrap_or(0.0);
+            (name, spent)
+        }).collect();
         Ok(report)
     });
     stop(tmp.path())?;
