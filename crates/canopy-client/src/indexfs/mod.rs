@@ -22,8 +22,7 @@
 //!
 //! An `ENXIO` (a directory named by id that its server does not hold: a
 //! concurrent mkdir or rmdir) or `EAGAIN` (a sealed directory) is retried once
-//! under read locks on the path, with the path's cached entries dropped; an
-//! `EAGAIN` then is a split moving the name's half, waited out with pauses. An
+//! under read locks on the path, with the path's cached entries dropped. An
 //! `EREMOTE` answers an operation on a name that is a directory: its attributes
 //! are on its home, which the client asks next.
 //!
