@@ -167,38 +167,6 @@ async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
     assert_fsck_clean(&c).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stat_waits_out_a_split_moving_its_name() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
-    let c = cluster.client();
-    c.mkdir("/d", 0o755).await.unwrap();
-    // Splits stop before their first chunk until released: the moving half's
-    // names are refused meanwhile.
-    let stuck = Arc::new(AtomicBool::new(true));
-    for s in &cluster.servers {
-        let stuck = stuck.clone();
-        s.set_split_hook(Some(Arc::new(move |step: SplitStep| !(stuck.load(Ordering::SeqCst) && step == SplitStep::Sent(0)))));
-    }
-    let files: Vec<String> = (0..500).map(|i| format!("f{i}")).collect();
-    assert_eq!(c.bulk_create("/d", &files, 0o644).await.unwrap().created, 500);
-    let start = Instant::now();
-    while counter(&c, "splits_unfinished").await == 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "no split got stuck");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let release = stuck.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        release.store(false, Ordering::SeqCst);
-    });
-    // Another client, so no bitmap is cached: every name, the moving half's
-    // too, is stat-able (not EAGAIN) once the split goes on.
-    let other = cluster.fresh_client();
-    for f in &files {
-        other.stat(&format!("/d/{f}")).await.unwrap_or_else(|e| panic!("stat /d/{f}: {e}"));
-    }
-}
-
 /// Which server dies, and where.
 #[derive(Debug, Clone, Copy)]
 enum Death {

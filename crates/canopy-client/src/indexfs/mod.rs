@@ -274,9 +274,7 @@ impl IndexFs {
     /// Runs `attempt`, again after each redirect to a moved partition (the
     /// bitmap it taught is merged); on an error a directory mutation in flight
     /// could explain, drops the path's cached entries and runs it again holding
-    /// read locks on `p` (which waits for that mutation to end). An `EAGAIN`
-    /// then, with no rmdir able to run, is a split moving the name's half:
-    /// waited out.
+    /// read locks on `p` (which waits for that mutation to end).
     async fn optimistic<T, F, Fut>(&self, p: &NsPath, attempt: F) -> Res<T>
     where
         F: Fn() -> Fut,
@@ -291,27 +289,11 @@ impl IndexFs {
                     self.forget_maps();
                 }
                 let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
-                let r = self.waiting_out_splits(&attempt).await;
+                let r = self.following(&attempt).await;
                 self.unlock(txn).await;
                 r.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
             }
             other => other,
-        }
-    }
-
-    /// [`Self::following`], again after each pause while a split moves the
-    /// name (`EAGAIN`).
-    async fn waiting_out_splits<T, F, Fut>(&self, attempt: &F) -> Res<T>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Res<T>>,
-    {
-        let mut split = parts::SplitWait::default();
-        loop {
-            match self.following(attempt).await {
-                Err(Errno::EAGAIN) => split.wait().await?,
-                other => return other,
-            }
         }
     }
 

@@ -193,7 +193,7 @@ impl IndexFs {
     pub(super) async fn bulk_shares(&self, c: &Creds, dir: u64, files: Vec<(String, Fid)>, mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
         let mut pending = files;
         let (mut inserted, mut rejected) = (0u64, Vec::new());
-        let (mut redirects, mut split) = (0, SplitWait::default());
+        let (mut redirects, mut pause) = (0, BULK_PAUSE_MIN);
         while !pending.is_empty() {
             let mut shares: BTreeMap<u32, Vec<(String, Fid)>> = BTreeMap::new();
             for f in pending.drain(..) {
@@ -230,40 +230,22 @@ impl IndexFs {
                 }
             }
             if busy && !moved {
-                split.wait().await?;
+                if pause > BULK_PAUSE_MAX {
+                    return Err(Errno::EAGAIN);
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
             }
         }
         Ok((inserted, rejected))
     }
 }
 
-/// Pauses before a request refused because its name is in the half a split
-/// is moving (`EAGAIN`) goes again: doubling from 1 ms, giving up (`EAGAIN`)
-/// after about 16 s, by when the servers' split retries (every 500 ms) have
-/// had many chances.
-pub(super) struct SplitWait {
-    pause: std::time::Duration,
-}
-
-impl Default for SplitWait {
-    fn default() -> SplitWait {
-        SplitWait { pause: std::time::Duration::from_millis(1) }
-    }
-}
-
-impl SplitWait {
-    const MAX: std::time::Duration = std::time::Duration::from_millis(8192);
-
-    /// Waits the next pause; `EAGAIN` once they are spent.
-    pub(super) async fn wait(&mut self) -> Res<()> {
-        if self.pause > Self::MAX {
-            return Err(Errno::EAGAIN);
-        }
-        tokio::time::sleep(self.pause).await;
-        self.pause *= 2;
-        Ok(())
-    }
-}
+/// Pauses before a share refused during a split goes again: doubling from
+/// 1 ms, giving up (`EAGAIN`) after about 16 s, by when the servers' split
+/// retries (every 500 ms) have had many chances.
+const BULK_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+const BULK_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(8192);
 
 /// What one name adds to a bulk request at most: its length prefix, itself
 /// and its file id (a varint of up to 19 bytes).
