@@ -4,8 +4,12 @@
 //! and a split survives either of its servers dying at each of its steps:
 //! after a restart every entry is in exactly one partition and fsck is clean.
 
-use canopy_client::Client;
+use canopy_client::txn::{Step, StepAction, StepHook};
+use canopy_client::{Client, NsOptions};
+use canopy_proto::giga::{self, PartMap};
+use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
+use futures::future::BoxFuture;
 use canopy_server::{ModeOptions, SplitStep};
 use canopy_testkit::InProcCluster;
 use std::collections::BTreeSet;
@@ -112,6 +116,51 @@ async fn a_growing_directory_spreads_over_every_server_and_stays_one_directory()
     assert_fsck_clean(&c).await;
 }
 
+/// Once, when a directory setattr has its locks: grows `/big` until it
+/// splits, and waits for the split to end.
+struct SplitWhenLocked {
+    by: Client,
+    fired: AtomicBool,
+}
+
+impl StepHook for SplitWhenLocked {
+    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
+        Box::pin(async move {
+            if matches!(step, Step::Locked(Intent::DirSetAttr { .. })) && !self.fired.swap(true, Ordering::SeqCst) {
+                for i in 0..200 {
+                    self.by.create(&format!("/big/f{i:03}"), 0o644).await.unwrap();
+                }
+                settle(&self.by).await;
+            }
+            StepAction::Continue
+        })
+    }
+}
+
+/// `/big` splits between a client's lookup of a subdirectory and its
+/// chmod transaction, moving the subdirectory's entry away: the transaction
+/// follows the redirect rather than failing with `EREMCHG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_chmod_follows_its_entry_to_a_split_partition() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    c.mkdir("/big", 0o755).await.unwrap();
+    // A name the first split of partition 0 moves.
+    let candidates: BTreeSet<String> = (0..32).map(|i| format!("d{i}")).collect();
+    let dir = format!("/big/{}", moving(&candidates)[0]);
+    c.mkdir(&dir, 0o755).await.unwrap();
+    let hook = Arc::new(SplitWhenLocked { by: cluster.fresh_client(), fired: AtomicBool::new(false) });
+    let stale = cluster.client_with(NsOptions { hook: Some(hook.clone()), ..NsOptions::default() });
+    assert_eq!(stale.chmod(&dir, 0o710).await.map(|a| a.mode & 0o7777), Ok(0o710));
+    assert!(hook.fired.load(Ordering::SeqCst), "the split ran mid-transaction");
+    assert!(counter(&c, "splits").await >= 1, "the directory split");
+    assert!(stale.counters().snapshot().redirects > 0, "the transaction was redirected");
+    assert_eq!(stale.chown(&dir, Some(7), Some(8)).await.map(|a| (a.uid, a.gid)), Ok((7, 8)));
+    let a = c.stat(&dir).await.unwrap();
+    assert_eq!((a.mode & 0o7777, a.uid, a.gid), (0o710, 7, 8));
+    assert_fsck_clean(&c).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_insertion_reaches_every_partition() {
     let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
@@ -164,6 +213,83 @@ async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
     let listed = names(&c, "/bulk").await;
     assert_eq!(listed.len(), 1000);
     assert_eq!(listed.iter().collect::<BTreeSet<_>>(), first.iter().chain(&second).collect::<BTreeSet<_>>());
+    assert_fsck_clean(&c).await;
+}
+
+/// Names the first split of a partition 0 moves (to partition 1).
+fn moving(names: &BTreeSet<String>) -> Vec<String> {
+    let mut after_split = PartMap::new();
+    after_split.insert(1);
+    names.iter().filter(|n| after_split.part_of(giga::name_hash(n)) == 1).cloned().collect()
+}
+
+/// Makes `/d` grow until its first split is recorded and not running (every
+/// split fails before its first chunk while `stuck` holds); answers the names.
+async fn stuck_split(cluster: &InProcCluster, c: &Client, stuck: &Arc<AtomicBool>) -> BTreeSet<String> {
+    for s in &cluster.servers {
+        let stuck = stuck.clone();
+        s.set_split_hook(Some(Arc::new(move |step: SplitStep| !(stuck.load(Ordering::SeqCst) && step == SplitStep::Sent(0)))));
+    }
+    c.mkdir("/d", 0o755).await.unwrap();
+    let names: BTreeSet<String> = (0..THRESHOLD + 20).map(|i| format!("n{i:03}")).collect();
+    for n in &names {
+        c.create(&format!("/d/{n}"), 0o644).await.unwrap();
+    }
+    let start = Instant::now();
+    while counter(c, "splits_unfinished").await == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no split got stuck");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    names
+}
+
+/// A split that failed once (a slow peer) and is waiting for its retry: the
+/// names it moves are waited out, not failed with `EAGAIN` (the bench's
+/// bulk phase used to find a few of 3000 files it could not stat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_whose_split_awaits_a_retry_is_served_once_it_moves() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    let stuck = Arc::new(AtomicBool::new(true));
+    let made = stuck_split(&cluster, &c, &stuck).await;
+    let release = stuck.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        release.store(false, Ordering::SeqCst);
+    });
+    let moved = moving(&made);
+    assert!(!moved.is_empty());
+    let fresh = cluster.fresh_client();
+    for n in &moved {
+        fresh.stat(&format!("/d/{n}")).await.unwrap_or_else(|e| panic!("stat {n}: {e}"));
+    }
+    assert!(counter(&c, "split_refusals").await > 0, "a request met the pending split");
+    c.create("/d/after", 0o644).await.unwrap();
+    settle(&c).await;
+    assert_eq!(names(&c, "/d").await.len(), made.len() + 1);
+    assert_fsck_clean(&c).await;
+}
+
+/// A split whose destination stays down: after a grace of retries, the names
+/// it moves are refused with `EAGAIN` (their state is unknown until the
+/// split ends); the rest of the directory is served; the split ends once
+/// the destination is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_stuck_for_good_refuses_its_moving_half_with_eagain() {
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    let stuck = Arc::new(AtomicBool::new(true));
+    let made = stuck_split(&cluster, &c, &stuck).await;
+    let moved = moving(&made);
+    let stay = made.iter().find(|n| !moved.contains(n)).unwrap();
+    assert_eq!(c.stat(&format!("/d/{}", moved[0])).await.map(|_| ()), Err(Errno::EAGAIN));
+    assert_eq!(c.create(&format!("/d/{}", moved[0]), 0o644).await.map(|_| ()), Err(Errno::EAGAIN));
+    c.stat(&format!("/d/{stay}")).await.unwrap();
+    stuck.store(false, Ordering::SeqCst);
+    settle(&c).await;
+    for n in &moved {
+        c.stat(&format!("/d/{n}")).await.unwrap_or_else(|e| panic!("stat {n}: {e}"));
+    }
     assert_fsck_clean(&c).await;
 }
 

@@ -49,6 +49,7 @@ errnos! {
     ENOTCONN = 107, "Transport endpoint is not connected";
     ETIMEDOUT = 110, "Connection timed out";
     ECONNREFUSED = 111, "Connection refused";
+    EINPROGRESS = 115, "Operation now in progress";
     ESTALE = 116, "Stale file handle";
 }
 

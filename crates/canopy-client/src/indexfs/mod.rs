@@ -30,8 +30,11 @@
 //! several servers. The client keeps a bitmap of each directory's partitions,
 //! sends a name to the server of its partition by that bitmap, and merges the
 //! newer bitmap a server answers with when the partition has moved
-//! (`IxMoved`), then resends. readdir, rmdir's seal and chmod's header update
-//! visit every partition, learning of more from each answer.
+//! (`IxMoved`), then resends. A name whose partition is recorded as
+//! splitting but whose split is not running is refused with `EINPROGRESS`
+//! (the client pauses and resends) until the split has been failing for a
+//! while, then with `EAGAIN` (passed on). readdir, rmdir's seal and chmod's
+//! header update visit every partition, learning of more from each answer.
 
 use crate::core::{dir_attr_from, lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
@@ -48,6 +51,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::Transport;
 use futures::future::BoxFuture;
+use parts::SplitWait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -297,15 +301,18 @@ impl IndexFs {
         }
     }
 
-    /// Runs `attempt` until it ends other than by a redirect.
+    /// Runs `attempt` until it ends other than by a redirect or a split
+    /// about to move its name (waited out).
     async fn following<T, F, Fut>(&self, attempt: &F) -> Res<T>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
+        let mut split = SplitWait::new();
         for _ in 0..MAX_REDIRECTS {
             match attempt().await {
                 Err(Errno::EREMCHG) => continue,
+                Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 other => return other,
             }
         }
@@ -456,11 +463,11 @@ impl IndexFs {
             None => self.forget(0, ""),
             Some((parent, name)) => self.forget(parent.id, name),
         }
-        let (req, server) = match &place.parent {
-            None => (Request::IxDirSetAttr { dir: 0, name: String::new(), set: set.clone(), client: self.fids.client() }, self.home(ROOT_ID)),
-            Some((parent, name)) => (Request::IxDirSetAttr { dir: parent.id, name: name.clone(), set: set.clone(), client: self.fids.client() }, place.server),
-        };
-        let attr = match self.rpc_ix(server, c, req).await? {
+        let (dir, name) = place.parent.as_ref().map_or((0, String::new()), |(parent, name)| (parent.id, name.clone()));
+        let req = Request::IxDirSetAttr { dir, name, set: set.clone(), client: self.fids.client() };
+        // The entry's partition may have split away since `place` (splits take
+        // no locks): the request follows it.
+        let attr = match self.place_rpc(&place, c, req).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };

@@ -6,6 +6,7 @@
 
 use super::IndexFs;
 use crate::core::unexpected;
+use crate::counters::ClientCounters;
 use crate::namespace::Res;
 use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::{DirLookup, BULK_MAX};
@@ -66,11 +67,14 @@ impl IndexFs {
     }
 
     /// `req` to the server of the partition of `dir` holding `name`, again
-    /// after each redirect.
+    /// after each redirect and after a pause while a split is about to move
+    /// the name.
     pub(super) async fn entry_rpc(&self, dir: u64, name: &str, c: &Creds, req: Request) -> Res<Reply> {
+        let mut split = SplitWait::new();
         for _ in 0..super::MAX_REDIRECTS {
             match self.rpc_ix(self.server_for(dir, name), c, req.clone()).await {
                 Err(Errno::EREMCHG) => continue,
+                Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 r => return r,
             }
         }
@@ -238,6 +242,37 @@ impl IndexFs {
             }
         }
         Ok((inserted, rejected))
+    }
+}
+
+/// Pauses between resends of a request whose name a split is about to move
+/// (`EINPROGRESS`: the split is recorded and not running, e.g. between its
+/// retries): doubling from 1 ms to [`SPLIT_PAUSE_MAX`], for at most
+/// [`SPLIT_WAIT_MAX`], then `EAGAIN`. The server itself answers `EAGAIN` once
+/// the split has been failing for 2 s, so the bound is only a guard.
+pub(super) struct SplitWait {
+    since: std::time::Instant,
+    pause: std::time::Duration,
+}
+
+const SPLIT_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(128);
+const SPLIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl SplitWait {
+    pub(super) fn new() -> SplitWait {
+        SplitWait { since: std::time::Instant::now(), pause: std::time::Duration::from_millis(1) }
+    }
+
+    /// Waits before the next resend (counted as a retry); `EAGAIN` once the
+    /// bound is spent.
+    pub(super) async fn pause(&mut self, counters: &ClientCounters) -> Res<()> {
+        if self.since.elapsed() >= SPLIT_WAIT_MAX {
+            return Err(Errno::EAGAIN);
+        }
+        counters.retried();
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(SPLIT_PAUSE_MAX);
+        Ok(())
     }
 }
 

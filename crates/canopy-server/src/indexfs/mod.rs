@@ -335,7 +335,8 @@ impl Mode for IndexFs {
     }
 
     /// Lease waits (how many mutations waited, and for how long in all),
-    /// redirects answered, splits finished and unfinished.
+    /// redirects answered, splits finished and unfinished, requests refused
+    /// while their name's split was pending.
     fn counters(&self) -> Vec<(String, u64)> {
         let (waits, ms) = self.lease_wait_counts();
         let (splits, unfinished, pending) = self.splits.counts();
@@ -346,6 +347,7 @@ impl Mode for IndexFs {
             ("splits".into(), splits),
             ("splits_unfinished".into(), unfinished),
             ("splits_pending".into(), pending),
+            ("split_refusals".into(), self.splits.refused()),
         ]
     }
 

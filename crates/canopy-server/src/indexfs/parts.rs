@@ -85,9 +85,10 @@ impl IndexFs {
     }
 
     /// The partition here that holds `name` of `dir`. `ENXIO`: no partition of
-    /// `dir` is here; `EREMCHG`: the name's partition is elsewhere; `EAGAIN`:
-    /// a split of its partition is stuck (its new server did not answer) and
-    /// the name is in the half that moves.
+    /// `dir` is here; `EREMCHG`: the name's partition is elsewhere;
+    /// `EINPROGRESS` or `EAGAIN`: the name is in the half a split of its
+    /// partition is moving, and that split is not running now (see
+    /// [`super::split::Splits::refusal`]).
     pub(crate) fn part_for(&self, core: &Core, dir: u64, name: &str) -> Result<Header, Errno> {
         self.part_of_hash(core, dir, giga::name_hash(name))
     }
@@ -104,7 +105,7 @@ impl IndexFs {
             let mut after = h.parts.clone();
             after.insert(child);
             if after.part_of(hash) == child && !self.splits.running(dir, h.part) {
-                return Err(Errno::EAGAIN);
+                return Err(self.splits.refusal(dir, h.part));
             }
         }
         Ok(h)

@@ -13,9 +13,11 @@
 //! 3. the source deletes the range (one range delete per column family) and
 //!    records the child in its bitmap, ending the split, in one batch.
 //!
-//! If the destination does not answer, the record stays: the moving half is
-//! refused (`EAGAIN`) until a retry, from the background loop or after a
-//! restart, finishes the split. Either server may die at any step: the source
+//! While a split is recorded and not running, its moving half is refused:
+//! with `EINPROGRESS` (the client pauses and resends) until the split has
+//! been failing for [`STUCK_AFTER`], then with `EAGAIN` (passed on to the
+//! caller: its destination is down). A retry, from the background loop or
+//! after a restart, finishes the split. Either server may die at any step: the source
 //! resends the whole range, which the destination replaces unless it already
 //! wrote the child's header. Other directories are served throughout.
 
@@ -42,6 +44,11 @@ const CHUNK: usize = 8_000;
 
 /// How often a split whose destination did not answer is tried again.
 const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a split may keep failing before its moving half is refused as
+/// unavailable (`EAGAIN`) rather than as about to move (`EINPROGRESS`):
+/// several retries, so a peer that was only slow does not fail callers.
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(2);
 
 /// A step of a split, for fault injection (tests kill a server at each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +79,11 @@ pub(crate) struct Splits {
     queue: Mutex<(VecDeque<u64>, HashSet<u64>)>,
     /// Splits recorded and not finished (a destination did not answer).
     unfinished: Mutex<Vec<(u64, u32)>>,
+    /// Since when each split that failed (or was found unfinished at start)
+    /// has been failing; gone when it ends.
+    failing: Mutex<HashMap<(u64, u32), Instant>>,
+    /// Requests refused because their name's split was pending.
+    refused: AtomicU64,
     last_retry: Mutex<Option<Instant>>,
     /// Splits this server is running now (their moving half is served here
     /// until they end).
@@ -86,7 +98,9 @@ impl Splits {
             threshold: threshold.max(1),
             grown: Mutex::new(HashMap::new()),
             queue: Mutex::new((VecDeque::new(), HashSet::new())),
+            failing: Mutex::new(unfinished.iter().map(|s| (*s, Instant::now())).collect()),
             unfinished: Mutex::new(unfinished),
+            refused: AtomicU64::new(0),
             last_retry: Mutex::new(None),
             running: Mutex::new(HashSet::new()),
             done: AtomicU64::new(0),
@@ -96,6 +110,24 @@ impl Splits {
 
     pub(crate) fn running(&self, dir: u64, part: u32) -> bool {
         self.running.lock().contains(&(dir, part))
+    }
+
+    /// The refusal of a name in the moving half of partition `part` of
+    /// `dir`, whose split is recorded but not running: `EINPROGRESS` while it
+    /// is about to run (or be retried), `EAGAIN` once it has been failing for
+    /// [`STUCK_AFTER`].
+    pub(crate) fn refusal(&self, dir: u64, part: u32) -> Errno {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let since = self.failing.lock().get(&(dir, part)).copied();
+        match since {
+            Some(t) if t.elapsed() >= STUCK_AFTER => Errno::EAGAIN,
+            _ => Errno::EINPROGRESS,
+        }
+    }
+
+    /// Requests refused so far because their name's split was pending.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Counts `n` names added to `dir`; every quarter threshold, queues it to
@@ -213,9 +245,7 @@ impl IndexFs {
     /// a directory that grew. False when there was nothing to do.
     pub(crate) fn split_work(&self, core: &Core, peers: &BlockingCaller) -> bool {
         if let Some((dir, part)) = self.due_retry() {
-            if let Err(e) = self.split(core, peers, dir, part) {
-                self.split_failed(core, dir, part, e);
-            }
+            self.try_split(core, peers, dir, part);
             return true;
         }
         let Some(dir) = self.splits.next() else { return false };
@@ -227,11 +257,19 @@ impl IndexFs {
             }
         };
         for h in parts.iter().filter(|h| may_split(&h.parts, h.part, core.cfg.servers) && !h.sealed) {
-            if let Err(e) = self.split(core, peers, dir, h.part) {
-                self.split_failed(core, dir, h.part, e);
-            }
+            self.try_split(core, peers, dir, h.part);
         }
         true
+    }
+
+    /// [`IndexFs::split`], noting how it ended.
+    fn try_split(&self, core: &Core, peers: &BlockingCaller, dir: u64, part: u32) {
+        match self.split(core, peers, dir, part) {
+            Ok(()) => {
+                self.splits.failing.lock().remove(&(dir, part));
+            }
+            Err(e) => self.split_failed(core, dir, part, e),
+        }
     }
 
     fn due_retry(&self) -> Option<(u64, u32)> {
@@ -248,6 +286,7 @@ impl IndexFs {
     fn split_failed(&self, core: &Core, dir: u64, part: u32, e: Errno) {
         // Still recorded (or never begun): a retry decides from the header.
         if matches!(self.part_header(core, dir, part), Ok(Some(h)) if h.splitting.is_some()) {
+            self.splits.failing.lock().entry((dir, part)).or_insert_with(Instant::now);
             let mut u = self.splits.unfinished.lock();
             if !u.contains(&(dir, part)) {
                 u.push((dir, part));
