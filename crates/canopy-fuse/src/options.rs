@@ -10,8 +10,9 @@ pub struct MountOptions {
     pub attr_ttl: Duration,
     /// Files up to this many bytes keep their contents in the metadata.
     pub inline_max: u32,
-    /// Threads reading kernel requests, each on its own cloned /dev/fuse fd; the
-    /// handlers run on the runtime's blocking pool.
+    /// Threads reading kernel requests, each on its own cloned /dev/fuse fd;
+    /// a handler runs on its thread while another is left reading, else on
+    /// the runtime's blocking pool.
     pub threads: usize,
     /// Let users other than the one who mounted use the mount (`allow_other`).
     pub allow_other: bool,
