@@ -89,6 +89,20 @@ impl ClientCore {
         self.t.call(Target::Server(server), c, req).await
     }
 
+    /// Sends an update whose answer nobody acts on (a directory's times)
+    /// without waiting for it: this client's later requests to `server` are
+    /// served after it. Only a failure to send is reported, as a log line
+    /// naming `what`.
+    pub(crate) async fn post(&self, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
+        if self.is_dead() {
+            return;
+        }
+        self.counters.sent_to_server(server);
+        if let Err(e) = self.t.post(Target::Server(server), c, req).await {
+            eprintln!("canopy-client: could not send {}: {e}", what());
+        }
+    }
+
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
     pub(crate) async fn fan_out(&self, servers: impl Iterator<Item = u32>, c: &Creds, req: impl Fn(u32) -> Request) -> Vec<(u32, Res<Reply>)> {
         join_all(servers.map(|i| {

@@ -75,6 +75,20 @@ impl Connection {
         self.broken.load(Ordering::Acquire)
     }
 
+    /// Sends one request without waiting for its response (the reader drops
+    /// it: no caller waits on its id). Frames go out in the order they are
+    /// queued, so this client's later requests are served after it.
+    /// `ECONNREFUSED`: nothing was sent.
+    pub fn post(&self, creds: &Creds, req: &Request) -> Result<(), Errno> {
+        if self.is_broken() {
+            return Err(Errno::ECONNREFUSED);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut buf = BytesMut::new();
+        frame::encode_request(&mut buf, id, creds, req)?;
+        self.tx.send(buf).map_err(|_| Errno::ECONNREFUSED)
+    }
+
     /// Sends one request and waits for its response, at most `timeout`.
     ///
     /// The errno says what is known of the outcome: `ECONNREFUSED` when the

@@ -21,6 +21,15 @@ pub trait Transport: Send + Sync + 'static {
     /// How many metadata servers the cluster has.
     fn servers(&self) -> u32;
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
+
+    /// Sends `req` without waiting for its answer, for an update the caller
+    /// does not act on. Ends once `req` is sent, in order with this client's
+    /// other requests to `target`: a later one is served after it. `Err`: it
+    /// could not be sent. By default, the call is awaited and its answer
+    /// dropped (in-process transports answer at once anyway).
+    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move { self.call(target, creds, req).await.map(drop) })
+    }
 }
 
 /// Requests to a server index outside the cluster are refused with this.
@@ -69,24 +78,31 @@ impl Transport for TcpTransport {
 
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         Box::pin(async move {
-            let ep = match target {
-                Target::Server(i) => match self.servers.get(i as usize) {
-                    Some(ep) => ep,
-                    None => return unknown_target(),
-                },
-                Target::Lockd => &self.lockd,
-            };
             let timeout = match &req {
                 Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
                 _ => self.timeout,
             };
-            // Nothing was sent when the connection cannot be made: the outcome is
-            // certain, which ECONNREFUSED says (see `Connection::call`).
-            let conn = ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
-                Errno::EACCES | Errno::EPROTO => e,
-                _ => Errno::ECONNREFUSED,
-            })?;
-            conn.call(creds, &req, timeout).await
+            self.connection(target).await?.call(creds, &req, timeout).await
+        })
+    }
+
+    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move { self.connection(target).await?.post(creds, &req) })
+    }
+}
+
+impl TcpTransport {
+    /// The connection to `target`, made if need be. Nothing was sent when it
+    /// cannot be made: the outcome is certain, which ECONNREFUSED says (see
+    /// `Connection::call`).
+    async fn connection(&self, target: Target) -> Result<Arc<Connection>, Errno> {
+        let ep = match target {
+            Target::Server(i) => self.servers.get(i as usize).ok_or(Errno::EINVAL)?,
+            Target::Lockd => &self.lockd,
+        };
+        ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
+            Errno::EACCES | Errno::EPROTO => e,
+            _ => Errno::ECONNREFUSED,
         })
     }
 }

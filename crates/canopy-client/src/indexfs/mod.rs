@@ -367,7 +367,7 @@ impl IndexFs {
     }
 
     /// With directory times on: after a name was added or removed in `p`'s
-    /// directory, sets its mtime and ctime on its home. Only logged on failure.
+    /// directory, sets its mtime and ctime on its home, not waiting for it.
     async fn touch_parent(&self, c: &Creds, p: &NsPath) {
         if !self.dir_times {
             return;
@@ -383,11 +383,9 @@ impl IndexFs {
         if !self.dir_times {
             return;
         }
-        if let Err(e) = self.rpc_ix(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }).await {
-            if e != Errno::ENOENT && e != Errno::ENXIO {
-                eprintln!("canopy-client: could not update the times of directory {:#x}: {e}", parent.id);
-            }
-        }
+        // Not waited for (see `ShardFs::touch_parents`).
+        let what = || format!("the times of directory {:#x}", parent.id);
+        self.post(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }, what).await;
     }
 
 

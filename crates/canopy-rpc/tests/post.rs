@@ -1,0 +1,61 @@
+//! A posted request (sent, its answer not waited for) is served before the
+//! requests the same client sends after it, over TCP as in process, and its
+//! dropped answer leaves the connection serving the next calls.
+
+use canopy_proto::auth::{Identity, Key};
+use canopy_proto::msg::At;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_rpc::server::{ConnLimits, ServeOpts};
+use canopy_rpc::transport::Target;
+use canopy_rpc::{ClientAuth, Handled, InProcTransport, Service, TcpTransport, Transport};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counts `TouchDir`s; a `Stat` answers how many it has seen (as the inode
+/// number), so a stat sent after a touch must see it.
+#[derive(Default)]
+struct Counter {
+    touched: Mutex<u64>,
+}
+
+impl Service for Counter {
+    fn call(&self, _peer: &Identity, _creds: Creds, req: Request) -> Handled {
+        Handled::Now(match req {
+            Request::TouchDir { .. } => {
+                *self.touched.lock() += 1;
+                Ok(Reply::Unit)
+            }
+            Request::Stat { .. } => Ok(Reply::Redirect { ino: *self.touched.lock(), home: 0 }),
+            _ => Err(Errno::ENOSYS),
+        })
+    }
+}
+
+/// Posts a touch then stats, many times: every stat sees every touch posted before it.
+async fn each_stat_follows_the_touches_before_it(t: &dyn Transport) {
+    let root = Creds::root();
+    for i in 1..=500u64 {
+        t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path("/d".into()) }).await.unwrap();
+        let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
+        assert_eq!(seen, Ok(Reply::Redirect { ino: i, home: 0 }), "stat {i}");
+    }
+    assert_eq!(t.post(Target::Server(9), &root, Request::Ping).await, Err(Errno::EINVAL), "an unknown server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tcp_a_posted_request_is_served_before_later_ones() {
+    let key = Key::from_bytes([7; 32]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    let t = TcpTransport::new(std::slice::from_ref(&addr), &addr, ClientAuth { identity: Identity::Cluster, key }, Duration::from_secs(20));
+    each_stat_follows_the_touches_before_it(&t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_a_posted_request_is_served_before_later_ones() {
+    let counter = Arc::new(Counter::default());
+    let t = InProcTransport::new(vec![counter.clone()], counter);
+    each_stat_follows_the_touches_before_it(&t).await;
+}
