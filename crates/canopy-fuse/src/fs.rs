@@ -66,6 +66,11 @@ struct DirHandles {
 /// to do. That saves a kernel round trip every close(2) waits for.
 const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
+/// The attributes of a negative entry: only its node id, 0, means anything.
+fn absent() -> fuser::FileAttr {
+    file_attr(&Attr { ino: 0, kind: canopy_proto::FileKind::File, mode: 0, uid: 0, gid: 0, size: 0, nlink: 0, rdev: 0, atime: 0, mtime: 0, ctime: 0 })
+}
+
 fn enoent() -> fuser::Errno {
     fuser::Errno::from_i32(libc::ENOENT)
 }
@@ -245,7 +250,15 @@ macro_rules! answer {
 impl Core {
     pub(crate) fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let found = self.child(parent, name).and_then(|p| Ok((self.run(self.caller(req).stat(&p))?, p)));
-        answer!(reply, found, |v| self.entry(reply, &v.1, &v.0))
+        match found {
+            Ok((attr, path)) => self.entry(reply, &path, &attr),
+            // An absent name is remembered as absent for the entry timeout, as
+            // a present one is (a negative entry: node id 0): a program probing
+            // for files that are not there (a shell's PATH, a compiler's
+            // include paths) asks once per timeout, not once per probe.
+            Err(e) if e == enoent() => reply.entry_with_ttls(&Duration::ZERO, &self.opts.entry_ttl, &absent(), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
     pub(crate) fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
