@@ -1,6 +1,7 @@
 //! Translations between Canopy's types and the kernel's: attributes, errnos,
 //! times, and who is asking.
 
+use crate::groups::GroupCache;
 use canopy_proto::attr::access;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
@@ -124,9 +125,9 @@ pub fn listed_only(e: &DirEntry) -> Attr {
 }
 
 /// The caller of a request: uid and gid from the kernel, supplementary groups from
-/// /proc (FUSE does not pass them).
-pub fn creds(uid: u32, gid: u32, pid: u32) -> Creds {
-    Creds { uid, gid, groups: groups_of(pid) }
+/// /proc (FUSE does not pass them), through `cache`.
+pub fn creds(cache: &GroupCache, uid: u32, gid: u32, pid: u32) -> Creds {
+    Creds { uid, gid, groups: cache.groups(pid, uid, gid, std::time::Instant::now(), || groups_of(pid)) }
 }
 
 fn groups_of(pid: u32) -> Vec<u32> {
@@ -164,7 +165,7 @@ mod tests {
         let status = "Name:\tx\nUid:\t0\t0\t0\t0\nGroups:\t4 24 1001 \nNgid:\t0\n";
         assert_eq!(parse_groups(status), vec![4, 24, 1001]);
         assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
-        assert_eq!(creds(5, 6, 0).groups, Vec::<u32>::new());
+        assert_eq!(creds(&GroupCache::default(), 5, 6, 0).groups, Vec::<u32>::new());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! permission was checked when the file was opened, as POSIX wants.
 
 use crate::convert::{self, errno, file_attr, io_errno};
+use crate::groups::GroupCache;
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
@@ -52,6 +53,7 @@ pub(crate) struct Core {
     pub(crate) nodes: Mutex<Nodes>,
     pub(crate) handles: Arc<Handles>,
     dirs: Mutex<DirHandles>,
+    groups: GroupCache,
     pub(crate) opts: MountOptions,
 }
 
@@ -78,7 +80,7 @@ fn enoent() -> fuser::Errno {
 impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), opts }
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), groups: GroupCache::default(), opts }
     }
 
     pub(crate) fn run<T>(&self, f: impl std::future::Future<Output = Result<T, Errno>>) -> R<T> {
@@ -86,7 +88,7 @@ impl Core {
     }
 
     fn caller(&self, req: &Caller) -> Client {
-        self.client.as_user(convert::creds(req.uid, req.gid, req.pid))
+        self.client.as_user(convert::creds(&self.groups, req.uid, req.gid, req.pid))
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {

@@ -5,7 +5,9 @@
 //! - [`handles`]: open files, and back-end contents waiting for their last close.
 //! - [`backend`]: back-end directories and where a FID's contents live in them.
 //! - [`convert`]: attributes, errnos, times and callers between Canopy and FUSE.
-//! - `dispatch`: takes requests off `/dev/fuse` and runs their handlers on a pool.
+//! - [`groups`]: callers' supplementary groups, kept briefly per process.
+//! - `dispatch`: takes requests off `/dev/fuse` and runs their handlers (in
+//!   place, or on a pool when the other reading threads are busy).
 //! - `fs` and `file_io`: the request handlers.
 //! - [`options`]: the mount's settings and their defaults.
 //! - [`mount`]: mounting, serving and unmounting.
@@ -13,7 +15,7 @@
 //! Hard rule: no namespace logic here. Every decision about names, permissions
 //! and attributes is the metadata service's; this crate translates and caches
 //! nothing beyond what the kernel is told it may cache (the entry and attribute
-//! timeouts).
+//! timeouts) and callers' groups for a second.
 //!
 //! It reaches the cluster through `canopy-client` alone and never depends on
 //! `canopy-server`, `canopy-lock` or `canopy-store`: a mount links no RocksDB.
@@ -23,6 +25,7 @@ pub mod convert;
 mod dispatch;
 mod file_io;
 mod fs;
+pub mod groups;
 pub mod handles;
 pub mod mount;
 pub mod nodes;
