@@ -166,17 +166,26 @@ impl IndexFs {
         let renew = self.due_for_renewal(server, &key, now);
         if !renew.is_empty() {
             match self.lookup_renewing(c, server, (dir, name.to_string(), depth), renew, now).await {
-                // Moved by a split: asked alone, the server says where to.
-                Err(Errno::EREMCHG) => {}
+                // Moved by a split, or about to be: asked alone, the server
+                // says where to, or the wait below covers it.
+                Err(Errno::EREMCHG | Errno::EINPROGRESS) => {}
                 r => return r,
             }
         }
-        match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await? {
-            Reply::IxEntry { lookup, lease_ms, depth, .. } => {
-                self.cache_entry(key, &lookup, depth, lease_ms, now);
-                Ok(lookup)
+        // A split about to move the entry is waited out here, so that every
+        // caller (recovery among them) sees the entry or a redirect.
+        let mut split = SplitWait::new();
+        loop {
+            let server = self.server_of_entry(dir, name);
+            match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await {
+                Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
+                Ok(Reply::IxEntry { lookup, lease_ms, depth, .. }) => {
+                    self.cache_entry(key, &lookup, depth, lease_ms, now);
+                    return Ok(lookup);
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => return Err(e),
             }
-            other => Err(unexpected(other)),
         }
     }
 
