@@ -155,6 +155,9 @@ async fn a_directory_chmod_follows_its_entry_to_a_split_partition() {
     assert!(hook.fired.load(Ordering::SeqCst), "the split ran mid-transaction");
     assert!(counter(&c, "splits").await >= 1, "the directory split");
     assert!(stale.counters().snapshot().redirects > 0, "the transaction was redirected");
+    // The stale client's lookup of the directory took a lease from the
+    // source; the destination made the chmod wait it out.
+    assert!(counter(&c, "lease_waits").await >= 1, "the chmod waited out the lease the source granted");
     assert_eq!(stale.chown(&dir, Some(7), Some(8)).await.map(|a| (a.uid, a.gid)), Ok((7, 8)));
     let a = c.stat(&dir).await.unwrap();
     assert_eq!((a.mode & 0o7777, a.uid, a.gid), (0o710, 7, 8));
@@ -231,10 +234,11 @@ async fn stuck_split(cluster: &InProcCluster, c: &Client, stuck: &Arc<AtomicBool
         s.set_split_hook(Some(Arc::new(move |step: SplitStep| !(stuck.load(Ordering::SeqCst) && step == SplitStep::Sent(0)))));
     }
     c.mkdir("/d", 0o755).await.unwrap();
+    // All at once (one bulk insertion into the one partition): made one by
+    // one, the later names could meet the split already stuck.
     let names: BTreeSet<String> = (0..THRESHOLD + 20).map(|i| format!("n{i:03}")).collect();
-    for n in &names {
-        c.create(&format!("/d/{n}"), 0o644).await.unwrap();
-    }
+    let all: Vec<String> = names.iter().cloned().collect();
+    assert_eq!(c.bulk_create("/d", &all, 0o644).await.unwrap().created, all.len() as u64);
     let start = Instant::now();
     while counter(c, "splits_unfinished").await == 0 {
         assert!(start.elapsed() < Duration::from_secs(30), "no split got stuck");

@@ -129,6 +129,15 @@ impl Leases {
         e.expiry.max(floor)
     }
 
+    /// Entry `id` arrived from another server (a split moved it) at `now`:
+    /// that server may have granted leases on it, whoever holds them, as long
+    /// as the longest lease. A mutation waits them out.
+    pub fn adopt(&mut self, id: u64, now: u64) {
+        let e = self.entries.entry(id).or_default();
+        e.expiry = e.expiry.max(now + self.policy.longest_ms() as u64);
+        e.holder = None;
+    }
+
     pub fn end(&mut self, id: u64) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.mutating = e.mutating.saturating_sub(1);
@@ -221,5 +230,13 @@ mod tests {
         assert_eq!(LeasePolicy::parse("rate"), Ok(LeasePolicy::Rate { l_ms: 2000 }));
         assert!(LeasePolicy::parse("lru").unwrap_err().contains("fixed[:MS]"));
         assert!(LeasePolicy::parse("fixed:x").is_err());
+    }
+
+    #[test]
+    fn an_entry_moved_in_waits_out_the_longest_lease_whoever_holds_it() {
+        let mut l = Leases::new(LeasePolicy::Fixed { ms: 1000 }, 0, true);
+        l.adopt(7, 5_000);
+        assert_eq!(l.begin(7, 42), 6_000, "even for a client that held the only lease it knows of");
+        l.end(7);
     }
 }

@@ -21,9 +21,9 @@
 //! resends the whole range, which the destination replaces unless it already
 //! wrote the child's header. Other directories are served throughout.
 
-use super::{tables, Header, IndexFs};
+use super::{tables, DirEntryValue, Header, IndexFs};
 use crate::core::{io, Core};
-use crate::keys::{DIRS, ENTRIES};
+use crate::keys::{self, DIRS, ENTRIES};
 use crate::mode::Target;
 use canopy_proto::giga::{self, PartMap, MAX_DEPTH};
 use canopy_proto::msg::DirLookup;
@@ -398,6 +398,22 @@ impl IndexFs {
         Ok(moved_dirs)
     }
 
+    /// Records the subdirectory entries in `[start, end)` of `DIRS` as
+    /// leased for the longest lease (see [`super::lease::Leases::adopt`]).
+    fn adopt_leases(&self, core: &Core, start: &[u8], end: &[u8]) -> Result<(), Errno> {
+        let now = core.clock.now_ms();
+        let mut ids = Vec::new();
+        for_chunks(core, DIRS, start, end, &mut |pairs| {
+            ids.extend(pairs.iter().filter_map(|(_, v)| keys::decode::<DirEntryValue>(v)).map(|d| d.lookup.id));
+            Ok(true)
+        })?;
+        let mut leases = self.leases.lock();
+        for id in ids {
+            leases.adopt(id, now);
+        }
+        Ok(())
+    }
+
     /// The destination's side of a split: see `Request::IxSplitIn`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn split_in(&self, core: &Core, dir: u64, part: u32, lookup: DirLookup, parent: u64, depth: u32, subdirs: u64, parts: PartMap, chunk: u32, last: bool, entries: &[u8], dirs: &[u8]) -> Result<Reply, Errno> {
@@ -424,6 +440,9 @@ impl IndexFs {
         }
         self.splits.step(SplitStep::Ingested(chunk))?;
         if last {
+            // The source granted leases on the subdirectories moved here;
+            // their mutations here wait those out.
+            self.adopt_leases(core, &start, &end)?;
             let files = count_range(core, ENTRIES, &start, &end, u64::MAX)?;
             let h = Header { lookup, parent, depth, subdirs, sealed: false, part, parts, splitting: None };
             let mut b = Batch::new();
