@@ -49,11 +49,24 @@ impl CanopyFs {
         let (core, who) = (self.core.clone(), Caller::of(req));
         let readers = self.core.opts.threads;
         if self.busy.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| (b + 1 < readers).then_some(b + 1)).is_ok() {
-            handler(&core, &who);
-            self.busy.fetch_sub(1, Ordering::AcqRel);
+            let _busy = Busy(&self.busy);
+            // A handler that panics answers its request EIO (its reply is
+            // dropped) and leaves this reading thread alive, as the pool did.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&core, &who))).is_err() {
+                eprintln!("canopy-fuse: a request handler panicked; answered EIO");
+            }
             return;
         }
         self.core.rt.spawn_blocking(move || handler(&core, &who));
+    }
+}
+
+/// One FUSE thread running a handler in place, until dropped.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

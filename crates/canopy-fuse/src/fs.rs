@@ -246,7 +246,8 @@ macro_rules! answer {
     };
 }
 
-/// The handlers, each run on a thread of the blocking pool (`dispatch.rs`). Their
+/// The handlers, each run on the FUSE thread that read its request or on the
+/// blocking pool (`dispatch.rs`). Their
 /// parameters mirror `fuser::Filesystem`'s, hence the long lists.
 #[allow(clippy::too_many_arguments)]
 impl Core {

@@ -15,7 +15,7 @@
 //! Hard rule: no namespace logic here. Every decision about names, permissions
 //! and attributes is the metadata service's; this crate translates and caches
 //! nothing beyond what the kernel is told it may cache (the entry and attribute
-//! timeouts) and callers' groups for a second.
+//! timeouts) and callers' groups for 100 ms.
 //!
 //! It reaches the cluster through `canopy-client` alone and never depends on
 //! `canopy-server`, `canopy-lock` or `canopy-store`: a mount links no RocksDB.

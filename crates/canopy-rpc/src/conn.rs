@@ -75,10 +75,10 @@ impl Connection {
         self.broken.load(Ordering::Acquire)
     }
 
-    /// Sends one request without waiting for its response (the reader drops
+    /// Queues one request without waiting for its response (the reader drops
     /// it: no caller waits on its id). Frames go out in the order they are
-    /// queued, so this client's later requests are served after it.
-    /// `ECONNREFUSED`: nothing was sent.
+    /// queued, so this client's later requests are served after it; if the
+    /// connection breaks first, it is lost. `ECONNREFUSED`: nothing was sent.
     pub fn post(&self, creds: &Creds, req: &Request) -> Result<(), Errno> {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);

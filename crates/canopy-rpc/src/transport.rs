@@ -23,9 +23,11 @@ pub trait Transport: Send + Sync + 'static {
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
 
     /// Sends `req` without waiting for its answer, for an update the caller
-    /// does not act on. Ends once `req` is sent, in order with this client's
-    /// other requests to `target`: a later one is served after it. `Err`: it
-    /// could not be sent. By default, the call is awaited and its answer
+    /// does not act on. Ends once `req` is queued on the connection, in order
+    /// with this client's other requests to `target`: a later one is served
+    /// after it. `Err`: it could not be queued. If the connection breaks
+    /// before it goes out, it is lost unnoticed (a later request goes on a
+    /// new connection). By default, the call is awaited and its answer
     /// dropped (in-process transports answer at once anyway).
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move { self.call(target, creds, req).await.map(drop) })

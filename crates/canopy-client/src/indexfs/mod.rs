@@ -172,13 +172,16 @@ impl IndexFs {
                 r => return r,
             }
         }
-        // A split about to move the entry is waited out here, so that every
-        // caller (recovery among them) sees the entry or a redirect.
-        let mut split = SplitWait::new();
+        // A split about to move the entry is waited out, and a redirect
+        // followed, here: no caller (recovery among them) sees either.
+        let (mut split, mut redirects) = (SplitWait::new(), 0);
         loop {
             let server = self.server_of_entry(dir, name);
             match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await {
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
+                // Moved: the bitmap it taught names the server to ask next.
+                Err(Errno::EREMCHG) if redirects < MAX_REDIRECTS => redirects += 1,
+                Err(Errno::EREMCHG) => return Err(Errno::EIO),
                 Ok(Reply::IxEntry { lookup, lease_ms, depth, .. }) => {
                     self.cache_entry(key, &lookup, depth, lease_ms, now);
                     return Ok(lookup);
@@ -317,15 +320,16 @@ impl IndexFs {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
-        let mut split = SplitWait::new();
-        for _ in 0..MAX_REDIRECTS {
+        let (mut split, mut redirects) = (SplitWait::new(), 0);
+        loop {
             match attempt().await {
-                Err(Errno::EREMCHG) => continue,
+                Err(Errno::EREMCHG) if redirects < MAX_REDIRECTS => redirects += 1,
+                Err(Errno::EREMCHG) => return Err(Errno::EIO),
+                // Pauses are bounded by their own clock, not the redirect count.
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 other => return other,
             }
         }
-        Err(Errno::EIO)
     }
 
     /// One request naming `p`'s entry, optimistically.

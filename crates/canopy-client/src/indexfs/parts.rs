@@ -70,15 +70,15 @@ impl IndexFs {
     /// after each redirect and after a pause while a split is about to move
     /// the name.
     pub(super) async fn entry_rpc(&self, dir: u64, name: &str, c: &Creds, req: Request) -> Res<Reply> {
-        let mut split = SplitWait::new();
-        for _ in 0..super::MAX_REDIRECTS {
+        let (mut split, mut redirects) = (SplitWait::new(), 0);
+        loop {
             match self.rpc_ix(self.server_for(dir, name), c, req.clone()).await {
-                Err(Errno::EREMCHG) => continue,
+                Err(Errno::EREMCHG) if redirects < super::MAX_REDIRECTS => redirects += 1,
+                Err(Errno::EREMCHG) => return Err(Errno::EIO),
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 r => return r,
             }
         }
-        Err(Errno::EIO)
     }
 
     /// Sends `make()` to every server holding a partition of `dir`, learning
