@@ -90,7 +90,12 @@ impl IndexFs {
     /// partition is moving, and that split is not running now (see
     /// [`super::split::Splits::refusal`]).
     pub(crate) fn part_for(&self, core: &Core, dir: u64, name: &str) -> Result<Header, Errno> {
-        self.part_of_hash(core, dir, giga::name_hash(name))
+        let r = self.part_of_hash(core, dir, giga::name_hash(name));
+        if matches!(r, Err(Errno::EINPROGRESS | Errno::EAGAIN)) {
+            // Counted here, once per request, not in every check of a hash.
+            self.splits.count_refusal();
+        }
+        r
     }
 
     /// [`IndexFs::part_for`] of a name by its hash.

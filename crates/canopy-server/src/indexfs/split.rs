@@ -117,12 +117,16 @@ impl Splits {
     /// is about to run (or be retried), `EAGAIN` once it has been failing for
     /// [`STUCK_AFTER`].
     pub(crate) fn refusal(&self, dir: u64, part: u32) -> Errno {
-        self.refused.fetch_add(1, Ordering::Relaxed);
         let since = self.failing.lock().get(&(dir, part)).copied();
         match since {
             Some(t) if t.elapsed() >= STUCK_AFTER => Errno::EAGAIN,
             _ => Errno::EINPROGRESS,
         }
+    }
+
+    /// Counts a request refused because its name's split was pending.
+    pub(crate) fn count_refusal(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests refused so far because their name's split was pending.
