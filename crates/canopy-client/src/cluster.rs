@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The namespace modes this build serves.
-pub const MODES: &[&str] = &["shardfs", "indexfs"];
+pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
 
 /// `mode` if this build serves it, else an error naming the ones it does.
 pub fn check_mode(mode: &str) -> Result<(), String> {

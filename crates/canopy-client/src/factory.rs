@@ -6,6 +6,7 @@ use crate::cluster;
 use crate::core::NsOptions;
 use crate::delegate::Delegated;
 use crate::namespace::Namespace;
+use crate::giraffa::Giraffa;
 use crate::indexfs::IndexFs;
 use crate::shardfs::ShardFs;
 use canopy_rpc::Transport;
@@ -18,6 +19,7 @@ pub fn open_namespace(mode: &str, t: Arc<dyn Transport>, opts: NsOptions) -> Res
     let direct: Arc<dyn Namespace> = match mode {
         "shardfs" => Arc::new(ShardFs::open(t.clone(), &opts)),
         "indexfs" => Arc::new(IndexFs::open(t.clone(), &opts)),
+        "giraffa" => Arc::new(Giraffa::open(t.clone(), &opts)),
         other => return Err(format!("mode {other} has no client in this build")),
     };
     // IndexFS: every delegated operation of this client to one server, picked

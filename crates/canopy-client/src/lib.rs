@@ -2,9 +2,9 @@
 //!
 //! [`Client`] is the one API applications, the CLI, the bench and the FUSE mount
 //! use. Behind it a namespace strategy ([`Namespace`]) decides routing,
-//! replication and caching: today ShardFS (`shardfs`, seed 000 §3.3); IndexFS and
-//! Giraffa will be other implementations of the same trait, held to the same
-//! semantics suite. [`open_namespace`] builds the one a cluster's mode names;
+//! replication and caching: ShardFS (`shardfs`, seed 000 §3.3), IndexFS
+//! (`indexfs`, §3.1) and Giraffa (`giraffa`, §3.2), held to the same semantics
+//! suite (Giraffa with its relaxed permission checks). [`open_namespace`] builds the one a cluster's mode names;
 //! nothing outside it names a mode's type.
 //!
 //! - [`core`]: what every mode's client holds (transport, counters, FIDs, reclaim,
@@ -34,6 +34,7 @@ pub mod data;
 pub mod delegate;
 mod factory;
 mod follow;
+mod giraffa;
 mod indexfs;
 pub mod fsck;
 pub mod keyfile;

@@ -48,16 +48,19 @@ impl Kit {
     }
 }
 
-/// ShardFS over both stores, and IndexFS over RocksDB.
+/// ShardFS over both stores, IndexFS and Giraffa over RocksDB.
 fn each_cluster() -> Vec<Kit> {
     let dir = tempfile::tempdir().expect("tempdir");
     let rocks = InProcCluster::rocks(SERVERS, dir.path());
     let ix_dir = tempfile::tempdir().expect("tempdir");
     let indexfs = InProcCluster::rocks_mode("indexfs", SERVERS, ix_dir.path());
+    let gf_dir = tempfile::tempdir().expect("tempdir");
+    let giraffa = InProcCluster::rocks_mode("giraffa", SERVERS, gf_dir.path());
     vec![
         Kit { name: "shardfs, memory", cluster: InProcCluster::memory(SERVERS), _dir: None },
         Kit { name: "shardfs, rocks", cluster: rocks, _dir: Some(dir) },
         Kit { name: "indexfs, rocks", cluster: indexfs, _dir: Some(ix_dir) },
+        Kit { name: "giraffa, rocks", cluster: giraffa, _dir: Some(gf_dir) },
     ]
 }
 

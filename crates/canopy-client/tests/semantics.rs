@@ -20,6 +20,8 @@ fn each_mode() -> Vec<(&'static str, Client)> {
         ("shardfs, delegated", InProcCluster::memory(4).delegating_client()),
         ("indexfs", InProcCluster::memory_mode("indexfs", 4).client()),
         ("indexfs, delegated", InProcCluster::memory_mode("indexfs", 4).delegating_client()),
+        ("giraffa", InProcCluster::memory_mode("giraffa", 4).client()),
+        ("giraffa, delegated", InProcCluster::memory_mode("giraffa", 4).delegating_client()),
     ]
 }
 
@@ -93,6 +95,22 @@ macro_rules! assert_errno {
             Ok(v) => panic!("{} succeeded with {:?}, expected {:?} {}", stringify!($e), v, $errno, concat!($($why)?)),
         }
     };
+}
+
+/// Whether the mode checks search permission on every ancestor. Giraffa
+/// checks only the parent's permissions (seed 000 §3.2: the relaxed semantics
+/// the paper measures), so these assertions, and no others, are skipped for
+/// it (the list is also in `docs/architecture.md`, "Giraffa"):
+/// - `readdir_errors`: listing a readable directory whose parent the caller
+///   may not search;
+/// - `setattr_dirs`: stat of a file in a directory the caller may not search;
+/// - `permission_checks`: stat and access of a file in a directory the caller
+///   may not search, stat of a directory and of missing names there, create
+///   in a writable directory below it;
+/// - `access_masks`: access(F) of a file in a directory the caller may not
+///   search.
+fn checks_ancestors(c: &Client) -> bool {
+    c.namespace().mode_name() != "giraffa"
 }
 
 async fn assert_clean(c: &Client) {
@@ -379,7 +397,9 @@ async fn readdir_errors(c: Client) {
     assert_eq!(c.readdir("/d").await.unwrap().len(), 7, "root bypasses read permission");
     // Read but no search on the parent: EACCES reaching the directory.
     c.chmod("/d", 0o744).await.unwrap();
-    assert_errno!(al.readdir("/d/sub").await, Errno::EACCES);
+    if checks_ancestors(&c) {
+        assert_errno!(al.readdir("/d/sub").await, Errno::EACCES);
+    }
     assert_eq!(al.readdir("/d").await.unwrap().len(), 7);
     assert_clean(&c).await;
 }
@@ -664,7 +684,9 @@ async fn setattr_dirs(c: Client) {
         c.chmod(&d, 0o700).await.unwrap();
         for j in 0..4 {
             al.create(&format!("{d}/a{j}"), 0o600).await.unwrap();
-            assert_errno!(bo.stat(&format!("{d}/a{j}")).await, Errno::EACCES);
+            if checks_ancestors(&c) {
+                assert_errno!(bo.stat(&format!("{d}/a{j}")).await, Errno::EACCES);
+            }
         }
     }
     assert_eq!(c.chmod("/", 0o711).await.unwrap().mode, 0o711);
@@ -714,15 +736,19 @@ async fn permission_checks(c: Client) {
     for i in 0..4 {
         let f = format!("/p/f{i}");
         c.create(&f, 0o644).await.unwrap();
-        assert_errno!(al.stat(&f).await, Errno::EACCES);
+        if checks_ancestors(&c) {
+            assert_errno!(al.stat(&f).await, Errno::EACCES);
+            assert_errno!(al.access(&f, F).await, Errno::EACCES);
+        }
         assert_errno!(al.unlink(&f).await, Errno::EACCES);
-        assert_errno!(al.access(&f, F).await, Errno::EACCES);
         assert_eq!(c.stat(&f).await.unwrap().kind, FileKind::File, "root bypasses");
     }
-    assert_errno!(al.stat("/p/sub").await, Errno::EACCES);
-    assert_errno!(al.create("/p/sub/x", 0o644).await, Errno::EACCES);
-    assert_errno!(al.stat("/p/missing").await, Errno::EACCES, "search is checked before existence");
-    assert_errno!(al.stat("/p/missing/x").await, Errno::EACCES);
+    if checks_ancestors(&c) {
+        assert_errno!(al.stat("/p/sub").await, Errno::EACCES);
+        assert_errno!(al.create("/p/sub/x", 0o644).await, Errno::EACCES);
+        assert_errno!(al.stat("/p/missing").await, Errno::EACCES, "search is checked before existence");
+        assert_errno!(al.stat("/p/missing/x").await, Errno::EACCES);
+    }
     assert_eq!(al.stat("/p").await.unwrap().mode, 0o700, "the last component needs no search");
 
     c.mkdir("/ro", 0o755).await.unwrap();
@@ -1011,7 +1037,9 @@ async fn access_masks(c: Client) {
     c.chmod("/d", 0o700).await.unwrap();
     c.access("/d", X).await.unwrap();
     assert_errno!(bo.access("/d", X).await, Errno::EACCES);
-    assert_errno!(bo.access("/d/f0", F).await, Errno::EACCES);
+    if checks_ancestors(&c) {
+        assert_errno!(bo.access("/d/f0", F).await, Errno::EACCES);
+    }
     assert_errno!(c.access("/missing", F).await, Errno::ENOENT);
     assert_errno!(c.access("/d/f0/x", F).await, Errno::ENOTDIR);
 }

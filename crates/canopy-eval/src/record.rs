@@ -40,7 +40,14 @@ pub struct Rpc {
 
 /// The work an RPC of `req` does.
 pub fn work_of(req: &Request) -> Work {
-    const READS: [&str; 12] = ["Ping", "Stat", "Readlink", "Access", "ReadDir", "InodeStat", "DirProbe", "RecoveryStat", "ReadData", "IxLookup", "IxReadDir", "IxRenew"];
+    const READS: [&str; 14] =
+        ["Ping", "Stat", "Readlink", "Access", "ReadDir", "InodeStat", "DirProbe", "RecoveryStat", "ReadData", "IxLookup", "IxReadDir", "IxRenew", "GfProof", "GfScan"];
+    // Giraffa: a request carried with directory proofs does its own work.
+    if let Request::GfVouched { inner, .. } = req {
+        if let Ok(inner) = postcard::from_bytes::<Request>(inner) {
+            return work_of(&inner);
+        }
+    }
     let op = req.opcode();
     if op & 0xff00 == 0x0200 {
         return Work::Lock;
@@ -123,6 +130,8 @@ mod tests {
         assert_eq!(work_of(&Request::Ping), Work::Read);
         assert_eq!(work_of(&Request::Unlock { txn: 1, ticket: 2 }), Work::Lock);
         assert_eq!(work_of(&Request::Stats), Work::Write, "anything not known to read counts as a write");
+        let listing = postcard::to_stdvec(&Request::ReadDir { at: "/".to_string().into(), after: None, limit: 1, with_dirs: true }).unwrap();
+        assert_eq!(work_of(&Request::GfVouched { proofs: vec![], inner: listing }), Work::Read, "a vouched request does its inner request's work");
     }
 
     #[test]

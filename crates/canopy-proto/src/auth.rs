@@ -61,6 +61,10 @@ impl Key {
         Key(b)
     }
 
+    pub fn to_bytes(&self) -> [u8; KEY_LEN] {
+        self.0
+    }
+
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -87,6 +91,29 @@ impl Key {
         m.update(b"canopy user key v1");
         m.update(&postcard::to_stdvec(creds).expect("credentials serialise"));
         Key(m.finalize().into_bytes().into())
+    }
+
+    /// A key for one purpose (`label`), derived from this one, so a secret
+    /// used to sign one kind of message never signs another.
+    pub fn derive(&self, label: &[u8]) -> Key {
+        let mut m = self.mac();
+        m.update(b"canopy derived key v1");
+        m.update(label);
+        Key(m.finalize().into_bytes().into())
+    }
+
+    /// The MAC of `msg` under this key.
+    pub fn sign(&self, msg: &[u8]) -> [u8; PROOF_LEN] {
+        let mut m = self.mac();
+        m.update(msg);
+        m.finalize().into_bytes().into()
+    }
+
+    /// Whether `mac` is `msg`'s MAC under this key (compared in constant time).
+    pub fn verify_signed(&self, msg: &[u8], mac: &[u8]) -> bool {
+        let mut m = self.mac();
+        m.update(msg);
+        m.verify_slice(mac).is_ok()
     }
 
     /// The key a connection claiming `identity` must prove, given the cluster key.
@@ -232,6 +259,18 @@ mod tests {
         let as_bob = hello(bob.clone());
         assert!(!verify(&k.for_identity(&bob), Side::Client, &as_bob, &sn, &proof(&ka, Side::Client, &as_bob, &sn)));
         assert!(!verify(&k, Side::Client, &hello(Identity::Cluster), &sn, &proof(&ka, Side::Client, &hello(Identity::Cluster), &sn)));
+    }
+
+    #[test]
+    fn derived_keys_sign_and_only_their_own_signatures_verify() {
+        let k = cluster().derive(b"giraffa proofs");
+        assert_ne!(k, cluster());
+        assert_ne!(k, cluster().derive(b"other"));
+        let mac = k.sign(b"message");
+        assert!(k.verify_signed(b"message", &mac));
+        assert!(!k.verify_signed(b"messagf", &mac));
+        assert!(!cluster().verify_signed(b"message", &mac));
+        assert!(!k.verify_signed(b"message", &mac[..31]));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`clock`]: time behind an interface, so tests can drive it.
 //! - [`fid`]: file identifiers, and where a file's contents live on back-end storage.
 //! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
+//! - [`giraffa`]: Giraffa's row keys, regions and directory proofs.
 //! - [`msg`]: the request and reply enums; one variant per operation.
 //! - [`frame`]: the framed binary codec (length, request id, opcode, payload) with a
 //!   size limit checked before any allocation, and decoding that tells "need more
@@ -23,6 +24,7 @@ pub mod errno;
 pub mod fid;
 pub mod frame;
 pub mod giga;
+pub mod giraffa;
 pub mod msg;
 pub mod path;
 pub mod placement;

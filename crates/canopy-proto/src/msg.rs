@@ -512,6 +512,53 @@ requests! {
     /// the leases of the entries it is using that run out soon in one RPC.
     /// At most [`MAX_RENEW`] items.
     IxRenew { items: Vec<(u64, String, u32)>, client: u64 } = 0x0310,
+    /// Giraffa: a signed proof of directory `path`'s permissions, from the
+    /// server holding its row (`Reply::GfProof`), for a request to the server
+    /// holding its entries. `EAGAIN` while the directory is being removed.
+    GfProof { path: String, adds: bool } = 0x0401,
+    /// Giraffa: `inner` (an encoded `Request`: a create, unlink, listing or
+    /// rename of an entry, or a Giraffa mkdir or rmdir step) checked against
+    /// the directories `proofs` vouch for (at most [`crate::giraffa::MAX_PROOFS`]).
+    GfVouched { proofs: Vec<crate::giraffa::DirProof>, inner: Vec<u8> } = 0x0402,
+    /// Giraffa: make directory `path` (its row, on the server holding its
+    /// parent's entries, checked against the parent's proof).
+    GfMkdir { path: String, mode: u32, proof: crate::giraffa::DirProof } = 0x0403,
+    /// Giraffa: the first step of removing directory `path`, checked against
+    /// its parent's proof: stop proofs of it, wait out those already issued;
+    /// answers its lookup state (`Reply::Dir`).
+    GfRmdirBegin { path: String, proof: crate::giraffa::DirProof } = 0x0404,
+    /// Giraffa: whether the directory whose entries have prefix `prefix` has
+    /// none (`ENOTEMPTY` otherwise), on the server holding them.
+    GfEmpty { prefix: u64 } = 0x0405,
+    /// Giraffa: the last step of removing `path`, whose begun removal found
+    /// directory `ino`: remove its row if `commit`, else let it be used again.
+    GfRmdirEnd { path: String, ino: u64, commit: bool } = 0x0406,
+    /// Giraffa: change directory `path`'s mode or owner in its row, then wait
+    /// out the proofs issued with the old ones.
+    GfDirSetAttr { path: String, set: SetAttr } = 0x0407,
+    /// Giraffa: directory `path` (its row is here) gained (`delta` 1) or lost
+    /// (-1) a subdirectory, whose row is on the server of its entries.
+    GfSubdirs { path: String, delta: i32 } = 0x0408,
+    /// Giraffa: the checks of renaming directory `src` (its row is here) to
+    /// `dst`, with the proofs of both parents; answers its lookup state.
+    GfRenameDirCheck { src: String, dst: String, proofs: Vec<crate::giraffa::DirProof> } = 0x0409,
+    /// Giraffa: a directory rename's freeze, on every server: no change
+    /// (`EAGAIN`) to rows with a prefix in `prefixes` or to the rows of
+    /// `paths` until `thaw` (or a minute); answered once no change that began
+    /// before is still writing.
+    GfFreeze { prefixes: Vec<u64>, paths: Vec<String>, thaw: bool } = 0x040A,
+    /// Giraffa: the rows with `prefix` held here, names after `after`, at most
+    /// `limit` (`Reply::GfRows`), whatever is frozen.
+    GfScan { prefix: u64, after: Option<String>, limit: u32 } = 0x040B,
+    /// Giraffa: write `rows` under `prefix` here (a directory rename's copy;
+    /// a row already there is replaced).
+    GfPutRows { prefix: u64, rows: Vec<crate::giraffa::GfRow> } = 0x040C,
+    /// Giraffa: delete the rows `names` under `prefix` here, with the times
+    /// of the directories among them unless `keep_times` (their new rows,
+    /// with the same inodes, are on this server too).
+    GfDeleteRows { prefix: u64, names: Vec<String>, keep_times: bool } = 0x040D,
+    /// Giraffa: set directory `path`'s subdirectory count (recovery's recount).
+    GfSetSubdirs { path: String, subdirs: u64 } = 0x040E,
 }
 
 /// The most entries one `IxRenew` may name.
@@ -576,6 +623,10 @@ pub enum Reply {
     /// IndexFS: each `IxRenew` item's entry (lookup state, depth, lease), or
     /// why not.
     IxRenewed(Vec<Result<(DirLookup, u32, u32), Errno>>),
+    /// Giraffa: what the server holding a directory's row vouches for.
+    GfProof(crate::giraffa::DirProof),
+    /// Giraffa: rows of a directory's entries, and whether more follow.
+    GfRows { rows: Vec<crate::giraffa::GfRow>, more: bool },
 }
 
 #[cfg(test)]
@@ -642,6 +693,20 @@ mod tests {
         ("IxSplitIn", 0x030E),
         ("IxReadDir", 0x030F),
         ("IxRenew", 0x0310),
+        ("GfProof", 0x0401),
+        ("GfVouched", 0x0402),
+        ("GfMkdir", 0x0403),
+        ("GfRmdirBegin", 0x0404),
+        ("GfEmpty", 0x0405),
+        ("GfRmdirEnd", 0x0406),
+        ("GfDirSetAttr", 0x0407),
+        ("GfSubdirs", 0x0408),
+        ("GfRenameDirCheck", 0x0409),
+        ("GfFreeze", 0x040A),
+        ("GfScan", 0x040B),
+        ("GfPutRows", 0x040C),
+        ("GfDeleteRows", 0x040D),
+        ("GfSetSubdirs", 0x040E),
     ];
 
     #[test]
@@ -696,6 +761,8 @@ mod tests {
             Reply::IxParts(_) => 23,
             Reply::IxEntries { .. } => 24,
             Reply::IxRenewed(_) => 25,
+            Reply::GfProof(_) => 26,
+            Reply::GfRows { .. } => 27,
         }
     }
 
@@ -731,6 +798,8 @@ mod tests {
             Reply::IxParts(crate::giga::PartMap::new()),
             Reply::IxEntries { entries: vec![], more: false, parts: crate::giga::PartMap::new() },
             Reply::IxRenewed(vec![]),
+            Reply::GfProof(crate::giraffa::DirProof { prefix: 1, ino: 1, mode: 0, uid: 0, gid: 0, expires: 0, adds: false, mac: [0; 32] }),
+            Reply::GfRows { rows: vec![], more: false },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

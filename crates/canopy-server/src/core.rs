@@ -224,7 +224,7 @@ impl Core {
     }
 }
 
-const NO_TIMES: DirTimes = DirTimes { atime: 0, mtime: 0, ctime: 0 };
+pub(crate) const NO_TIMES: DirTimes = DirTimes { atime: 0, mtime: 0, ctime: 0 };
 
 /// A directory's attributes from its lookup state, link count and times.
 pub(crate) fn dir_attr_of(lookup: &DirLookup, nlink: u32, times: DirTimes) -> Attr {

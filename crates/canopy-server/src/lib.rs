@@ -10,7 +10,8 @@
 //! - a mode decides how a path or a (directory id, name) resolves, where objects
 //!   live, which directory a mutation serialises on, and serves its own requests.
 //!   [`shardfs`] is the replicated directory table of seed 000 §3.3;
-//!   [`indexfs`] the directory partitions and leases of seed 000 §3.1.
+//!   [`indexfs`] the directory partitions and leases of seed 000 §3.1;
+//!   [`giraffa`] the table-partitioned baseline of seed 000 §3.2.
 //!
 //! The operations read and write the [`canopy_store::Store`] through the key
 //! layouts in [`keys`]. Hard rule: no I/O but the store; a request never panics
@@ -21,6 +22,7 @@ pub mod core;
 pub mod counters;
 mod fsck;
 mod ids;
+pub mod giraffa;
 pub mod indexfs;
 pub mod keys;
 pub mod mode;

@@ -109,6 +109,21 @@ pub(crate) trait Mode: Send + Sync {
     /// it off; the client retries under locks).
     fn admit(&self, at: &Target) -> Result<(), Errno>;
 
+    /// `EAGAIN` if a mutation of `targets` may not go on now that it holds
+    /// their directories' stripes (Giraffa: a directory rename froze a row;
+    /// checked under the stripes, so a freeze that then takes them knows no
+    /// mutation that passed this check is still writing).
+    fn admit_locked(&self, _targets: &[&Target]) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    /// Whether a user key may send requests about entries here directly. A
+    /// mode whose servers check only what the request carries (Giraffa: a
+    /// client's proofs) serves users through delegation only.
+    fn serves_users_directly(&self) -> bool {
+        true
+    }
+
     /// The lookup state of directory `id`, if this server knows it, and its
     /// link count (2 + its subdirectories; 1, as btrfs answers, where the mode
     /// does not count them) if this server keeps its attributes.
@@ -165,6 +180,16 @@ pub(crate) trait Mode: Send + Sync {
     fn background(&self, _core: &Core, _peers: &BlockingCaller) -> bool {
         false
     }
+
+    /// Checks the directory proofs a `GfVouched` request carries (Giraffa;
+    /// good for adding entries if `adds`) and holds what they vouch for while
+    /// this thread serves the request; `ENOSYS` for a mode that issues none.
+    fn vouch(&self, _core: &Core, _proofs: &[canopy_proto::giraffa::DirProof], _adds: bool) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// The vouched request is served: forget its proofs.
+    fn unvouch(&self) {}
 
     /// Tests: a hook called at each step of a split.
     fn set_split_hook(&self, _hook: Option<crate::indexfs::SplitHook>) {}

@@ -156,7 +156,7 @@ impl MetaServer {
         let path = Target::of_file(at)?;
         // A path may name a hard-linked file whose inode is shared: both locks.
         let _g = match &path {
-            Some(p) => self.lock_entries(&[p], true),
+            Some(p) => self.lock_entries(&[p], true)?,
             None => self.lock_inodes(),
         };
         let (slot, mut inode) = match self.data_target(creds, at, access::W)? {
@@ -217,8 +217,8 @@ impl MetaServer {
     /// A name was added to or removed from the directory at `path`: its mtime and
     /// ctime become now. Only the directory's primary keeps its times.
     pub(crate) fn touch_dir(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[path], false);
-        let id = self.dir_id(creds, path)?;
+        let _g = self.lock_entries(&[path], false)?;
+        let id = self.times_id(self.dir_id(creds, path)?);
         let now = self.now_ns();
         let atime = self.load_dir_times(id)?.map_or(now, |t| t.atime);
         let mut b = Batch::new();

@@ -56,7 +56,7 @@ impl MetaServer {
             (IfExists::Open { access }, NewKind::File { .. }) => Some(access),
             _ => None,
         };
-        let _g = self.lock_entries(&[path], false);
+        let _g = self.lock_entries(&[path], false)?;
         let (parent, name) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } if open.is_some() => return Err(Errno::EISDIR),
             Located::Root | Located::Dir { .. } => return Err(Errno::EEXIST),
@@ -95,7 +95,7 @@ impl MetaServer {
     }
 
     pub(crate) fn unlink(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[path], true);
+        let _g = self.lock_entries(&[path], true)?;
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
             Located::Absent { .. } => return Err(Errno::ENOENT),
@@ -112,7 +112,7 @@ impl MetaServer {
     }
 
     pub(crate) fn set_attr(&self, creds: &Creds, path: &Target, set: &SetAttr) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[path], false);
+        let _g = self.lock_entries(&[path], false)?;
         match self.locate(creds, path)? {
             Located::Absent { .. } => Err(Errno::ENOENT),
             Located::Root => self.set_dir_times(creds, ROOT_ID, set),
@@ -144,7 +144,7 @@ impl MetaServer {
         setattr::apply(creds, &mut attr, set, self.now_ns())?;
         let mut b = Batch::new();
         let times = DirTimes { atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime };
-        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
+        b.put(DIRTIMES, keys::id_key(attr.ino).to_vec(), keys::encode(&times));
         self.write(b)?;
         Ok(Reply::Attr(attr))
     }

@@ -66,7 +66,7 @@ impl MetaServer {
     }
 
     pub(crate) fn link_share(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[path], true);
+        let _g = self.lock_entries(&[path], true)?;
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EPERM),
             Located::Absent { .. } => return Err(Errno::ENOENT),
@@ -101,7 +101,7 @@ impl MetaServer {
         if home >= self.cfg.servers {
             return Err(Errno::EINVAL);
         }
-        let _g = self.lock_entries(&[path], true);
+        let _g = self.lock_entries(&[path], true)?;
         let (parent, name) = match self.locate(creds, path)? {
             Located::Absent { parent, name } => (parent, name),
             _ => return Err(Errno::EEXIST),

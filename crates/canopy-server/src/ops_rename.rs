@@ -38,11 +38,13 @@ impl MetaServer {
             Located::File { parent, name, record } => (parent, name, record),
         };
         // The destination's side is checked here if this server holds its
-        // directory (ShardFS: always), else by `RenameIn` on the server that does.
+        // directory (ShardFS: always), else by `RenameIn` on the server that
+        // does (IndexFS: another partition; Giraffa: another region).
         let dst_parent = match self.locate(creds, dst) {
             Ok(Located::Root | Located::Dir { .. }) => return Err(Errno::EISDIR),
             Ok(Located::File { parent, .. } | Located::Absent { parent, .. }) => Some(parent),
             Err(Errno::ENXIO | Errno::EREMCHG) if dst.by_id() => None,
+            Err(Errno::EREMOTE) if !self.mode().checks_ancestors() => None,
             Err(e) => return Err(e),
         };
         let sdir = self.dir_owner(sp)?;
@@ -79,7 +81,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_local(&self, creds: &Creds, src: &Target, dst: &Target) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[src, dst], true);
+        let _g = self.lock_entries(&[src, dst], true)?;
         let (sp, sname, record) = self.rename_out_check(creds, src, dst)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
@@ -93,7 +95,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_out(&self, creds: &Creds, src: &Target, dst: &Target) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[src, dst], false);
+        let _g = self.lock_entries(&[src, dst], false)?;
         let (_, _, record) = self.rename_out_check(creds, src, dst)?;
         Ok(Reply::Record(record))
     }
@@ -101,7 +103,7 @@ impl MetaServer {
     /// Answers `Unit` when source and destination are one file (the client must
     /// then leave the source alone), `Dropped` when inserted.
     pub(crate) fn rename_in(&self, creds: &Creds, _src: &Target, dst: &Target, record: Record) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[dst], true);
+        let _g = self.lock_entries(&[dst], true)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
             InOutcome::SameFile => Ok(Reply::Unit),
@@ -113,7 +115,7 @@ impl MetaServer {
     }
 
     pub(crate) fn rename_out_commit(&self, src: &Target, ino: u64) -> Result<Reply, Errno> {
-        let _g = self.lock_entries(&[src], true);
+        let _g = self.lock_entries(&[src], true)?;
         if let Located::File { parent, name, record } = self.locate(&Creds::root(), src)? {
             if record_ino(&record) == ino {
                 let mut b = Batch::new();

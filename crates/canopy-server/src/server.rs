@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The modes a server can run, as cluster files name them.
-pub const MODES: &[&str] = &["shardfs", "indexfs"];
+pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
 
 /// What a cluster chooses for its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +32,18 @@ pub struct ModeOptions {
     pub lease: crate::indexfs::lease::LeasePolicy,
     /// IndexFS: entries a partition holds before it splits.
     pub split_threshold: u64,
+    /// Giraffa: the key servers sign directory proofs with. Every server of
+    /// a cluster needs the same one: daemons derive it from the cluster key;
+    /// the default is random, shared by the servers opened with one value.
+    pub proof_key: [u8; 32],
 }
 
 impl Default for ModeOptions {
     fn default() -> ModeOptions {
-        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD }
+        // No fallback: a predictable key would let clients forge proofs (and
+        // the handshake needs the same kernel source anyway).
+        let proof_key = canopy_rpc::random::bytes().expect("random bytes from /dev/urandom");
+        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD, proof_key }
     }
 }
 
@@ -82,6 +89,7 @@ impl MetaServer {
         let core = Core::open(cfg, store, clock, mode)?;
         let mode: Box<dyn Mode> = match mode {
             "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease, opts.split_threshold)?),
+            "giraffa" => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(opts.proof_key))?),
             _ => Box::new(crate::shardfs::ShardFs::open(&core)?),
         };
         Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })
@@ -176,12 +184,29 @@ impl MetaServer {
             Request::Extend { at, end, kill_suid } => self.extend(creds, &at, end, kill_suid),
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),
+            Request::GfVouched { proofs, inner } => self.vouched(creds, &proofs, &inner),
             // The lock service's, and what a delegating wrapper runs (the daemon's).
             Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns | Request::Delegate { .. } => {
                 Err(Errno::ENOSYS)
             }
             other => self.mode.handle(&self.core, creds, other),
         }
+    }
+
+    /// A request about entries whose directories `proofs` vouch for (Giraffa):
+    /// the proofs are checked and remembered, then the request runs as usual.
+    /// Only requests about entries may come so, never another `GfVouched`.
+    fn vouched(&self, creds: &Creds, proofs: &[canopy_proto::giraffa::DirProof], inner: &[u8]) -> Result<Reply, Errno> {
+        let req: Request = postcard::from_bytes(inner).map_err(|_| Errno::EPROTO)?;
+        let adds = matches!(req, Request::Create { .. } | Request::LinkInsert { .. } | Request::RenameLocal { .. } | Request::RenameIn { .. });
+        if !adds && !matches!(req, Request::Unlink { .. } | Request::ReadDir { .. } | Request::RenameOut { .. }) {
+            return Err(Errno::EINVAL);
+        }
+        self.mode.vouch(&self.core, proofs, adds)?;
+        self.counters.count(&req);
+        let r = self.dispatch(creds, req);
+        self.mode.unvouch();
+        r
     }
 
     /// Checks a single-RPC operation's target and asks the mode whether it may
@@ -216,14 +241,23 @@ impl MetaServer {
     }
 
     /// For a mutation of the entries at `targets`: their directories' stripes
-    /// (and the shared-inode lock if `inodes`).
-    pub(crate) fn lock_entries(&self, targets: &[&Target], inodes: bool) -> MutGuard<'_> {
-        self.core.lock_stripes(|| self.mode.parent_ids(targets), inodes, targets)
+    /// (and the shared-inode lock if `inodes`), once the mode lets the
+    /// mutation go on with them held (Giraffa: `EAGAIN` for a frozen row).
+    pub(crate) fn lock_entries(&self, targets: &[&Target], inodes: bool) -> Result<MutGuard<'_>, Errno> {
+        let g = self.core.lock_stripes(|| self.mode.parent_ids(targets), inodes, targets);
+        self.mode.admit_locked(targets)?;
+        Ok(g)
     }
 
     /// Where the file entry `name` of directory `dir` is stored (the mode's key).
     pub(crate) fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
         self.mode.entry_key(dir, name)
+    }
+
+    /// The id a directory's times are kept under: its lookup state's (Giraffa
+    /// names a directory by its entries' prefix, but keeps times by inode).
+    pub(crate) fn times_id(&self, id: u64) -> u64 {
+        self.mode.dir(&self.core, id).ok().flatten().map_or(id, |(l, _)| l.id)
     }
 
     pub(crate) fn dir_owner(&self, id: u64) -> Result<Owner, Errno> {
@@ -309,7 +343,8 @@ fn names_by_id(req: &Request) -> bool {
 
 impl canopy_rpc::Service for MetaServer {
     fn call(&self, peer: &Identity, creds: Creds, req: Request) -> canopy_rpc::Handled {
-        if !peer.is_cluster() && (!req.user_may_send() || (names_by_id(&req) && !self.mode.checks_ancestors())) {
+        let served = |req: &Request| matches!(req, Request::Ping | Request::Stats | Request::Delegate { .. }) || self.mode.serves_users_directly();
+        if !peer.is_cluster() && (!req.user_may_send() || !served(&req) || (names_by_id(&req) && !self.mode.checks_ancestors())) {
             return canopy_rpc::Handled::Now(Err(Errno::EPERM));
         }
         canopy_rpc::Handled::Now(self.handle(&creds, req))

@@ -167,14 +167,16 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
 /// The metadata server of the cluster's mode, over its RocksDB store (the
 /// server picks the mode's half of itself; it refuses a mode it does not know
 /// and a store another mode made).
-fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs) -> Result<Arc<MetaServer>, String> {
+fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, cluster_key: &canopy_proto::auth::Key) -> Result<Arc<MetaServer>, String> {
     let lease = match &cluster.lease {
         Some(l) => LeasePolicy::parse(l).map_err(|e| format!("cluster file {}: {e}", cluster.path.display()))?,
         None => LeasePolicy::default(),
     };
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
-    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold })?))
+    // Giraffa's directory proofs: every server derives the same key.
+    let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, proof_key })?))
 }
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
@@ -183,7 +185,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let opts = args.limits.opts(&cluster)?;
     std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let meta = metadata_server(&cluster, cfg, args)?;
+    let meta = metadata_server(&cluster, cfg, args, &opts.key)?;
     // The mode's background work (IndexFS splits) reaches the other servers
     // over TCP with the cluster key.
     let key = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone(), path: cluster.path.clone() };

@@ -351,6 +351,54 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     assert_eq!((report.dirs, report.files, report.problems.len()), (1, 1, 0), "{:?}", report.problems);
 }
 
+/// A Giraffa server over TCP: its servers check only what a request's proofs
+/// vouch for, so a user key is served through delegation only; its own
+/// requests need the cluster key; bounded requests and bad rows are refused.
+#[tokio::test]
+async fn giraffa_requests_need_the_cluster_key_and_are_bounded() {
+    use canopy_proto::giraffa::{DirRow, GfRow, MAX_ROWS};
+    use canopy_proto::msg::DirTimes;
+    let server = MetaServer::open_mode("giraffa", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), canopy_proto::clock::SystemClock::shared()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
+    let alice = connect(&addr, &user(1000)).await;
+    let root = connect(&addr, &admin()).await;
+    let create = Request::Create { at: "/x".into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };
+    let refused = vec![
+        create.clone(),
+        Request::Stat { at: "/".into() },
+        Request::GfProof { path: "/".into(), adds: true },
+        Request::GfEmpty { prefix: 1 },
+        Request::GfScan { prefix: 1, after: None, limit: 1 },
+        Request::GfFreeze { prefixes: vec![1], paths: vec![], thaw: false },
+    ];
+    for req in refused {
+        assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
+    }
+    assert!(matches!(alice.call(&Creds::root(), &Request::Ping, T).await, Ok(Reply::Pong { .. })));
+    // Without a proof (or the parent's row on this server) a create has no
+    // parent to check against.
+    let orphan = Request::Create { at: "/nodir/x".into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };
+    assert_eq!(root.call(&Creds::root(), &orphan, T).await, Err(Errno::ENOENT));
+    let row = |name: &str, path: &str| GfRow::Dir {
+        name: name.into(),
+        row: DirRow { lookup: canopy_proto::msg::DirLookup { id: 99, mode: 0o755, uid: 0, gid: 0 }, path: path.into(), subdirs: 0 },
+        times: DirTimes { atime: 0, mtime: 0, ctime: 0 },
+    };
+    let root_prefix = canopy_proto::giraffa::prefix(&canopy_proto::path::NsPath::root());
+    let too_many = vec![row("a", "/a"); MAX_ROWS + 1];
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: too_many }, T).await, Err(Errno::EINVAL));
+    let elsewhere = vec![row("a", "/b/a")];
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: elsewhere }, T).await, Err(Errno::EINVAL), "a row whose path is not its key");
+    let bad_name = vec![row("a/b", "/a/b")];
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: bad_name }, T).await, Err(Errno::EINVAL));
+    let nested = Request::GfVouched { proofs: vec![], inner: vec![1, 2, 3] };
+    assert!(root.call(&Creds::root(), &nested, T).await.is_err());
+    let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };
+    assert_eq!((report.dirs, report.problems.len()), (1, 0), "only the root: {:?}", report.problems);
+}
+
 /// A user key's requests carry its identity, whatever credentials they claim.
 #[tokio::test]
 async fn forged_credentials_are_replaced_by_the_keys() {

@@ -1,0 +1,174 @@
+//! Giraffa (seed 000 §3.2): what the table-partitioned baseline costs per
+//! operation (Table 1: one RPC for stat and chmod, two for a create), that its
+//! directory proofs cannot be forged, that an rmdir never leaves an entry
+//! behind in a removed directory, and that a directory rename whose
+//! coordinator dies is finished or undone by recovery.
+
+use canopy_client::txn::Step;
+use canopy_client::Client;
+use canopy_proto::giraffa::{self, DirProof};
+use canopy_proto::msg::{IfExists, Intent, NewKind};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
+use canopy_rpc::Target;
+use canopy_testkit::hooks::DieAt;
+use canopy_testkit::tree::tree;
+use canopy_testkit::InProcCluster;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SERVERS: u32 = 4;
+const LEASE_MS: u32 = 150;
+
+fn cluster() -> InProcCluster {
+    InProcCluster::memory_mode("giraffa", SERVERS)
+}
+
+/// RPCs `c` sent while `op` ran.
+async fn rpcs<F: std::future::Future>(c: &Client, op: F) -> u64 {
+    let before = c.counters().snapshot().total_rpcs();
+    op.await;
+    c.counters().snapshot().total_rpcs() - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_cost_what_table_1_says() {
+    let cluster = cluster();
+    let c = cluster.fresh_client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    for i in 0..20 {
+        let f = format!("/d/f{i}");
+        assert_eq!(rpcs(&c, async { c.create(&f, 0o644).await.unwrap() }).await, 2, "create: the parent's proof, then the row");
+        assert_eq!(rpcs(&c, async { c.stat(&f).await.unwrap() }).await, 1, "stat: the row");
+        assert_eq!(rpcs(&c, async { c.chmod(&f, 0o600).await.unwrap() }).await, 1, "chmod: the row");
+        assert_eq!(rpcs(&c, async { c.unlink(&f).await.unwrap() }).await, 2);
+    }
+    // mkdir: the parent's proof, the row, the parent's subdirectory count.
+    assert_eq!(rpcs(&c, async { c.mkdir("/d/sub", 0o755).await.unwrap() }).await, 3);
+    assert_eq!(rpcs(&c, async { c.stat("/d/sub").await.unwrap() }).await, 1);
+    assert_eq!(c.stat("/d").await.unwrap().nlink, 3);
+    assert_eq!(c.counters().snapshot().retries, 0);
+    assert!(c.fsck().await.unwrap().is_clean());
+}
+
+/// A create's server checks the parent against the proof the client brings:
+/// a proof changed on the way, or one for another directory, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_or_misdirected_proof_is_refused() {
+    let cluster = cluster();
+    let c = cluster.fresh_client();
+    c.mkdir("/ro", 0o555).await.unwrap();
+    c.mkdir("/rw", 0o777).await.unwrap();
+    let t = cluster.transport();
+    let bob = Creds { uid: 2000, gid: 2000, groups: vec![] };
+    let dir = NsPath::parse("/ro").unwrap();
+    let proof = match t.call(Target::Server(giraffa::row_server(&dir, SERVERS)), &bob, Request::GfProof { path: "/ro".into(), adds: true }).await.unwrap() {
+        Reply::GfProof(p) => p,
+        other => panic!("{other:?}"),
+    };
+    let create = |name: &str| {
+        let req = Request::Create { at: format!("/ro/{name}").into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(9, 9) }, if_exists: IfExists::Fail };
+        postcard::to_stdvec(&req).unwrap()
+    };
+    let server = Target::Server(giraffa::entries_server(&dir, SERVERS));
+    let send = |proof: DirProof, name: &'static str| {
+        let t = t.clone();
+        let bob = bob.clone();
+        let inner = create(name);
+        async move { t.call(server, &bob, Request::GfVouched { proofs: vec![proof], inner }).await }
+    };
+    assert_eq!(send(proof.clone(), "honest").await, Err(Errno::EACCES), "the real proof says bob may not write");
+    let mut wider = proof.clone();
+    wider.mode = 0o777;
+    assert_eq!(send(wider, "forged").await, Err(Errno::EPERM), "a changed proof");
+    let rw = NsPath::parse("/rw").unwrap();
+    let other = match t.call(Target::Server(giraffa::row_server(&rw, SERVERS)), &bob, Request::GfProof { path: "/rw".into(), adds: true }).await.unwrap() {
+        Reply::GfProof(p) => p,
+        other => panic!("{other:?}"),
+    };
+    // A proof of /rw names /rw's entries, not /ro's: /ro stays unproved.
+    assert!(send(other, "elsewhere").await.is_err());
+    let mut removal_only = proof.clone();
+    removal_only.adds = false;
+    assert_eq!(send(removal_only, "weak").await, Err(Errno::EPERM), "a removal-only proof cannot be upgraded");
+    let nested = Request::GfVouched { proofs: vec![proof.clone()], inner: postcard::to_stdvec(&Request::GfVouched { proofs: vec![], inner: vec![] }).unwrap() };
+    assert_eq!(t.call(server, &bob, nested).await, Err(Errno::EINVAL));
+    let garbage = Request::GfVouched { proofs: vec![proof], inner: vec![0xff, 0xff, 0xff] };
+    assert_eq!(t.call(server, &bob, garbage).await, Err(Errno::EPROTO));
+    assert_eq!(c.readdir("/ro").await.unwrap().len(), 0, "nothing was made");
+}
+
+/// An rmdir racing creates in the directory: never both succeed (an entry
+/// left in a removed directory), whatever the interleaving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmdir_and_a_create_in_its_directory_never_both_succeed() {
+    let cluster = cluster();
+    let (a, b) = (cluster.fresh_client(), cluster.fresh_client());
+    for i in 0..40u64 {
+        let d = format!("/d{i}");
+        a.mkdir(&d, 0o777).await.unwrap();
+        let (d1, b1) = (d.clone(), b.clone());
+        let creator = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(i * 37 % 400)).await;
+            b1.create(&format!("{d1}/f"), 0o644).await
+        });
+        let removed = a.rmdir(&d).await;
+        let created = creator.await.unwrap();
+        match (&removed, &created) {
+            (Ok(()), Err(Errno::ENOENT)) => {}
+            (Err(Errno::ENOTEMPTY), Ok(_)) => {}
+            other => panic!("{d}: rmdir and create answered {other:?}"),
+        }
+    }
+    let fsck = a.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    // Every surviving entry is in a directory that exists.
+    for e in a.readdir("/").await.unwrap() {
+        assert_eq!(e.kind, FileKind::Dir);
+        assert_eq!(a.readdir(&format!("/{}", e.name)).await.unwrap().len(), 1);
+    }
+}
+
+async fn populate(c: &Client) {
+    for d in ["/a", "/a/sub", "/a/sub/deeper", "/b", "/b/victim"] {
+        c.mkdir(d, 0o755).await.unwrap();
+    }
+    for i in 0..12 {
+        c.create(&format!("/a/f{i}"), 0o644).await.unwrap();
+        c.create(&format!("/a/sub/g{i}"), 0o644).await.unwrap();
+    }
+}
+
+/// A directory rename's coordinator dies before the commit point (nothing
+/// changed) or after it (the copy is the new tree): recovery leaves exactly
+/// the tree before or the tree after, and no row frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
+    for (src, dst) in [("/a", "/moved"), ("/a/sub", "/b/victim")] {
+        let clean = cluster();
+        let c = clean.fresh_client();
+        populate(&c).await;
+        let before = tree(&c).await;
+        c.rename(src, dst).await.unwrap();
+        let after = tree(&c).await;
+        let intent = Intent::Rename { src: src.into(), dst: dst.into() };
+        for (step, committed) in [(Step::Locked(intent.clone()), false), (Step::PrimaryDone(intent.clone()), true)] {
+            let cluster = cluster();
+            let root = cluster.fresh_client();
+            populate(&root).await;
+            let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
+            assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} dies at {step:?}");
+            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{step:?}");
+            let want = if committed { &after } else { &before };
+            assert_eq!(&tree(&root).await, want, "{src} -> {dst} died at {step:?}");
+            let fsck = root.fsck().await.unwrap();
+            assert!(fsck.is_clean(), "{step:?}: {:?}", fsck.problems);
+            // Nothing is left frozen: a change inside the tree needs no retry.
+            let writer = cluster.fresh_client();
+            let top = if committed { dst } else { src };
+            writer.create(&format!("{top}/after"), 0o644).await.unwrap();
+            assert_eq!(writer.counters().snapshot().retries, 0, "{step:?}: a row was left frozen");
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Giraffa on a server (seed 000 §3.2, Table 1): the table-partitioned
+//! baseline. Every object is one row keyed by its parent's path prefix, depth
+//! and name (`canopy_proto::giraffa`), on the server holding that key's
+//! region. Nothing resolves a path: a request names its object by full path,
+//! the server holding the row answers, and only the parent's permissions are
+//! checked (the paper's relaxed semantics), through a signed proof from the
+//! server holding the parent's row (`proofs.rs`).
+//!
+//! Keys (column families of `keys.rs`, values postcard):
+//! - `entries` (files, symlinks, special files): prefix(parent) ‖ name → `Record`;
+//! - `dirs` (directories): prefix(parent) ‖ name → [`DirRow`]; the root's row is
+//!   prefix 0 and the empty name, on the server of region 0;
+//! - `dirtimes`: directory ino → times, beside its row.
+//!
+//! A directory is named inside the generic operations by its entries' prefix
+//! (`Located::Dir { id }`), which `dir` maps back to its row (kept in memory:
+//! prefix → row key) or to the directory a live proof vouched for.
+
+mod dirs;
+mod freeze;
+mod proofs;
+mod rename;
+
+use crate::core::{io, Core};
+use crate::keys::{self, DIRS, ENTRIES};
+use crate::mode::{Located, Mode, Target};
+use crate::ROOT_ID;
+use canopy_proto::auth::Key;
+use canopy_proto::giraffa::{self, DirProof, DirRow, PREFIX_BIT, ROOT_ROW_PREFIX};
+use canopy_proto::msg::{DirLookup, FsckReport};
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
+use canopy_store::Batch;
+use parking_lot::Mutex;
+use proofs::Proofs;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) struct Giraffa {
+    /// Entries prefix → row key, for the directory rows held here.
+    rows: Mutex<HashMap<u64, Vec<u8>>>,
+    proofs: Mutex<Proofs>,
+    /// What directory renames in progress hold still here.
+    frozen: Mutex<freeze::Frozen>,
+    /// The server's clock (freezes lapse by it).
+    clock: canopy_proto::clock::SharedClock,
+    issued: AtomicU64,
+    refused: AtomicU64,
+    proof_waits: AtomicU64,
+    proof_wait_ms: AtomicU64,
+}
+
+fn row_err(e: String) -> String {
+    format!("giraffa: {e}")
+}
+
+impl Giraffa {
+    pub(crate) fn open(core: &Core, proof_key: Key) -> Result<Giraffa, String> {
+        let mut rows = HashMap::new();
+        let mut bad = None;
+        core.store
+            .for_each(DIRS, b"", &mut |k, v| {
+                match keys::decode::<DirRow>(v).and_then(|r| NsPath::parse(&r.path).ok()) {
+                    Some(p) => {
+                        rows.insert(giraffa::prefix(&p), k.to_vec());
+                    }
+                    None => bad = Some(format!("undecodable directory row {k:?}")),
+                }
+                true
+            })
+            .map_err(|e| row_err(e.to_string()))?;
+        if let Some(e) = bad {
+            return Err(row_err(e));
+        }
+        let me = Giraffa {
+            rows: Mutex::new(rows),
+            proofs: Mutex::new(Proofs::new(proof_key, core.clock.now_ms(), core.fresh)),
+            frozen: Mutex::new(freeze::Frozen::default()),
+            clock: core.clock.clone(),
+            issued: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            proof_waits: AtomicU64::new(0),
+            proof_wait_ms: AtomicU64::new(0),
+        };
+        if giraffa::region_server(ROOT_ROW_PREFIX, core.cfg.servers) == core.cfg.index && me.row_at(core, &root_key()).map_err(|e| e.to_string())?.is_none() {
+            let root = DirRow { lookup: DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 }, path: "/".into(), subdirs: 0 };
+            me.put_row(core, Batch::new(), &root_key(), &root, true).map_err(|e| format!("cannot make the root: {e}"))?;
+        }
+        Ok(me)
+    }
+
+    fn here(&self, core: &Core, row_prefix: u64) -> bool {
+        giraffa::region_server(row_prefix, core.cfg.servers) == core.cfg.index
+    }
+
+    fn row_at(&self, core: &Core, key: &[u8]) -> Result<Option<DirRow>, Errno> {
+        match core.store.get(DIRS, key).map_err(io)? {
+            Some(v) => keys::decode(&v).map(Some).ok_or(Errno::EIO),
+            None => Ok(None),
+        }
+    }
+
+    /// The row of directory `path`, if held here.
+    fn row_of(&self, core: &Core, path: &NsPath) -> Result<Option<DirRow>, Errno> {
+        self.row_at(core, &row_key_of(path))
+    }
+
+    /// Writes `row` at `key` with `b` (and fresh times if `new`), and keeps
+    /// the prefix index.
+    fn put_row(&self, core: &Core, mut b: Batch, key: &[u8], row: &DirRow, new: bool) -> Result<(), Errno> {
+        let path = NsPath::parse(&row.path)?;
+        b.put(DIRS, key.to_vec(), keys::encode(row));
+        if new {
+            let now = core.now_ns();
+            let times = canopy_proto::msg::DirTimes { atime: now, mtime: now, ctime: now };
+            b.put(crate::keys::DIRTIMES, keys::id_key(row.lookup.id).to_vec(), keys::encode(&times));
+        }
+        core.write(b)?;
+        self.rows.lock().insert(giraffa::prefix(&path), key.to_vec());
+        Ok(())
+    }
+
+    /// A proof of directory `path`, whose row is here. The row is read under
+    /// the proofs' lock, so a permission change (which writes under it) is
+    /// either in the proof or waits for it.
+    fn proof(&self, core: &Core, path: &str, adds: bool) -> Result<Reply, Errno> {
+        let p = NsPath::parse(path)?;
+        let mut proofs = self.proofs.lock();
+        let row = match self.row_of(core, &p)? {
+            Some(r) => r,
+            None if core.load_record(&row_key_of(&p))?.is_some() => return Err(Errno::ENOTDIR),
+            None if self.here(core, giraffa::row_prefix(&p)) => return Err(Errno::ENOENT),
+            None => return Err(Errno::EREMOTE),
+        };
+        match proofs.issue(giraffa::prefix(&p), &row.lookup, adds, core.clock.now_ms()) {
+            Ok(proof) => {
+                self.issued.fetch_add(1, Ordering::Relaxed);
+                Ok(Reply::GfProof(proof))
+            }
+            Err(e) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits (counted) until `until` on the server's clock: until no proof
+    /// issued before a change is live.
+    fn wait_until(&self, core: &Core, until: u64) {
+        let start = core.clock.now_ms();
+        if until <= start {
+            return;
+        }
+        self.proof_waits.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let now = core.clock.now_ms();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis((until - now).min(50)));
+        }
+        self.proof_wait_ms.fetch_add(core.clock.now_ms() - start, Ordering::Relaxed);
+    }
+
+    /// `EAGAIN` if a directory rename holds the row of `path` (kept under
+    /// `prefix`) frozen.
+    fn admit_row(&self, prefix: u64, path: &str) -> Result<(), Errno> {
+        let frozen = self.frozen.lock();
+        if !frozen.is_empty() && frozen.holds(prefix, path, self.clock.now_ms()) {
+            return Err(Errno::EAGAIN);
+        }
+        Ok(())
+    }
+
+
+
+    fn accept(&self, core: &Core, proof: &DirProof) -> Result<DirLookup, Errno> {
+        self.proofs.lock().verify(proof, core.clock.now_ms())
+    }
+}
+
+thread_local! {
+    /// The directories the proofs of the request this thread is serving vouch
+    /// for (prefix, lookup state, expiry): set by `vouch`, cleared after it.
+    static VOUCHED: std::cell::RefCell<Vec<(u64, DirLookup, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The directory with entries prefix `prefix` the current request's proofs
+/// vouch for, while they are live.
+fn vouched(prefix: u64, now: u64) -> Option<DirLookup> {
+    VOUCHED.with(|v| v.borrow().iter().find(|(p, _, e)| *p == prefix && *e > now).map(|(_, l, _)| l.clone()))
+}
+
+/// The root's row key.
+fn root_key() -> Vec<u8> {
+    giraffa::row_key(ROOT_ROW_PREFIX, "")
+}
+
+/// The key of `path`'s own row.
+fn row_key_of(path: &NsPath) -> Vec<u8> {
+    match path.split() {
+        Some((parent, name)) => giraffa::row_key(giraffa::prefix(&parent), name),
+        None => root_key(),
+    }
+}
+
+impl Mode for Giraffa {
+    fn name(&self) -> &'static str {
+        "giraffa"
+    }
+
+    /// A path only (nothing is named by id); no search checks on the way.
+    fn locate(&self, core: &Core, _creds: &Creds, at: &Target) -> Result<Located, Errno> {
+        let Target::Path(p) = at else { return Err(Errno::EINVAL) };
+        let (parent, name) = match p.split() {
+            Some((parent, name)) => (giraffa::prefix(&parent), name.to_string()),
+            None => (ROOT_ROW_PREFIX, String::new()),
+        };
+        let key = giraffa::row_key(parent, &name);
+        if !name.is_empty() {
+            if let Some(record) = core.load_record(&key)? {
+                return Ok(Located::File { parent, name, record });
+            }
+        }
+        let dir = Located::Dir { parent, name: name.clone(), id: giraffa::prefix(p) };
+        if self.row_at(core, &key)?.is_some() {
+            return Ok(dir);
+        }
+        if vouched(giraffa::prefix(p), core.clock.now_ms()).is_some() {
+            return Ok(dir); // its entries are here, and the request's proof says it exists
+        }
+        if self.here(core, parent) && !name.is_empty() {
+            return Ok(Located::Absent { parent, name });
+        }
+        Err(Errno::EREMOTE)
+    }
+
+    fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
+        giraffa::row_key(dir, name)
+    }
+
+    fn entry_name(&self, key: &[u8]) -> Option<String> {
+        String::from_utf8(key.get(8..)?.to_vec()).ok()
+    }
+
+    fn keys_in_name_order(&self) -> bool {
+        true
+    }
+
+    /// It checks none (the relaxed semantics); clients name entries by path.
+    fn checks_ancestors(&self) -> bool {
+        false
+    }
+
+    /// Reads go on during a directory rename (its rows are held still).
+    fn admit(&self, _at: &Target) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    /// `EAGAIN` for a mutation of a row a directory rename holds frozen.
+    fn admit_locked(&self, targets: &[&Target]) -> Result<(), Errno> {
+        for t in targets {
+            if let Target::Path(p) = t {
+                self.admit_row(giraffa::row_prefix(p), p.as_str())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Only what a request's proofs vouch for is checked: a user key could
+    /// send requests without them, so users are served through delegation.
+    fn serves_users_directly(&self) -> bool {
+        false
+    }
+
+    /// `id` is a directory's entries prefix: its row if held here (with its
+    /// attributes), else what a live proof vouched for.
+    fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {
+        if id & PREFIX_BIT == 0 {
+            return Ok(None);
+        }
+        let key = self.rows.lock().get(&id).cloned();
+        if let Some(key) = key {
+            if let Some(row) = self.row_at(core, &key)? {
+                let nlink = 2 + row.subdirs.min(u32::MAX as u64 - 2) as u32;
+                return Ok(Some((row.lookup, Some(nlink))));
+            }
+        }
+        Ok(vouched(id, core.clock.now_ms()).map(|l| (l, None)))
+    }
+
+    fn parent_ids(&self, targets: &[&Target]) -> Vec<u64> {
+        targets
+            .iter()
+            .map(|t| match t {
+                Target::Path(p) => giraffa::row_prefix(p),
+                Target::Entry { dir, .. } => *dir,
+                Target::Dir(id) => *id,
+            })
+            .collect()
+    }
+
+    fn subdirs(&self, core: &Core, id: u64, after: Option<&str>, limit: usize) -> Result<Vec<DirEntry>, Errno> {
+        let after_key = after.map(|a| giraffa::row_key(id, a));
+        let found = core.store.scan(DIRS, &id.to_be_bytes(), after_key.as_deref(), limit).map_err(io)?;
+        found
+            .iter()
+            .map(|(k, v)| {
+                let name = self.entry_name(k).ok_or(Errno::EIO)?;
+                let row: DirRow = keys::decode(v).ok_or(Errno::EIO)?;
+                Ok(DirEntry { name, ino: row.lookup.id, kind: FileKind::Dir })
+            })
+            .collect()
+    }
+
+    fn blocks(&self, req: &Request) -> bool {
+        self.waits(req)
+    }
+
+    /// Removals and permission changes wait out the proofs already issued.
+    fn waits(&self, req: &Request) -> bool {
+        matches!(req, Request::GfRmdirBegin { .. } | Request::GfDirSetAttr { .. })
+    }
+
+    fn dirs(&self) -> u64 {
+        self.rows.lock().len() as u64
+    }
+
+    /// Proofs issued and refused (a directory being removed), and how many
+    /// removals or permission changes waited for proofs to expire, how long.
+    fn counters(&self) -> Vec<(String, u64)> {
+        vec![
+            ("proofs_issued".into(), self.issued.load(Ordering::Relaxed)),
+            ("proofs_refused".into(), self.refused.load(Ordering::Relaxed)),
+            ("proof_waits".into(), self.proof_waits.load(Ordering::Relaxed)),
+            ("proof_wait_ms".into(), self.proof_wait_ms.load(Ordering::Relaxed)),
+        ]
+    }
+
+    fn vouch(&self, core: &Core, proofs: &[DirProof], adds: bool) -> Result<(), Errno> {
+        if proofs.is_empty() || proofs.len() > giraffa::MAX_PROOFS {
+            return Err(Errno::EINVAL);
+        }
+        let mut checked = Vec::with_capacity(proofs.len());
+        for p in proofs {
+            let lookup = self.accept(core, p)?;
+            if adds && !p.adds {
+                return Err(Errno::EINVAL); // a proof for removals only
+            }
+            checked.push((p.prefix, lookup, p.expires));
+        }
+        VOUCHED.with(|v| *v.borrow_mut() = checked);
+        Ok(())
+    }
+
+    fn unvouch(&self) {
+        VOUCHED.with(|v| v.borrow_mut().clear());
+    }
+
+    fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {
+        match req {
+            Request::GfProof { path, adds } => self.proof(core, &path, adds),
+            Request::GfMkdir { path, mode, proof } => self.mkdir(core, creds, &path, mode, &proof),
+            Request::GfRmdirBegin { path, proof } => self.rmdir_begin(core, creds, &path, &proof),
+            Request::GfEmpty { prefix } => self.empty(core, prefix),
+            Request::GfRmdirEnd { path, ino, commit } => self.rmdir_end(core, &path, ino, commit),
+            Request::GfDirSetAttr { path, set } => self.dir_setattr(core, creds, &path, &set),
+            Request::GfSubdirs { path, delta } => self.count_subdirs(core, &path, delta),
+            Request::GfRenameDirCheck { src, dst, proofs } => self.rename_dir_check(core, creds, &src, &dst, &proofs),
+            Request::GfFreeze { prefixes, paths, thaw } => self.freeze(core, &prefixes, &paths, thaw),
+            Request::GfScan { prefix, after, limit } => self.scan(core, prefix, after.as_deref(), limit),
+            Request::GfPutRows { prefix, rows } => self.put_rows(core, prefix, rows),
+            Request::GfDeleteRows { prefix, names, keep_times } => self.delete_rows(core, prefix, &names, keep_times),
+            Request::GfSetSubdirs { path, subdirs } => self.set_subdirs(core, &path, subdirs),
+            _ => Err(Errno::ENOSYS),
+        }
+    }
+
+    fn fsck(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {
+        self.check(core, r)
+    }
+}
+
+impl Giraffa {
+    /// Every row on its region's server; every directory row at the key its
+    /// path gives and in the prefix index.
+    fn check(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {
+        let me = core.cfg.index;
+        let index = self.rows.lock().clone();
+        let mut dirs = 0u64;
+        for cf in [ENTRIES, DIRS] {
+            core.store
+                .for_each(cf, b"", &mut |k, v| {
+                    let prefix = k.get(..8).map_or(u64::MAX, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
+                    if !self.here(core, prefix) {
+                        r.problems.push(format!("server {me}: row {k:?} belongs to server {}", giraffa::region_server(prefix, core.cfg.servers)));
+                    }
+                    if cf == DIRS {
+                        dirs += 1;
+                        match keys::decode::<DirRow>(v).and_then(|row| NsPath::parse(&row.path).ok()) {
+                            Some(p) if row_key_of(&p) == k && index.get(&giraffa::prefix(&p)).is_some_and(|i| i == k) => {}
+                            Some(p) => r.problems.push(format!("server {me}: directory row of {p} is at the wrong key or not indexed")),
+                            None => r.problems.push(format!("server {me}: undecodable directory row {k:?}")),
+                        }
+                    }
+                    true
+                })
+                .map_err(io)?;
+        }
+        if dirs != index.len() as u64 {
+            r.problems.push(format!("server {me}: {dirs} directory rows, {} indexed", index.len()));
+        }
+        r.dirs = dirs;
+        Ok(())
+    }
+}
