@@ -172,3 +172,35 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
         }
     }
 }
+
+/// A region that grows past its size splits in two on the server that held
+/// it, at the directory that halves its rows (HBase's split; routing is
+/// unchanged, so every row is still found); one directory alone never splits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_past_its_size_splits_and_every_row_is_still_found() {
+    let opts = canopy_server::ModeOptions { region_rows: 40, ..canopy_server::ModeOptions::default() };
+    let cluster = InProcCluster::memory_with("giraffa", 1, opts);
+    let c = cluster.fresh_client();
+    let counter = |s: &canopy_proto::msg::ServerStats, name: &str| s.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap();
+    c.mkdir("/big", 0o755).await.unwrap();
+    for i in 0..100 {
+        c.create(&format!("/big/f{i}"), 0o644).await.unwrap();
+    }
+    let stats = c.server_stats().await.unwrap();
+    assert_eq!(counter(&stats[0], "region_splits"), 0, "one directory is never divided");
+    for d in 0..30 {
+        c.mkdir(&format!("/d{d}"), 0o755).await.unwrap();
+        for i in 0..10 {
+            c.create(&format!("/d{d}/f{i}"), 0o644).await.unwrap();
+        }
+    }
+    let stats = c.server_stats().await.unwrap();
+    let splits = counter(&stats[0], "region_splits");
+    assert!(splits >= 2, "400 rows in regions of 40: {splits} splits");
+    assert_eq!(counter(&stats[0], "regions"), giraffa::REGIONS_PER_SERVER + splits);
+    for d in 0..30 {
+        assert_eq!(c.readdir(&format!("/d{d}")).await.unwrap().len(), 10);
+    }
+    assert_eq!(c.readdir("/big").await.unwrap().len(), 100);
+    assert!(c.fsck().await.unwrap().is_clean());
+}

@@ -173,7 +173,7 @@ pub(crate) trait Mode: Send + Sync {
     }
 
     /// `n` names were added to directory `dir` here.
-    fn grew(&self, _dir: u64, _n: u64) {}
+    fn grew(&self, _core: &Core, _dir: u64, _n: u64) {}
 
     /// One round of the mode's background work, reaching other servers
     /// through `peers`; false when there was none.

@@ -79,7 +79,7 @@ impl MetaServer {
         let inode = Inode { attr: attr.clone(), target, data };
         b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Inode(inode)));
         self.write_new_entry(b)?;
-        self.mode().grew(parent, 1);
+        self.mode().grew(self, parent, 1);
         Ok(Reply::Attr(attr))
     }
 

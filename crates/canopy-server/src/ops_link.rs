@@ -110,7 +110,7 @@ impl MetaServer {
         let mut b = Batch::new();
         b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Linked { ino, home }));
         self.write(b)?;
-        self.mode().grew(parent, 1);
+        self.mode().grew(self, parent, 1);
         Ok(Reply::Unit)
     }
 

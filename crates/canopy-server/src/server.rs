@@ -32,6 +32,8 @@ pub struct ModeOptions {
     pub lease: crate::indexfs::lease::LeasePolicy,
     /// IndexFS: entries a partition holds before it splits.
     pub split_threshold: u64,
+    /// Giraffa: rows a region holds before it splits.
+    pub region_rows: u64,
     /// Giraffa: the key servers sign directory proofs with. Every server of
     /// a cluster needs the same one: daemons derive it from the cluster key;
     /// the default is random, shared by the servers opened with one value.
@@ -43,7 +45,7 @@ impl Default for ModeOptions {
         // No fallback: a predictable key would let clients forge proofs (and
         // the handshake needs the same kernel source anyway).
         let proof_key = canopy_rpc::random::bytes().expect("random bytes from /dev/urandom");
-        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD, proof_key }
+        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD, region_rows: crate::giraffa::DEFAULT_REGION_ROWS, proof_key }
     }
 }
 
@@ -89,7 +91,7 @@ impl MetaServer {
         let core = Core::open(cfg, store, clock, mode)?;
         let mode: Box<dyn Mode> = match mode {
             "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease, opts.split_threshold)?),
-            "giraffa" => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(opts.proof_key))?),
+            "giraffa" => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(opts.proof_key), opts.region_rows)?),
             _ => Box::new(crate::shardfs::ShardFs::open(&core)?),
         };
         Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })

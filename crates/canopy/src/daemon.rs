@@ -176,7 +176,7 @@ fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, 
     let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
     // Giraffa's directory proofs: every server derives the same key.
     let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
-    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, proof_key })?))
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, proof_key, ..ModeOptions::default() })?))
 }
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {

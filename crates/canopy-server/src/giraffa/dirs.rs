@@ -10,7 +10,7 @@
 use super::{row_key_of, Giraffa};
 use crate::core::{dir_attr_of, io, Core, NO_TIMES};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
-use crate::mode::Target;
+use crate::mode::{Mode, Target};
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::S_ISGID;
@@ -63,6 +63,7 @@ impl Giraffa {
         let lookup = DirLookup { id: core.new_id()?, mode: (mode & 0o7777) | setgid, uid: creds.uid, gid };
         let row = DirRow { lookup: lookup.clone(), path: p.to_string(), subdirs: 0 };
         self.put_row(core, Batch::new(), &key, &row, true)?;
+        self.grew(core, prefix, 1);
         core.dir_attr(&lookup, 2).map(Reply::Attr)
     }
 

@@ -19,6 +19,7 @@
 mod dirs;
 mod freeze;
 mod proofs;
+mod regions;
 mod rename;
 
 use crate::core::{io, Core};
@@ -42,6 +43,8 @@ pub(crate) struct Giraffa {
     proofs: Mutex<Proofs>,
     /// What directory renames in progress hold still here.
     frozen: Mutex<freeze::Frozen>,
+    /// This server's regions of the table and their sizes.
+    regions: Mutex<regions::Regions>,
     /// The server's clock (freezes lapse by it).
     clock: canopy_proto::clock::SharedClock,
     issued: AtomicU64,
@@ -55,11 +58,23 @@ fn row_err(e: String) -> String {
 }
 
 impl Giraffa {
-    pub(crate) fn open(core: &Core, proof_key: Key) -> Result<Giraffa, String> {
+    pub(crate) fn open(core: &Core, proof_key: Key, region_rows: u64) -> Result<Giraffa, String> {
+        let recorded = match core.store.get(crate::keys::META, META_REGIONS).map_err(|e| row_err(e.to_string()))? {
+            Some(v) => Some(keys::decode::<Vec<(u64, Option<u64>)>>(&v).ok_or_else(|| row_err("undecodable region list".into()))?),
+            None => None,
+        };
+        let mut regions = regions::Regions::new(core.cfg.index, core.cfg.servers, region_rows, recorded);
+        core.store
+            .for_each(ENTRIES, b"", &mut |k, _| {
+                let _ = regions.grew(prefix_of(k), 1);
+                true
+            })
+            .map_err(|e| row_err(e.to_string()))?;
         let mut rows = HashMap::new();
         let mut bad = None;
         core.store
             .for_each(DIRS, b"", &mut |k, v| {
+                let _ = regions.grew(prefix_of(k), 1);
                 match keys::decode::<DirRow>(v).and_then(|r| NsPath::parse(&r.path).ok()) {
                     Some(p) => {
                         rows.insert(giraffa::prefix(&p), k.to_vec());
@@ -76,6 +91,7 @@ impl Giraffa {
             rows: Mutex::new(rows),
             proofs: Mutex::new(Proofs::new(proof_key, core.clock.now_ms(), core.fresh)),
             frozen: Mutex::new(freeze::Frozen::default()),
+            regions: Mutex::new(regions),
             clock: core.clock.clone(),
             issued: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -189,6 +205,19 @@ thread_local! {
 /// vouch for, while they are live.
 fn vouched(prefix: u64, now: u64) -> Option<DirLookup> {
     VOUCHED.with(|v| v.borrow().iter().find(|(p, _, e)| *p == prefix && *e > now).map(|(_, l, _)| l.clone()))
+}
+
+/// Rows a region holds before it splits: about HBase's 10 GB default at a
+/// kilobyte a row, far above what these experiments write (the paper notes
+/// Giraffa rarely splits).
+pub const DEFAULT_REGION_ROWS: u64 = 10_000_000;
+
+/// Where a server records its regions once one has split.
+const META_REGIONS: &[u8] = b"giraffa_regions";
+
+/// The prefix of a row key (`u64::MAX` for a key too short to have one).
+fn prefix_of(key: &[u8]) -> u64 {
+    key.get(..8).map_or(u64::MAX, |b| u64::from_be_bytes(b.try_into().unwrap_or([0xff; 8])))
 }
 
 /// The root's row key.
@@ -329,12 +358,28 @@ impl Mode for Giraffa {
     /// Proofs issued and refused (a directory being removed), and how many
     /// removals or permission changes waited for proofs to expire, how long.
     fn counters(&self) -> Vec<(String, u64)> {
+        let (regions, splits) = self.regions.lock().counts();
         vec![
+            ("regions".into(), regions),
+            ("region_splits".into(), splits),
             ("proofs_issued".into(), self.issued.load(Ordering::Relaxed)),
             ("proofs_refused".into(), self.refused.load(Ordering::Relaxed)),
             ("proof_waits".into(), self.proof_waits.load(Ordering::Relaxed)),
             ("proof_wait_ms".into(), self.proof_wait_ms.load(Ordering::Relaxed)),
         ]
+    }
+
+    /// Rows were written under `dir` (a prefix): the region may split.
+    fn grew(&self, core: &Core, dir: u64, n: u64) {
+        let split = self.regions.lock().grew(dir, n);
+        if let Some(bounds) = split {
+            // Only how this server cuts its share is recorded; routing stays.
+            let mut b = Batch::new();
+            b.put(crate::keys::META, META_REGIONS.to_vec(), keys::encode(&bounds));
+            if let Err(e) = core.store.write(b) {
+                eprintln!("giraffa: cannot record a region split: {e}");
+            }
+        }
     }
 
     fn vouch(&self, core: &Core, proofs: &[DirProof], adds: bool) -> Result<(), Errno> {

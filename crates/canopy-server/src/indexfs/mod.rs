@@ -351,7 +351,7 @@ impl Mode for IndexFs {
         ]
     }
 
-    fn grew(&self, dir: u64, n: u64) {
+    fn grew(&self, _core: &Core, dir: u64, n: u64) {
         self.splits.grew(dir, n);
     }
 
