@@ -48,6 +48,11 @@ async fn operations_cost_what_table_1_says() {
     assert_eq!(rpcs(&c, async { c.stat("/d/sub").await.unwrap() }).await, 1);
     assert_eq!(c.stat("/d").await.unwrap().nlink, 3);
     assert_eq!(c.counters().snapshot().retries, 0);
+    // The servers count what this client sent: a vouched request once.
+    let sent = c.counters().snapshot().total_rpcs();
+    let stats = c.server_stats().await.unwrap();
+    let received: u64 = stats.iter().flat_map(|s| s.rpcs.iter()).filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum();
+    assert_eq!(received, sent);
     assert!(c.fsck().await.unwrap().is_clean());
 }
 

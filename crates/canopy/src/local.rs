@@ -77,7 +77,7 @@ pub struct BenchArgs {
     /// Server durability for the temporary cluster.
     #[arg(long, default_value = "wal")]
     pub durability: String,
-    /// Namespace mode of the temporary cluster (shardfs or indexfs).
+    /// Namespace mode of the temporary cluster (shardfs, indexfs or giraffa).
     #[arg(long, default_value = "shardfs", conflicts_with = "posix")]
     pub mode: String,
     /// IndexFS lookup lease policy of the temporary cluster (see `canopy up`).
