@@ -161,6 +161,9 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
             let cluster = cluster();
             let root = cluster.fresh_client();
             populate(&root).await;
+            // The rename's freeze waits out the proofs the creates took (up
+            // to 250 ms): let them expire, so the short lease is not outlived.
+            tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
             let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
             assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} dies at {step:?}");
             tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
@@ -207,5 +210,67 @@ async fn a_region_past_its_size_splits_and_every_row_is_still_found() {
         assert_eq!(c.readdir(&format!("/d{d}")).await.unwrap().len(), 10);
     }
     assert_eq!(c.readdir("/big").await.unwrap().len(), 100);
+    assert!(c.fsck().await.unwrap().is_clean());
+}
+
+/// Creates in a directory while it is renamed: each either lands before the
+/// rename (and moves with it) or fails; none is left under the old name's
+/// prefix, where a new directory of that name would show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_racing_a_directory_rename_move_with_it_or_fail() {
+    let cluster = cluster();
+    let (a, b) = (cluster.fresh_client(), cluster.fresh_client());
+    for round in 0..6 {
+        let (from, to) = (format!("/a{round}"), format!("/b{round}"));
+        a.mkdir(&from, 0o777).await.unwrap();
+        a.create(&format!("{from}/first"), 0o644).await.unwrap();
+        let (b1, from1) = (b.clone(), from.clone());
+        let creator = tokio::spawn(async move {
+            let mut made = Vec::new();
+            for i in 0..400 {
+                match b1.create(&format!("{from1}/x{i}"), 0o644).await {
+                    Ok(_) => made.push(format!("x{i}")),
+                    Err(Errno::ENOENT) => break,
+                    Err(e) => panic!("create {from1}/x{i}: {e}"),
+                }
+            }
+            made
+        });
+        tokio::time::sleep(Duration::from_millis(round * 3)).await;
+        a.rename(&from, &to).await.unwrap();
+        let made = creator.await.unwrap();
+        let listed: Vec<String> = a.readdir(&to).await.unwrap().into_iter().map(|e| e.name).collect();
+        for name in &made {
+            assert!(listed.contains(name), "{to}/{name} was acknowledged but is gone");
+        }
+        a.mkdir(&from, 0o755).await.unwrap();
+        assert_eq!(a.readdir(&from).await.unwrap().len(), 0, "round {round}: rows left under the old prefix");
+    }
+    assert!(a.fsck().await.unwrap().is_clean());
+}
+
+/// A directory whose files keep their contents inline (up to 1 MiB each) is
+/// renamed in pages that fit a frame, contents and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_of_large_inline_files_is_renamed_with_their_contents() {
+    let cluster = cluster();
+    let c = cluster.fresh_client();
+    c.mkdir("/big", 0o755).await.unwrap();
+    let body: Vec<u8> = (0..900_000u32).map(|i| (i % 251) as u8).collect();
+    for i in 0..10 {
+        let f = format!("/big/f{i}");
+        c.create(&f, 0o644).await.unwrap();
+        match c.write_data(&f, 0, &body, 1 << 20, false).await.unwrap() {
+            canopy_client::data::DataWrite::Written(a) => assert_eq!(a.size, body.len() as u64),
+            other => panic!("{other:?}"),
+        }
+    }
+    c.rename("/big", "/moved").await.unwrap();
+    for i in 0..10 {
+        match c.read_data(&format!("/moved/f{i}"), 0, body.len() as u32).await.unwrap() {
+            canopy_client::data::DataRead::Inline(got) => assert!(got == body, "f{i}'s contents"),
+            other => panic!("{other:?}"),
+        }
+    }
     assert!(c.fsck().await.unwrap().is_clean());
 }

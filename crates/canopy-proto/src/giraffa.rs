@@ -3,11 +3,13 @@
 //! servers like HBase regions.
 //!
 //! A row's key is `row_prefix(parent) ‖ name`, where the 8-byte prefix of a
-//! directory path is `1 ‖ 55 bits of hash(path) ‖ depth (8 bits)`: the hash
-//! spreads directories over the key space (the paper's fix for skew), the depth
-//! and the name follow, so every entry of one directory shares one prefix and a
-//! listing is one range. The prefix names the parent path: two directories
-//! would share rows only if both their 55-bit hashes and depths matched.
+//! directory path is `1 ‖ 55 bits of SHA-256(path) ‖ depth (8 bits)`: the
+//! hash spreads directories over the key space (the paper's fix for skew),
+//! the depth and the name follow, so every entry of one directory shares one
+//! prefix and a listing is one range. The prefix names the parent path: two
+//! directories would share rows only if both their 55-bit hashes and depths
+//! matched; the hash is cryptographic so that making a directory whose prefix
+//! equals another's takes about 2^55 tries, not a moment's arithmetic.
 //!
 //! Regions: the key space is pre-split into [`REGIONS_PER_SERVER`] × N equal
 //! ranges, dealt to the servers in turn (HBase's pre-split table). A region is
@@ -17,8 +19,8 @@
 
 use crate::msg::{DirLookup, DirTimes, Record};
 use crate::path::NsPath;
-use crate::placement::{fnv1a64, mix64};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The top bit of every directory prefix (the root's row alone has prefix 0).
 pub const PREFIX_BIT: u64 = 1 << 63;
@@ -32,7 +34,8 @@ pub const PROOF_LIFE_MS: u64 = 250;
 /// The row prefix of the entries of directory `dir`.
 pub fn prefix(dir: &NsPath) -> u64 {
     let depth = dir.components().count().min(255) as u64;
-    let h = mix64(fnv1a64(dir.as_str().as_bytes()));
+    let digest = Sha256::digest(dir.as_str().as_bytes());
+    let h = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"));
     PREFIX_BIT | (h >> 9 << 8) | depth
 }
 
@@ -110,6 +113,15 @@ pub const MAX_PROOFS: usize = 2;
 
 /// The most rows one `GfScan` answers or one `GfPutRows` carries.
 pub const MAX_ROWS: usize = 4096;
+
+/// About how many bytes of rows one `GfScan` answers or one `GfPutRows`
+/// carries (a row with inline contents can be 1 MiB; frames are 4 MiB).
+pub const ROW_BYTES: usize = 2 << 20;
+
+/// The encoded size of `row`, as budgets count it.
+pub fn row_bytes(row: &GfRow) -> usize {
+    postcard::to_stdvec(row).map_or(usize::MAX, |b| b.len())
+}
 
 /// A directory's row: its lookup state (`id` is its inode number), its full
 /// path (the paper's row key ends with it; here it lets a server find the

@@ -550,9 +550,9 @@ requests! {
     /// Giraffa: the rows with `prefix` held here, names after `after`, at most
     /// `limit` (`Reply::GfRows`), whatever is frozen.
     GfScan { prefix: u64, after: Option<String>, limit: u32 } = 0x040B,
-    /// Giraffa: write `rows` under `prefix` here (a directory rename's copy;
-    /// a row already there is replaced).
-    GfPutRows { prefix: u64, rows: Vec<crate::giraffa::GfRow> } = 0x040C,
+    /// Giraffa: write `rows` under `prefix` here (a directory rename's copy:
+    /// a row already there is replaced, unless `fresh`, then `EEXIST`).
+    GfPutRows { prefix: u64, rows: Vec<crate::giraffa::GfRow>, fresh: bool } = 0x040C,
     /// Giraffa: delete the rows `names` under `prefix` here, with the times
     /// of the directories among them unless `keep_times` (their new rows,
     /// with the same inodes, are on this server too).

@@ -6,42 +6,38 @@
 //! 1. checks: both parents' proofs, the source's server checks permissions
 //!    (`GfRenameDirCheck`), what is at the destination is removed as the
 //!    caller would remove it (it must be an empty directory);
-//! 2. freeze, level by level: every server refuses changes to rows under the
-//!    subtree's old and new prefixes and to the directory's two rows
-//!    (`GfFreeze`), and each directory's rows are read (`GfScan`); a path
-//!    that would grow past `NS_PATH_MAX` stops here (`ENAMETOOLONG`), nothing
-//!    written;
-//! 3. copy every row under its new prefix (`GfPutRows`), the renamed
-//!    directory's own row last: that write is the commit point;
-//! 4. delete the old rows (`GfDeleteRows`), thaw, and move one subdirectory
+//! 2. freeze: every server refuses changes to the rows of both names and
+//!    both parents and issues no proof of them (`GfFreeze`); then the
+//!    destination's parent must be the one checked and its name free;
+//! 3. level by level, each directory's old and new prefixes are frozen, its
+//!    rows read in pages (`GfScan`) and written under the new prefix
+//!    (`GfPutRows`); a failure here (`ENAMETOOLONG` for a path past
+//!    `NS_PATH_MAX`) deletes the copies made;
+//! 4. the renamed directory's own row under its new name, refused if the name
+//!    is taken: the commit point;
+//! 5. delete the old rows (`GfDeleteRows`), thaw, and move one subdirectory
 //!    count from the old parent to the new.
 //!
 //! Recovery of a dead coordinator (`recover_dir_rename`) decides from the
-//! rows: if the destination holds the source's inode the rename committed and
-//! is finished from the copies; otherwise the copies are removed. Either way
-//! only rows that are duplicates (same name, same inode) are deleted.
+//! rows, freezing each directory on both sides before reading it: if the
+//! destination holds the source's inode the rename committed (rows the copy
+//! missed are copied, the old ones deleted); otherwise the copies are deleted.
 
 use super::Giraffa;
 use crate::core::unexpected;
 use crate::namespace::Res;
 use crate::txn::{after_commit, Step, Txn};
-use canopy_proto::giraffa::{self, DirRow, GfRow, MAX_ROWS};
-use canopy_proto::msg::{DirLookup, DirTimes, Intent, Record};
+use canopy_proto::giraffa::{self, DirRow, GfRow, MAX_ROWS, ROW_BYTES};
+use canopy_proto::msg::{DirLookup, DirTimes, Intent};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, Request};
 
-/// One directory of a subtree being renamed: its old path and its rows.
-struct Level {
-    dir: NsPath,
-    rows: Vec<GfRow>,
-}
-
-fn row_ino(row: &GfRow) -> u64 {
-    match row {
-        GfRow::File { record: Record::Inode(i), .. } => i.attr.ino,
-        GfRow::File { record: Record::Linked { ino, .. }, .. } => *ino,
-        GfRow::Dir { row, .. } => row.lookup.id,
-    }
+/// Rows of one directory, as a rename copied them: the directory's old and
+/// new paths and the names copied.
+struct Copied {
+    from: NsPath,
+    to: NsPath,
+    names: Vec<String>,
 }
 
 /// `p` moved from below `from` to below `to`, checked against the path limits.
@@ -58,6 +54,7 @@ impl Giraffa {
         if dp != sp {
             proofs.push(self.proof(c, &dp, false).await?);
         }
+        let dp_ino = proofs.last().map(|p| p.ino);
         if dst.is_within(src) {
             return Err(Errno::EINVAL);
         }
@@ -72,70 +69,91 @@ impl Giraffa {
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(e),
         }
-        let paths = vec![src.to_string(), dst.to_string()];
+        let mut paths: Vec<String> = [src, dst, &sp, &dp].iter().map(|p| p.to_string()).collect();
+        paths.dedup();
         let mut frozen = vec![giraffa::prefix(src), giraffa::prefix(dst)];
         self.freeze_all(&frozen, &paths, false).await?;
-        let r = self.move_subtree(src, dst, &sp, &dp, dname, &top, &mut frozen, txn).await;
+        // Held still from here: the destination's parent must be the one
+        // checked, and nobody may have taken the destination's name.
+        let r = match (self.attr_at(&dp).await?.map(|a| a.ino) == dp_ino, self.attr_at(dst).await?) {
+            (false, _) => Err(Errno::ENOENT),
+            (true, Some(a)) => Err(if a.kind == FileKind::Dir { Errno::ENOTEMPTY } else { Errno::ENOTDIR }),
+            (true, None) => self.move_subtree(src, dst, &sp, &dp, dname, &top, &mut frozen, &paths, txn).await,
+        };
         if r.as_ref().is_err_and(|e| !crate::txn::outcome_unknown(e)) {
             self.freeze_all(&frozen, &paths, true).await?;
         }
         r
     }
 
-    /// Steps 2 to 4 above, once the subtree's top is frozen.
+    /// Copies the subtree, commits, and cleans up, once its top is frozen.
     #[allow(clippy::too_many_arguments)]
-    async fn move_subtree(&self, src: &NsPath, dst: &NsPath, sp: &NsPath, dp: &NsPath, dname: &str, top: &DirLookup, frozen: &mut Vec<u64>, txn: Txn) -> Res<()> {
-        let paths = vec![src.to_string(), dst.to_string()];
-        let levels = self.read_subtree(src, dst, frozen, &paths).await?;
-        let own = self.own_row(src, dst, dname, top).await?;
-        for level in &levels {
-            self.keep_alive(txn).await?;
-            let to = moved(&level.dir, src, dst)?;
-            let rows = level.rows.iter().map(|r| rebased(r, src, dst)).collect::<Res<Vec<_>>>()?;
-            self.put_rows(&to, rows).await?;
-        }
+    async fn move_subtree(&self, src: &NsPath, dst: &NsPath, sp: &NsPath, dp: &NsPath, dname: &str, top: &DirLookup, frozen: &mut Vec<u64>, paths: &[String], txn: Txn) -> Res<()> {
+        let mut copied = Vec::new();
+        let subdirs = match self.copy_subtree(src, dst, frozen, paths, &mut copied, txn).await {
+            Ok(n) => n,
+            Err(e) => return Err(self.undo_copies(&copied, e).await),
+        };
+        self.freeze_all(frozen, paths, false).await?; // renewed for what follows
+        let own = self.own_row(src, dst, dname, top, subdirs).await?;
         // The commit point: the directory's row under its new name.
-        let put = Request::GfPutRows { prefix: giraffa::prefix(dp), rows: vec![own] };
-        self.rpc(self.row_server(dst), &Creds::root(), put).await?;
+        let put = Request::GfPutRows { prefix: giraffa::prefix(dp), rows: vec![own], fresh: true };
+        if let Err(e) = self.rpc(self.row_server(dst), &Creds::root(), put).await {
+            let e = if e == Errno::EEXIST { Errno::ENOTEMPTY } else { e };
+            return Err(self.undo_copies(&copied, e).await);
+        }
         self.step(|| Step::PrimaryDone(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
         let finish = async {
-            for level in &levels {
-                let names = level.rows.iter().map(|r| r.name().to_string()).collect::<Vec<_>>();
-                let kept = self.entries_server(&level.dir) == self.entries_server(&moved(&level.dir, src, dst)?);
-                self.delete_rows(&level.dir, names, kept).await?;
+            for level in &copied {
+                self.delete_rows(&level.from, level.names.clone(), self.entries_server(&level.from) == self.entries_server(&level.to)).await?;
             }
             let (_, name) = src.split().ok_or(Errno::EBUSY)?;
             self.delete_rows(sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst)).await?;
-            self.freeze_all(frozen, &paths, true).await?;
+            self.freeze_all(frozen, paths, true).await?;
             if sp != dp {
-                self.count_subdir(sp, -1).await?;
-                self.count_subdir(dp, 1).await?;
+                self.count_subdir(sp, -1).await;
+                self.count_subdir(dp, 1).await;
             }
             Ok(())
         };
         finish.await.map_err(|e| after_commit("directory rename", e))
     }
 
-    /// Freezes the subtree below `src` level by level and reads its rows; every
-    /// directory found is frozen (old and new prefixes) before it is read.
-    async fn read_subtree(&self, src: &NsPath, dst: &NsPath, frozen: &mut Vec<u64>, paths: &[String]) -> Res<Vec<Level>> {
-        let mut levels = Vec::new();
+    /// Freezes the subtree below `src` level by level and copies each
+    /// directory's rows under its new prefix, page by page (a row may carry
+    /// 1 MiB of contents); every directory is frozen (old and new prefixes)
+    /// before it is read. Answers how many subdirectories `src` has.
+    async fn copy_subtree(&self, src: &NsPath, dst: &NsPath, frozen: &mut Vec<u64>, paths: &[String], copied: &mut Vec<Copied>, txn: Txn) -> Res<u64> {
         let mut next = vec![src.clone()];
+        let mut top_subdirs = 0;
         while !next.is_empty() {
-            let mut below = Vec::new();
-            let mut prefixes = Vec::new();
+            self.keep_alive(txn).await?;
+            let (mut below, mut prefixes) = (Vec::new(), Vec::new());
             for dir in next {
-                let rows = self.scan_all(&dir).await?;
                 let to = moved(&dir, src, dst)?;
-                for row in &rows {
-                    to.join(row.name())?; // ENAMETOOLONG before anything is written
-                    if let GfRow::Dir { name, .. } = row {
-                        let child = dir.join(name)?;
-                        prefixes.extend([giraffa::prefix(&child), giraffa::prefix(&moved(&child, src, dst)?)]);
-                        below.push(child);
+                copied.push(Copied { from: dir.clone(), to: to.clone(), names: Vec::new() });
+                let mut after = None;
+                loop {
+                    let (rows, more) = self.scan_page(&dir, after.take()).await?;
+                    for row in &rows {
+                        to.join(row.name())?; // ENAMETOOLONG: undone by the caller
+                        if let GfRow::Dir { name, .. } = row {
+                            let child = dir.join(name)?;
+                            prefixes.extend([giraffa::prefix(&child), giraffa::prefix(&moved(&child, src, dst)?)]);
+                            below.push(child);
+                            top_subdirs += (dir == *src) as u64;
+                        }
+                    }
+                    let moved_rows = rows.iter().map(|r| rebased(r, src, dst)).collect::<Res<Vec<_>>>()?;
+                    after = rows.last().map(|r| r.name().to_string());
+                    if let Some(level) = copied.last_mut() {
+                        level.names.extend(rows.iter().map(|r| r.name().to_string()));
+                    }
+                    self.put_rows(&to, moved_rows).await?;
+                    if !more {
+                        break;
                     }
                 }
-                levels.push(Level { dir, rows });
             }
             if !prefixes.is_empty() {
                 frozen.extend(&prefixes);
@@ -143,43 +161,75 @@ impl Giraffa {
             }
             next = below;
         }
-        Ok(levels)
+        Ok(top_subdirs)
+    }
+
+    /// Deletes the copies a rename made before it failed with `e` (certain
+    /// failures only: an unknown outcome is left to recovery); answers `e`.
+    async fn undo_copies(&self, copied: &[Copied], e: Errno) -> Errno {
+        if crate::txn::outcome_unknown(&e) {
+            return e;
+        }
+        for level in copied {
+            let same = self.entries_server(&level.from) == self.entries_server(&level.to);
+            if let Err(undo) = self.delete_rows(&level.to, level.names.clone(), same).await {
+                eprintln!("canopy-client: a failed directory rename's copies under {} stay: {undo}", level.to);
+                return Errno::EIO;
+            }
+        }
+        e
     }
 
     /// The renamed directory's own row as it will be at `dst`, read from the
     /// source's server through the freeze.
-    async fn own_row(&self, src: &NsPath, dst: &NsPath, name: &str, top: &DirLookup) -> Res<GfRow> {
+    async fn own_row(&self, src: &NsPath, dst: &NsPath, name: &str, top: &DirLookup, subdirs: u64) -> Res<GfRow> {
         let a: Attr = match self.rpc(self.row_server(src), &Creds::root(), Request::RecoveryStat { at: src.to_string().into() }).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
         let lookup = DirLookup { id: top.id, mode: a.mode, uid: a.uid, gid: a.gid };
-        let row = DirRow { lookup, path: dst.to_string(), subdirs: a.nlink.saturating_sub(2) as u64 };
+        let row = DirRow { lookup, path: dst.to_string(), subdirs };
         Ok(GfRow::Dir { name: name.to_string(), row, times: DirTimes { atime: a.atime, mtime: a.mtime, ctime: a.ctime } })
+    }
+
+    /// One page of directory `dir`'s rows, names after `after`.
+    async fn scan_page(&self, dir: &NsPath, after: Option<String>) -> Res<(Vec<GfRow>, bool)> {
+        let req = Request::GfScan { prefix: giraffa::prefix(dir), after, limit: MAX_ROWS as u32 };
+        match self.rpc(self.entries_server(dir), &Creds::root(), req).await? {
+            Reply::GfRows { rows, more } => Ok((rows, more)),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Every row of directory `dir`'s entries, from the server holding them.
     pub(super) async fn scan_all(&self, dir: &NsPath) -> Res<Vec<GfRow>> {
-        let (server, prefix) = (self.entries_server(dir), giraffa::prefix(dir));
         let mut all: Vec<GfRow> = Vec::new();
         loop {
-            let after = all.last().map(|r| r.name().to_string());
-            match self.rpc(server, &Creds::root(), Request::GfScan { prefix, after, limit: MAX_ROWS as u32 }).await? {
-                Reply::GfRows { rows, more } => {
-                    all.extend(rows);
-                    if !more {
-                        return Ok(all);
-                    }
-                }
-                other => return Err(unexpected(other)),
+            let (rows, more) = self.scan_page(dir, all.last().map(|r| r.name().to_string())).await?;
+            all.extend(rows);
+            if !more {
+                return Ok(all);
             }
         }
     }
 
+    /// Writes `rows` under directory `dir`'s prefix, in chunks of at most
+    /// `MAX_ROWS` rows and about `ROW_BYTES` bytes.
     async fn put_rows(&self, dir: &NsPath, rows: Vec<GfRow>) -> Res<()> {
         let (server, prefix) = (self.entries_server(dir), giraffa::prefix(dir));
-        for chunk in rows.chunks(MAX_ROWS) {
-            self.rpc(server, &Creds::root(), Request::GfPutRows { prefix, rows: chunk.to_vec() }).await?;
+        let mut chunk = Vec::new();
+        let mut bytes = 0;
+        for row in rows {
+            let size = giraffa::row_bytes(&row);
+            if !chunk.is_empty() && (chunk.len() == MAX_ROWS || bytes + size > ROW_BYTES) {
+                self.rpc(server, &Creds::root(), Request::GfPutRows { prefix, rows: std::mem::take(&mut chunk), fresh: false }).await?;
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(row);
+        }
+        if !chunk.is_empty() {
+            self.rpc(server, &Creds::root(), Request::GfPutRows { prefix, rows: chunk, fresh: false }).await?;
         }
         Ok(())
     }
@@ -194,7 +244,7 @@ impl Giraffa {
         Ok(())
     }
 
-    /// Freezes (or thaws) on every server.
+    /// Freezes (freezing again renews) or thaws on every server.
     async fn freeze_all(&self, prefixes: &[u64], paths: &[String], thaw: bool) -> Res<()> {
         let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw };
         for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await {
@@ -204,37 +254,47 @@ impl Giraffa {
     }
 
     /// A dead coordinator's directory rename: committed if the destination
-    /// holds the source's inode (then the copies finish it), else undone.
-    /// Only duplicates (same name and inode on both sides) are deleted.
+    /// holds the source's inode (then rows the copy missed are copied and the
+    /// old rows deleted), else the copies are deleted. Each directory is
+    /// frozen, on both sides, before it is read.
     pub(super) async fn recover_dir_rename(&self, src: &NsPath, dst: &NsPath, src_ino: Option<u64>, dst_ino: Option<u64>) -> Res<()> {
         let committed = dst_ino.is_some() && (src_ino.is_none() || src_ino == dst_ino);
         let (keep, drop) = if committed { (dst, src) } else { (src, dst) };
+        let mut paths = vec![src.to_string(), dst.to_string()];
+        paths.extend([src.split(), dst.split()].into_iter().flatten().map(|(p, _)| p.to_string()));
+        let mut frozen = vec![giraffa::prefix(keep), giraffa::prefix(drop)];
+        self.freeze_all(&frozen, &paths, false).await?;
         let mut next = vec![keep.clone()];
-        let mut prefixes = Vec::new();
         while let Some(dir) = next.pop() {
-            prefixes.extend([giraffa::prefix(&dir), giraffa::prefix(&moved(&dir, keep, drop)?)]);
-            let kept = self.scan_all(&dir).await?;
             let other = moved(&dir, keep, drop)?;
-            let there = self.scan_all(&other).await?;
-            let dups = there.iter().filter(|t| kept.iter().any(|k| k.name() == t.name() && row_ino(k) == row_ino(t)));
-            let names: Vec<String> = dups.map(|t| t.name().to_string()).collect();
+            let (kept, there) = (self.scan_all(&dir).await?, self.scan_all(&other).await?);
+            let mut children = Vec::new();
+            for row in kept.iter().chain(&there) {
+                if let GfRow::Dir { name, .. } = row {
+                    let child = dir.join(name)?;
+                    if !children.contains(&child) {
+                        children.push(child);
+                    }
+                }
+            }
+            let prefixes: Vec<u64> = children.iter().map(|c| moved(c, keep, drop).map(|o| [giraffa::prefix(c), giraffa::prefix(&o)])).collect::<Res<Vec<_>>>()?.concat();
+            if !prefixes.is_empty() {
+                frozen.extend(&prefixes);
+                self.freeze_all(&prefixes, &paths, false).await?;
+            }
             if committed {
-                // Rows the dead coordinator had not copied yet.
                 let missing: Vec<GfRow> = there.iter().filter(|t| !kept.iter().any(|k| k.name() == t.name())).map(|t| rebased(t, drop, keep)).collect::<Res<_>>()?;
                 self.put_rows(&dir, missing).await?;
             }
+            let names = there.iter().map(|t| t.name().to_string()).collect();
             self.delete_rows(&other, names, self.entries_server(&other) == self.entries_server(&dir)).await?;
-            for row in self.scan_all(&dir).await? {
-                if let GfRow::Dir { name, .. } = row {
-                    next.push(dir.join(&name)?);
-                }
-            }
+            next.extend(children);
         }
-        self.freeze_all(&prefixes, &[src.to_string(), dst.to_string()], true).await?;
         if committed && src_ino.is_some() {
             let (sp, name) = src.split().ok_or(Errno::EBUSY)?;
             self.delete_rows(&sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst)).await?;
         }
+        self.freeze_all(&frozen, &paths, true).await?;
         for parent in [src.split().map(|(p, _)| p), dst.split().map(|(p, _)| p)].into_iter().flatten() {
             self.recount(&parent).await?;
         }

@@ -141,6 +141,10 @@ impl Giraffa {
     /// either in the proof or waits for it.
     fn proof(&self, core: &Core, path: &str, adds: bool) -> Result<Reply, Errno> {
         let p = NsPath::parse(path)?;
+        if let Err(e) = self.admit_row(giraffa::row_prefix(&p), p.as_str()) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(e); // a directory rename holds it: its path is about to change
+        }
         let mut proofs = self.proofs.lock();
         let row = match self.row_of(core, &p)? {
             Some(r) => r,
@@ -348,7 +352,7 @@ impl Mode for Giraffa {
 
     /// Removals and permission changes wait out the proofs already issued.
     fn waits(&self, req: &Request) -> bool {
-        matches!(req, Request::GfRmdirBegin { .. } | Request::GfDirSetAttr { .. })
+        matches!(req, Request::GfRmdirBegin { .. } | Request::GfDirSetAttr { .. } | Request::GfFreeze { thaw: false, .. })
     }
 
     fn dirs(&self) -> u64 {
@@ -414,7 +418,7 @@ impl Mode for Giraffa {
             Request::GfRenameDirCheck { src, dst, proofs } => self.rename_dir_check(core, creds, &src, &dst, &proofs),
             Request::GfFreeze { prefixes, paths, thaw } => self.freeze(core, &prefixes, &paths, thaw),
             Request::GfScan { prefix, after, limit } => self.scan(core, prefix, after.as_deref(), limit),
-            Request::GfPutRows { prefix, rows } => self.put_rows(core, prefix, rows),
+            Request::GfPutRows { prefix, rows, fresh } => self.put_rows(core, prefix, rows, fresh),
             Request::GfDeleteRows { prefix, names, keep_times } => self.delete_rows(core, prefix, &names, keep_times),
             Request::GfSetSubdirs { path, subdirs } => self.set_subdirs(core, &path, subdirs),
             _ => Err(Errno::ENOSYS),

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 pub(crate) struct Regions {
     /// Rows counted under each prefix held here.
     rows: BTreeMap<u64, u64>,
+    /// Rows counted in each region (start → rows).
+    totals: BTreeMap<u64, u64>,
     /// Where each region ends (exclusive; `None`: the end of the key space).
     ends: BTreeMap<u64, Option<u64>>,
     threshold: u64,
@@ -42,7 +44,7 @@ impl Regions {
                 })
                 .collect()
         });
-        Regions { rows: BTreeMap::new(), ends: bounds.into_iter().collect(), threshold: threshold.max(2), splits: 0 }
+        Regions { rows: BTreeMap::new(), totals: BTreeMap::new(), ends: bounds.into_iter().collect(), threshold: threshold.max(2), splits: 0 }
     }
 
     /// The start of the region holding `prefix`, if this server holds it.
@@ -56,12 +58,17 @@ impl Regions {
     pub(crate) fn grew(&mut self, prefix: u64, n: u64) -> Option<Vec<(u64, Option<u64>)>> {
         let start = self.region_of(prefix)?;
         *self.rows.entry(prefix).or_default() += n;
-        let end = self.ends[&start];
-        let range = || self.rows.range(start..end.unwrap_or(u64::MAX)).chain(self.rows.range(u64::MAX..).filter(|_| end.is_none()));
-        let total: u64 = range().map(|(_, r)| r).sum();
+        let total = {
+            let t = self.totals.entry(start).or_default();
+            *t += n;
+            *t
+        };
         if total <= self.threshold {
             return None;
         }
+        // Past the size: find the middle (once per split, so O(prefixes) then).
+        let end = self.ends[&start];
+        let range = || self.rows.range(start..end.unwrap_or(u64::MAX)).chain(self.rows.range(u64::MAX..).filter(|_| end.is_none()));
         // The first prefix at which at least half the rows lie below.
         let mut below = 0;
         let mid = range().find(|(_, r)| {
@@ -71,6 +78,9 @@ impl Regions {
         let (mid, first) = (*mid.0, *range().next()?.0);
         // Both daughters hold rows: the lower one at least the first prefix.
         let split_at = if mid > first { mid } else { *range().nth(1)?.0 };
+        let upper: u64 = range().filter(|(p, _)| **p >= split_at).map(|(_, r)| r).sum();
+        self.totals.insert(start, total - upper);
+        self.totals.insert(split_at, upper);
         self.ends.insert(start, Some(split_at));
         self.ends.insert(split_at, end);
         self.splits += 1;

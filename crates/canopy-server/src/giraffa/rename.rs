@@ -14,7 +14,10 @@ use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
 use crate::mode::Target;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
-use canopy_proto::giraffa::{self, DirProof, DirRow, GfRow, MAX_ROWS};
+use canopy_proto::giraffa::{self, DirProof, DirRow, GfRow, MAX_ROWS, ROW_BYTES};
+
+/// Rows a `GfScan` reads from each column family at most.
+const SCAN_ROWS: usize = 64;
 use canopy_proto::msg::{DirTimes, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply};
@@ -43,9 +46,12 @@ impl Giraffa {
         Ok(Reply::Dir(row.lookup))
     }
 
-    /// Freezes (or thaws) what a rename names. A mutation checks the freeze
-    /// holding its directory's stripe, so once this has taken and released
-    /// those stripes, every mutation that got past the check has written.
+    /// Freezes (or thaws; freezing again renews) what a rename names. A
+    /// mutation checks the freeze holding its directory's stripe, so once this
+    /// has taken and released those stripes, every mutation that got past the
+    /// check has written. No proof of a frozen directory is issued, and those
+    /// already issued here that may add entries are waited out: after the
+    /// rename, none may add an entry under a prefix that is gone.
     pub(super) fn freeze(&self, core: &Core, prefixes: &[u64], paths: &[String], thaw: bool) -> Result<Reply, Errno> {
         let mut stripes: Vec<u64> = prefixes.to_vec();
         for p in paths {
@@ -60,12 +66,25 @@ impl Giraffa {
             frozen.freeze(prefixes, paths, core.clock.now_ms() + FREEZE_MS);
         }
         drop(core.lock_stripes(|| stripes, true, &[]));
+        let mut inos = Vec::new();
+        for prefix in prefixes {
+            let key = self.rows.lock().get(prefix).cloned();
+            if let Some(row) = key.map(|k| self.row_at(core, &k)).transpose()?.flatten() {
+                inos.push(row.lookup.id);
+            }
+        }
+        let until = {
+            let proofs = self.proofs.lock();
+            inos.iter().map(|i| proofs.adds_live_until(*i)).max().unwrap_or(0)
+        };
+        self.wait_until(core, until);
         Ok(Reply::Unit)
     }
 
     /// Rows under `prefix` here, in name order (files and directories merged).
     pub(super) fn scan(&self, core: &Core, prefix: u64, after: Option<&str>, limit: u32) -> Result<Reply, Errno> {
-        let limit = (limit as usize).clamp(1, MAX_ROWS);
+        // Rows may carry up to 1 MiB of inline contents: few at a time.
+        let limit = (limit as usize).clamp(1, SCAN_ROWS);
         let after_key = after.map(|a| giraffa::row_key(prefix, a));
         let mut rows = Vec::new();
         let mut more = false;
@@ -88,11 +107,21 @@ impl Giraffa {
             rows.truncate(limit);
             more = true;
         }
+        // At least one row, then no more than the byte budget.
+        let mut bytes = 0;
+        if let Some(cut) = rows.iter().skip(1).position(|r| {
+            bytes += giraffa::row_bytes(r);
+            bytes > ROW_BYTES
+        }) {
+            rows.truncate(cut + 1);
+            more = true;
+        }
         Ok(Reply::GfRows { rows, more })
     }
 
     /// Writes `rows` under `prefix` (replacing what is there).
-    pub(super) fn put_rows(&self, core: &Core, prefix: u64, rows: Vec<GfRow>) -> Result<Reply, Errno> {
+    /// `fresh`: the rows must not exist yet (a rename's commit: `EEXIST`).
+    pub(super) fn put_rows(&self, core: &Core, prefix: u64, rows: Vec<GfRow>, fresh: bool) -> Result<Reply, Errno> {
         if rows.len() > MAX_ROWS || !self.here(core, prefix) {
             return Err(Errno::EINVAL);
         }
@@ -102,6 +131,9 @@ impl Giraffa {
         for row in rows {
             canopy_proto::path::check_name(row.name())?;
             let key = giraffa::row_key(prefix, row.name());
+            if fresh && (self.row_at(core, &key)?.is_some() || core.load_record(&key)?.is_some()) {
+                return Err(Errno::EEXIST);
+            }
             match row {
                 GfRow::File { record, .. } => b.put(ENTRIES, key, keys::encode(&record)),
                 GfRow::Dir { name, row, times } => {
