@@ -62,6 +62,11 @@ fn scripted_session_fsck_and_restart_on_indexfs() {
     scripted_session("indexfs");
 }
 
+#[test]
+fn scripted_session_fsck_and_restart_on_giraffa() {
+    scripted_session("giraffa");
+}
+
 fn scripted_session(mode: &str) {
     let c = up_mode(4, mode);
     c.ok(&["mkdir", "-p", "/proj/src/deep"]);
@@ -213,12 +218,12 @@ fn chown_refuses_the_no_change_ids() {
 #[test]
 fn an_unknown_mode_is_named_with_the_known_ones() {
     let c = up(2);
-    c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs, indexfs");
+    c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs, indexfs, giraffa");
     c.fails(&["up", "--mode", "shardfs", "--servers", "3"], &format!("canopy: the cluster in {} has 2 servers, not 3; `canopy down` and remove it to change", c.dir().display()));
     let file = c.dir().join("cluster.json");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("\"mode\": \"shardfs\""), "{text}");
-    std::fs::write(&file, text.replace("\"shardfs\"", "\"giraffa\"")).unwrap();
-    c.fails(&["ls", "/"], &format!("canopy: cluster file {}: unknown namespace mode \"giraffa\": this build knows shardfs, indexfs", file.display()));
+    std::fs::write(&file, text.replace("\"shardfs\"", "\"batchfs\"")).unwrap();
+    c.fails(&["ls", "/"], &format!("canopy: cluster file {}: unknown namespace mode \"batchfs\": this build knows shardfs, indexfs, giraffa", file.display()));
     std::fs::write(&file, text).unwrap();
 }
