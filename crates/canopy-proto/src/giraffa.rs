@@ -108,6 +108,13 @@ impl DirProof {
     }
 }
 
+/// Whether `req`, carried in a `GfVouched`, adds an entry to a directory (its
+/// proofs must then be good for adding; an rmdir waits those out).
+pub fn adds_entry(req: &crate::msg::Request) -> bool {
+    use crate::msg::Request;
+    matches!(req, Request::Create { .. } | Request::LinkInsert { .. } | Request::RenameLocal { .. } | Request::RenameIn { .. })
+}
+
 /// The most proofs one `GfVouched` carries (a rename's two directories).
 pub const MAX_PROOFS: usize = 2;
 

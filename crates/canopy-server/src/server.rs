@@ -203,7 +203,7 @@ impl MetaServer {
     /// Only requests about entries may come so, never another `GfVouched`.
     fn vouched(&self, creds: &Creds, proofs: &[canopy_proto::giraffa::DirProof], inner: &[u8]) -> Result<Reply, Errno> {
         let req: Request = postcard::from_bytes(inner).map_err(|_| Errno::EPROTO)?;
-        let adds = matches!(req, Request::Create { .. } | Request::LinkInsert { .. } | Request::RenameLocal { .. } | Request::RenameIn { .. });
+        let adds = canopy_proto::giraffa::adds_entry(&req);
         if !adds && !matches!(req, Request::Unlink { .. } | Request::ReadDir { .. } | Request::RenameOut { .. }) {
             return Err(Errno::EINVAL);
         }

@@ -117,7 +117,7 @@ impl Giraffa {
     /// with a fresh proof of each.
     async fn vouched(&self, c: &Creds, dirs: &[&NsPath], server: u32, req: &Request) -> Res<Reply> {
         let inner = postcard::to_stdvec(req).map_err(|_| Errno::EINVAL)?;
-        let adds = matches!(req, Request::Create { .. } | Request::LinkInsert { .. } | Request::RenameLocal { .. } | Request::RenameIn { .. });
+        let adds = giraffa::adds_entry(req);
         self.retrying(|| async {
             let mut proofs = Vec::with_capacity(dirs.len());
             for d in dirs {

@@ -62,7 +62,7 @@ impl Giraffa {
         let (gid, setgid) = if parent.mode & S_ISGID != 0 { (parent.gid, S_ISGID) } else { (creds.gid, 0) };
         let lookup = DirLookup { id: core.new_id()?, mode: (mode & 0o7777) | setgid, uid: creds.uid, gid };
         let row = DirRow { lookup: lookup.clone(), path: p.to_string(), subdirs: 0 };
-        self.put_row(core, Batch::new(), &key, &row, true)?;
+        self.put_new_row(core, &key, &row)?;
         self.grew(core, prefix, 1);
         core.dir_attr(&lookup, 2).map(Reply::Attr)
     }

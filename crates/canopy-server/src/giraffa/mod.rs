@@ -100,7 +100,7 @@ impl Giraffa {
         };
         if giraffa::region_server(ROOT_ROW_PREFIX, core.cfg.servers) == core.cfg.index && me.row_at(core, &root_key()).map_err(|e| e.to_string())?.is_none() {
             let root = DirRow { lookup: DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 }, path: "/".into(), subdirs: 0 };
-            me.put_row(core, Batch::new(), &root_key(), &root, true).map_err(|e| format!("cannot make the root: {e}"))?;
+            me.put_new_row(core, &root_key(), &root).map_err(|e| format!("cannot make the root: {e}"))?;
         }
         Ok(me)
     }
@@ -121,16 +121,15 @@ impl Giraffa {
         self.row_at(core, &row_key_of(path))
     }
 
-    /// Writes `row` at `key` with `b` (and fresh times if `new`), and keeps
+    /// Writes a new directory's `row` at `key` with fresh times, and keeps
     /// the prefix index.
-    fn put_row(&self, core: &Core, mut b: Batch, key: &[u8], row: &DirRow, new: bool) -> Result<(), Errno> {
+    fn put_new_row(&self, core: &Core, key: &[u8], row: &DirRow) -> Result<(), Errno> {
         let path = NsPath::parse(&row.path)?;
+        let mut b = Batch::new();
         b.put(DIRS, key.to_vec(), keys::encode(row));
-        if new {
-            let now = core.now_ns();
-            let times = canopy_proto::msg::DirTimes { atime: now, mtime: now, ctime: now };
-            b.put(crate::keys::DIRTIMES, keys::id_key(row.lookup.id).to_vec(), keys::encode(&times));
-        }
+        let now = core.now_ns();
+        let times = canopy_proto::msg::DirTimes { atime: now, mtime: now, ctime: now };
+        b.put(crate::keys::DIRTIMES, keys::id_key(row.lookup.id).to_vec(), keys::encode(&times));
         core.write(b)?;
         self.rows.lock().insert(giraffa::prefix(&path), key.to_vec());
         Ok(())
@@ -186,7 +185,7 @@ impl Giraffa {
     /// `prefix`) frozen.
     fn admit_row(&self, prefix: u64, path: &str) -> Result<(), Errno> {
         let frozen = self.frozen.lock();
-        if !frozen.is_empty() && frozen.holds(prefix, path, self.clock.now_ms()) {
+        if frozen.holds(prefix, path, self.clock.now_ms()) {
             return Err(Errno::EAGAIN);
         }
         Ok(())

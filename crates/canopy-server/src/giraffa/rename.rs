@@ -194,21 +194,13 @@ impl Giraffa {
         let p = NsPath::parse(path)?;
         let key = super::row_key_of(&p);
         let prefix = giraffa::row_prefix(&p);
-        let target = Target::Path(p);
-        let _g = core.lock_stripes(|| vec![prefix], false, &[&target]);
-        self.admit_row(prefix, p_str(&target))?;
+        let _g = core.lock_stripes(|| vec![prefix], false, &[&Target::Path(p.clone())]);
+        self.admit_row(prefix, p.as_str())?;
         let Some(mut row) = self.row_at(core, &key)? else { return Err(if self.here(core, prefix) { Errno::ENOENT } else { Errno::EREMOTE }) };
         change(&mut row);
         let mut b = Batch::new();
         b.put(DIRS, key, keys::encode(&row));
         core.write(b)?;
         Ok(Reply::Unit)
-    }
-}
-
-fn p_str(t: &Target) -> &str {
-    match t {
-        Target::Path(p) => p.as_str(),
-        _ => "",
     }
 }
