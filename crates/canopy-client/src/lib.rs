@@ -10,6 +10,8 @@
 //! - [`core`]: what every mode's client holds (transport, counters, FIDs, reclaim,
 //!   directory times, options); [`txn`]: transactions under the lock service and
 //!   the named steps tests stop them at.
+//! - [`batch`]: BatchFS on the wire: recording a batch at the servers and
+//!   landing its files in staged, verified, per-server tables.
 //! - [`cluster`]: cluster files (where the servers and lock service listen) and how a
 //!   command finds one.
 //! - [`counters`]: RPCs sent per server, retries and lock waits, for amplification
@@ -26,6 +28,7 @@
 //! rules it shares with the servers are `canopy-posix`'s; the in-process cluster
 //! its tests run against is `canopy-testkit`'s.
 
+pub mod batch;
 pub mod blocking;
 pub mod cluster;
 pub mod core;

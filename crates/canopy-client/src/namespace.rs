@@ -3,8 +3,8 @@
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use canopy_proto::msg::{IfExists, ServerStats};
-use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
+use canopy_proto::msg::{At, IfExists, ServerStats};
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -88,6 +88,19 @@ pub trait Namespace: Send + Sync + 'static {
             }
             Ok(out)
         })
+    }
+
+    /// BatchFS: how a commit's chunks name directory `dir`, and the server of
+    /// each of `names` in it; `fresh`: ask the servers rather than trust what
+    /// the client knows (a split moved names). `ENOSYS` where batches do not
+    /// land (Giraffa; a user key, whose requests go through delegation).
+    fn batch_route<'a>(&'a self, _c: &'a Creds, _dir: &'a str, _names: &'a [&'a str], _fresh: bool) -> BoxFuture<'a, Res<(At, Vec<u32>)>> {
+        Box::pin(async { Err(Errno::ENOSYS) })
+    }
+
+    /// BatchFS: one request of a batch to server `server` (`crate::batch`).
+    fn batch_call<'a>(&'a self, _c: &'a Creds, _server: u32, _req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(async { Err(Errno::ENOSYS) })
     }
 
     fn mode_name(&self) -> &'static str;

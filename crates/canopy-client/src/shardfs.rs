@@ -32,7 +32,7 @@ use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::msg::{DirLookup, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::msg::{At, DirLookup, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -713,6 +713,20 @@ impl Namespace for ShardFs {
 
     fn counters(&self) -> &ClientCounters {
         &self.counters
+    }
+
+    /// A file's server is its primary; chunks name the directory by path
+    /// (the server resolves it with every search check).
+    fn batch_route<'a>(&'a self, _c: &'a Creds, dir: &'a str, names: &'a [&'a str], _fresh: bool) -> BoxFuture<'a, Res<(At, Vec<u32>)>> {
+        Box::pin(async move {
+            let d = NsPath::parse(dir)?;
+            let servers = names.iter().map(|n| Ok(self.primary(&d.join(n)?))).collect::<Res<Vec<u32>>>()?;
+            Ok((At::Path(d.as_str().to_string()), servers))
+        })
+    }
+
+    fn batch_call<'a>(&'a self, c: &'a Creds, server: u32, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(self.rpc(server, c, req))
     }
 
     fn mode_name(&self) -> &'static str {

@@ -6,6 +6,7 @@
 //! - [`perm`]: permission checks over a caller and an object's owner and mode.
 //! - [`setattr`]: chmod, chown, truncate and utimens as one function over an
 //!   attribute record.
+//! - [`batch`]: whether a file a batch commit carries is one its owner could have made.
 //! - [`lockset`]: the path locks a transaction asks the lock service for.
 //!
 //! They live here, not in `canopy-server`, so that a client can use them without
@@ -15,6 +16,7 @@
 //! nothing of Canopy but `canopy-proto`: no runtime, no store, no transport, no
 //! I/O, no clock (a caller passes the time in).
 
+pub mod batch;
 pub mod lockset;
 pub mod perm;
 pub mod setattr;

@@ -18,6 +18,7 @@
 
 pub mod attr;
 pub mod auth;
+pub mod batch;
 pub mod clock;
 pub mod creds;
 pub mod errno;

@@ -559,6 +559,22 @@ requests! {
     GfDeleteRows { prefix: u64, names: Vec<String>, keep_times: bool } = 0x040D,
     /// Giraffa: set directory `path`'s subdirectory count (recovery's recount).
     GfSetSubdirs { path: String, subdirs: u64 } = 0x040E,
+    /// BatchFS: record here that the caller opened batch `batch`, a private
+    /// namespace rooted at `root` (every server holds the record). `EEXIST`
+    /// if another user's batch has the number.
+    BatchOpen { batch: u64, root: String } = 0x0501,
+    /// BatchFS: the batches recorded here (`Reply::Batches`).
+    BatchList = 0x0502,
+    /// BatchFS: keep chunk `chunk` of batch `batch` here until `BatchApply`:
+    /// `files` to be made in directory `dir`. A chunk sent again replaces
+    /// itself. At most [`crate::batch::CHUNK_MAX`] files; only from the batch's owner.
+    BatchStage { batch: u64, chunk: u32, dir: At, files: Vec<crate::batch::BatchFile> } = 0x0503,
+    /// BatchFS: check every staged file of `batch` as a create by its owner
+    /// making it with those attributes would be checked, ingest those that
+    /// pass as one table, and forget the chunks (`Reply::BatchApplied`).
+    BatchApply { batch: u64 } = 0x0504,
+    /// BatchFS: forget batch `batch` here, with whatever it staged.
+    BatchClose { batch: u64 } = 0x0505,
 }
 
 /// The most entries one `IxRenew` may name.
@@ -627,6 +643,11 @@ pub enum Reply {
     GfProof(crate::giraffa::DirProof),
     /// Giraffa: rows of a directory's entries, and whether more follow.
     GfRows { rows: Vec<crate::giraffa::GfRow>, more: bool },
+    /// BatchFS: the batches a server records.
+    Batches(Vec<crate::batch::BatchInfo>),
+    /// BatchFS: what an apply did: files made, files an earlier apply had
+    /// made already (same name, same FID), and each staged file refused.
+    BatchApplied { inserted: u64, landed: u64, rejected: Vec<crate::batch::Rejected> },
 }
 
 #[cfg(test)]
@@ -707,6 +728,11 @@ mod tests {
         ("GfPutRows", 0x040C),
         ("GfDeleteRows", 0x040D),
         ("GfSetSubdirs", 0x040E),
+        ("BatchOpen", 0x0501),
+        ("BatchList", 0x0502),
+        ("BatchStage", 0x0503),
+        ("BatchApply", 0x0504),
+        ("BatchClose", 0x0505),
     ];
 
     #[test]
@@ -763,6 +789,8 @@ mod tests {
             Reply::IxRenewed(_) => 25,
             Reply::GfProof(_) => 26,
             Reply::GfRows { .. } => 27,
+            Reply::Batches(_) => 28,
+            Reply::BatchApplied { .. } => 29,
         }
     }
 
@@ -800,6 +828,8 @@ mod tests {
             Reply::IxRenewed(vec![]),
             Reply::GfProof(crate::giraffa::DirProof { prefix: 1, ino: 1, mode: 0, uid: 0, gid: 0, expires: 0, adds: false, mac: [0; 32] }),
             Reply::GfRows { rows: vec![], more: false },
+            Reply::Batches(vec![]),
+            Reply::BatchApplied { inserted: 0, landed: 0, rejected: vec![] },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

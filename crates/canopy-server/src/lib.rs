@@ -27,12 +27,14 @@ pub mod indexfs;
 pub mod keys;
 pub mod mode;
 mod mutlock;
+mod ops_batch;
 pub mod ops_data;
 mod ops_file;
 mod ops_link;
 mod ops_readdir;
 mod ops_rename;
 mod server;
+mod tables;
 pub mod shardfs;
 
 pub use crate::core::{MutationHook, ServerConfig};

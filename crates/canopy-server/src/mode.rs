@@ -117,6 +117,12 @@ pub(crate) trait Mode: Send + Sync {
         Ok(())
     }
 
+    /// Whether BatchFS commits may land here (`ops_batch.rs`). Giraffa's rows
+    /// are checked against proofs a batch does not carry: `ENOSYS` there.
+    fn takes_batches(&self) -> bool {
+        true
+    }
+
     /// Whether a user key may send requests about entries here directly. A
     /// mode whose servers check only what the request carries (Giraffa: a
     /// client's proofs) serves users through delegation only.

@@ -190,6 +190,14 @@ impl MetaServer {
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),
             Request::GfVouched { proofs, inner } => self.vouched(creds, &proofs, &inner),
+            Request::BatchOpen { .. } | Request::BatchList | Request::BatchStage { .. } | Request::BatchApply { .. } | Request::BatchClose { .. } if !self.mode.takes_batches() => {
+                Err(Errno::ENOSYS)
+            }
+            Request::BatchOpen { batch, root } => self.batch_open(creds, batch, &root),
+            Request::BatchList => self.batch_list(),
+            Request::BatchStage { batch, chunk, dir, files } => self.batch_stage(creds, batch, chunk, dir, files),
+            Request::BatchApply { batch } => self.batch_apply(creds, batch),
+            Request::BatchClose { batch } => self.batch_close(creds, batch),
             // The lock service's, and what a delegating wrapper runs (the daemon's).
             Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns | Request::Delegate { .. } => {
                 Err(Errno::ENOSYS)
@@ -380,7 +388,9 @@ impl canopy_rpc::Service for MetaServer {
             )
     }
 
+    /// A batch's apply checks and ingests a server's whole share: apart from
+    /// the requests pipelined behind it.
     fn waits(&self, req: &Request) -> bool {
-        self.mode.waits(req)
+        matches!(req, Request::BatchApply { .. }) || self.mode.waits(req)
     }
 }

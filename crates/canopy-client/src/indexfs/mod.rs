@@ -1040,6 +1040,24 @@ impl Namespace for IndexFs {
         })
     }
 
+    /// A file's server holds its name's partition by the client's bitmap
+    /// (asked afresh of every partition's server if `fresh`); chunks name
+    /// the directory by id.
+    fn batch_route<'a>(&'a self, c: &'a Creds, dir: &'a str, names: &'a [&'a str], fresh: bool) -> BoxFuture<'a, Res<(At, Vec<u32>)>> {
+        Box::pin(async move {
+            let p = NsPath::parse(dir)?;
+            let d = self.optimistic(&p, || self.resolve_dir(c, &p)).await?;
+            if fresh {
+                self.refresh_parts(c, d.id).await;
+            }
+            Ok((At::Dir(d.id), names.iter().map(|n| self.server_for(d.id, n)).collect()))
+        })
+    }
+
+    fn batch_call<'a>(&'a self, c: &'a Creds, server: u32, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(self.rpc(server, c, req))
+    }
+
     fn mode_name(&self) -> &'static str {
         "indexfs"
     }

@@ -111,6 +111,12 @@ impl IndexFs {
         }
     }
 
+    /// Learns the bitmap of `dir` every partition's server knows (a batch
+    /// commit's names refused as moved). Failures leave what was known.
+    pub(super) async fn refresh_parts(&self, c: &Creds, dir: u64) {
+        self.each_partition_server(dir, c, || Request::IxReadDir { dir, after: None, limit: 1 }, listed_parts).await;
+    }
+
     /// Seals every partition of `dir` (refusing new names; `ENOTEMPTY` if any
     /// holds one). On failure unseals what it sealed.
     pub(super) async fn seal_all(&self, dir: u64) -> Res<()> {
@@ -317,6 +323,13 @@ impl IndexFs {
         let stats = self.all_stats().await?;
         let sum = |names: &[&str]| stats.iter().flat_map(|s| &s.counters).filter(|(n, _)| names.contains(&n.as_str())).map(|(_, v)| v).sum::<u64>();
         Ok((sum(&["splits"]), sum(&["splits_pending", "splits_unfinished"])))
+    }
+}
+
+fn listed_parts(r: &Reply) -> Option<&PartMap> {
+    match r {
+        Reply::IxEntries { parts, .. } => Some(parts),
+        _ => None,
     }
 }
 

@@ -305,6 +305,10 @@ impl Mode for Giraffa {
         false
     }
 
+    fn takes_batches(&self) -> bool {
+        false
+    }
+
     /// `id` is a directory's entries prefix: its row if held here (with its
     /// attributes), else what a live proof vouched for.
     fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {

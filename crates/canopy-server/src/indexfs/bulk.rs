@@ -111,7 +111,7 @@ impl IndexFs {
         }
         let inserted = pairs.len() as u64;
         if inserted > 0 {
-            super::tables::ingest_pairs(core, ENTRIES, pairs)?;
+            crate::tables::ingest_pairs(core, ENTRIES, pairs)?;
             core.added_entries(inserted);
             self.splits.grew(dir, inserted);
         }

@@ -24,7 +24,6 @@ pub mod lease;
 mod parts;
 mod readdir;
 mod split;
-mod tables;
 pub use split::{SplitHook, SplitStep, DEFAULT_SPLIT_THRESHOLD};
 
 use crate::core::{io, Core};

@@ -21,7 +21,8 @@
 //! resends the whole range, which the destination replaces unless it already
 //! wrote the child's header. Other directories are served throughout.
 
-use super::{tables, DirEntryValue, Header, IndexFs};
+use super::{DirEntryValue, Header, IndexFs};
+use crate::tables;
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, ENTRIES};
 use crate::mode::Target;

@@ -1,0 +1,336 @@
+//! BatchFS batches (seed 002): a job works in a private namespace, then
+//! merges it into the cluster's in bulk, and the servers verify the merge.
+//!
+//! - [`begin`] checks the caller may write the batch's root, records the batch
+//!   on every server and makes its private metadata server
+//!   ([`private::Private`]: the same server code over a RocksDB store in the
+//!   batch's directory); [`open`] opens it again from another process.
+//! - [`OpenBatch::client`] is the private namespace, by global paths under the
+//!   root, with new files of directories made in it kept in memory
+//!   ([`writeback`]); no operation costs an RPC to the cluster.
+//! - [`commit`] reads the private namespace whole ([`export`]), makes its
+//!   directories in the cluster (each an ordinary mkdir by the owner, so the
+//!   servers check it; one already there and a directory is used as it is),
+//!   then lands its files as per-server tables the servers verify and
+//!   ingest ([`canopy_client::batch::land`]). Refused files and directories
+//!   are listed by path with why; the rest lands. Run again after a crash, it
+//!   finishes what the first run began. [`abort`] drops the batch.
+//!
+//! This crate links the server and the store (the private server is one);
+//! `canopy-client` stays free of them.
+
+pub mod export;
+pub mod paths;
+pub mod private;
+pub mod writeback;
+
+use canopy_client::batch::{self, DirFiles, Landed};
+use canopy_client::Client;
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Errno, FileKind, SetAttr};
+use paths::Rooted;
+use private::Private;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use writeback::BatchNs;
+
+type Res<T> = Result<T, Errno>;
+
+/// What a batch's directory records of it (`batch.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchMeta {
+    pub id: u64,
+    pub root: String,
+    pub owner: Creds,
+}
+
+/// Where batches live unless told: `$CANOPY_BATCHES`, else `~/.canopy/batches`.
+pub fn default_base() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CANOPY_BATCHES") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".canopy").join("batches")
+}
+
+/// A batch's number as its users write it.
+pub fn id_text(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+pub fn parse_id(text: &str) -> Result<u64, String> {
+    u64::from_str_radix(text, 16).map_err(|_| format!("invalid batch id '{text}' (16 hex digits, as `canopy batch begin` prints)"))
+}
+
+/// An open batch: its record and its private server.
+pub struct OpenBatch {
+    pub meta: BatchMeta,
+    pub dir: PathBuf,
+    private: Arc<Private>,
+    ns: Arc<BatchNs>,
+}
+
+impl OpenBatch {
+    fn open_at(dir: PathBuf, meta: BatchMeta) -> Res<OpenBatch> {
+        let private = Arc::new(Private::open(&dir.join("store"), meta.owner.clone())?);
+        let ns = Arc::new(BatchNs::new(private.clone(), Rooted::new(&meta.root)?));
+        Ok(OpenBatch { meta, dir, private, ns })
+    }
+
+    /// The private namespace by global paths, as the batch's owner.
+    pub fn client(&self) -> Client {
+        Client::new(self.ns.clone(), self.meta.owner.clone())
+    }
+
+    /// The private namespace by private paths (`/` is the batch's root), with
+    /// no write-back: what a mount of the batch serves.
+    pub async fn private_client(&self) -> Res<Client> {
+        self.ns.flush().await?;
+        Ok(self.private.client.clone())
+    }
+
+    /// Lands buffered files in the private store, so another process sees them.
+    pub async fn close(&self) -> Res<()> {
+        self.ns.flush().await
+    }
+}
+
+/// Starts a batch rooted at `root` in the cluster, as `cluster`'s user; the
+/// root is made if missing (its parent must exist). Its directory is made
+/// under `base`.
+pub async fn begin(cluster: &Client, root: &str, base: &Path) -> Res<OpenBatch> {
+    let root = NsPath::parse(root)?.as_str().to_string();
+    let attr = match cluster.stat(&root).await {
+        Ok(a) => a,
+        Err(Errno::ENOENT) => cluster.mkdir(&root, 0o755).await?,
+        Err(e) => return Err(e),
+    };
+    if attr.kind != FileKind::Dir {
+        return Err(Errno::ENOTDIR);
+    }
+    cluster.access(&root, canopy_proto::attr::access::W | canopy_proto::attr::access::X).await?;
+    let id = loop {
+        let id: u64 = rand::random();
+        if id > private::WRITE_BACK_BATCH {
+            break id;
+        }
+    };
+    let meta = BatchMeta { id, root: root.clone(), owner: cluster.creds().clone() };
+    let dir = base.join(id_text(id));
+    std::fs::create_dir_all(&dir).map_err(|_| Errno::EIO)?;
+    std::fs::write(dir.join("batch.json"), serde_json::to_vec_pretty(&meta).map_err(|_| Errno::EIO)?).map_err(|_| Errno::EIO)?;
+    batch::open(cluster, id, &root).await?;
+    let b = OpenBatch::open_at(dir, meta)?;
+    // The private root looks as the real one does, so the private server
+    // refuses what the cluster would.
+    let private_root = b.private.client.as_user(Creds::root());
+    private_root.setattr("/", &SetAttr { mode: Some(attr.mode), uid: Some(attr.uid), gid: Some(attr.gid), ..SetAttr::default() }).await?;
+    batch::open(&b.private.client, private::WRITE_BACK_BATCH, "/").await?;
+    Ok(b)
+}
+
+/// Opens batch `id` made by [`begin`] under `base`.
+pub fn open(base: &Path, id: u64) -> Result<OpenBatch, String> {
+    let dir = base.join(id_text(id));
+    let raw = std::fs::read(dir.join("batch.json")).map_err(|e| format!("batch {}: {e} (in {})", id_text(id), base.display()))?;
+    let meta: BatchMeta = serde_json::from_slice(&raw).map_err(|e| format!("batch {}: {e}", id_text(id)))?;
+    OpenBatch::open_at(dir, meta).map_err(|e| format!("batch {}: private store: {e}", id_text(id)))
+}
+
+/// The batches under `base` (this machine's).
+pub fn local(base: &Path) -> Vec<BatchMeta> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let mut out: Vec<BatchMeta> = entries
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("batch.json")).ok())
+        .filter_map(|raw| serde_json::from_slice(&raw).ok())
+        .collect();
+    out.sort_by_key(|m| m.id);
+    out
+}
+
+/// What a commit did.
+#[derive(Debug, Default)]
+pub struct CommitReport {
+    pub dirs_made: u64,
+    /// Directories that were already there (made by an earlier try, or by
+    /// someone else) and were used as they are.
+    pub dirs_adopted: u64,
+    pub files: Landed,
+    /// Every directory and file refused, by global path, with why.
+    pub rejected: Vec<(String, Errno)>,
+    /// Reading the private namespace; making directories; everything.
+    pub export_time: Duration,
+    pub dirs_time: Duration,
+    pub total_time: Duration,
+}
+
+/// Directories made at once.
+const MKDIRS_AT_ONCE: usize = 64;
+
+/// Merges the batch into the cluster and, once it all landed or was refused,
+/// drops it (see the crate doc).
+pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
+    if cluster.creds().uid != b.meta.owner.uid && !cluster.creds().is_root() {
+        return Err(Errno::EPERM);
+    }
+    // A root its owner may no longer write takes nothing: refused whole.
+    cluster.access(&b.meta.root, canopy_proto::attr::access::W | canopy_proto::attr::access::X).await?;
+    let t0 = Instant::now();
+    let mut report = CommitReport::default();
+    let buffered = b.ns.take_buffers();
+    let mut tree = export::read(&*b.private.store)?;
+    for df in buffered {
+        tree.files.entry(df.dir).or_default().extend(df.files);
+    }
+    let rooted = Rooted::new(&b.meta.root)?;
+    report.rejected.extend(tree.refused.iter().map(|(p, e)| (rooted.global(p), *e)));
+    report.export_time = t0.elapsed();
+    let t = Instant::now();
+    let refused_dirs = make_dirs(cluster, &rooted, &tree.dirs, &mut report).await?;
+    report.dirs_time = t.elapsed();
+    let mut dirs = Vec::new();
+    for (dir, files) in std::mem::take(&mut tree.files) {
+        if let Some(e) = refused_below(&refused_dirs, &dir) {
+            report.rejected.extend(files.iter().map(|f| (rooted.global(&format!("{}/{}", dir.trim_end_matches('/'), f.name)), e)));
+            continue;
+        }
+        dirs.push(DirFiles { dir: rooted.global(&dir), files });
+    }
+    report.files = batch::land(cluster, b.meta.id, &dirs).await?;
+    finish_dirs(cluster, &rooted, &tree.dirs, &refused_dirs, &mut report).await;
+    report.rejected.extend(report.files.rejected.iter().cloned());
+    report.rejected.sort_by(|a, b| a.0.cmp(&b.0));
+    batch::close(cluster, b.meta.id).await?;
+    let dir = b.dir.clone();
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+    report.total_time = t0.elapsed();
+    Ok(report)
+}
+
+/// Why a directory at or above private path `p` was refused, if one was.
+fn refused_below(refused: &HashMap<String, Errno>, p: &str) -> Option<Errno> {
+    let mut cur = p;
+    loop {
+        if let Some(e) = refused.get(cur) {
+            return Some(*e);
+        }
+        cur = match cur.rfind('/') {
+            Some(0) | None => return None,
+            Some(i) => &cur[..i],
+        };
+    }
+}
+
+/// Makes the batch's directories in the cluster, a level at a time; answers
+/// the ones refused (by private path). Below a refused one nothing is tried.
+async fn make_dirs(cluster: &Client, rooted: &Rooted, dirs: &[(String, canopy_proto::msg::DirLookup)], report: &mut CommitReport) -> Res<HashMap<String, Errno>> {
+    let mut refused: HashMap<String, Errno> = HashMap::new();
+    let mut levels: BTreeMap<usize, Vec<&(String, canopy_proto::msg::DirLookup)>> = BTreeMap::new();
+    for d in dirs {
+        levels.entry(d.0.matches('/').count()).or_default().push(d);
+    }
+    for level in levels.values() {
+        let mut todo = Vec::new();
+        for d in level {
+            match refused_below(&refused, &d.0) {
+                Some(e) => {
+                    refused.insert(d.0.clone(), e);
+                    report.rejected.push((rooted.global(&d.0), e));
+                }
+                None => todo.push(*d),
+            }
+        }
+        for group in todo.chunks(MKDIRS_AT_ONCE) {
+            let globals: Vec<String> = group.iter().map(|(p, _)| rooted.global(p)).collect();
+            let made = futures::future::join_all(group.iter().zip(&globals).map(|((_, l), g)| make_dir(cluster, g, l))).await;
+            for ((p, _), r) in group.iter().zip(made) {
+                match r {
+                    Ok(true) => report.dirs_made += 1,
+                    Ok(false) => report.dirs_adopted += 1,
+                    Err(e) if unreachable_cluster(e) => return Err(e),
+                    Err(e) => {
+                        refused.insert(p.clone(), e);
+                        report.rejected.push((rooted.global(p), e));
+                    }
+                }
+            }
+        }
+    }
+    Ok(refused)
+}
+
+/// Errors that say nothing of the directory but of the cluster: the commit
+/// stops (and is run again), rather than refuse what was not decided.
+fn unreachable_cluster(e: Errno) -> bool {
+    matches!(e, Errno::ENOTCONN | Errno::ETIMEDOUT | Errno::ECONNREFUSED | Errno::EIO | Errno::EPROTO | Errno::EAGAIN)
+}
+
+/// Makes one directory, writable and searchable by its owner until its
+/// contents are in (`finish_dirs` gives it its mode); `false`: a directory
+/// was there.
+async fn make_dir(cluster: &Client, path: &str, l: &canopy_proto::msg::DirLookup) -> Res<bool> {
+    match cluster.mkdir(path, (l.mode & 0o7777) | 0o300).await {
+        Ok(_) => Ok(true),
+        Err(Errno::EEXIST) => match cluster.stat(path).await?.kind {
+            FileKind::Dir => Ok(false),
+            _ => Err(Errno::EEXIST),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives each directory the batch made its private mode and group, deepest
+/// first (a chmod that takes the owner's write or search away comes after
+/// everything below it landed).
+async fn finish_dirs(cluster: &Client, rooted: &Rooted, dirs: &[(String, canopy_proto::msg::DirLookup)], made: &HashMap<String, Errno>, report: &mut CommitReport) {
+    for (p, l) in dirs.iter().rev() {
+        if refused_below(made, p).is_some() {
+            continue;
+        }
+        let g = rooted.global(p);
+        let Ok(a) = cluster.stat(&g).await else { continue };
+        // Someone else's directory, there before the commit, stays theirs.
+        let mine = a.uid == cluster.creds().uid || cluster.creds().is_root();
+        if !mine || (a.mode == l.mode && a.gid == l.gid) {
+            continue;
+        }
+        let set = SetAttr { mode: Some(l.mode & 0o7777), gid: (a.gid != l.gid).then_some(l.gid), ..SetAttr::default() };
+        if let Err(e) = cluster.setattr(&g, &set).await {
+            report.rejected.push((g, e));
+        }
+    }
+}
+
+/// Drops batch `b`: its record on the servers and its private state.
+pub async fn abort(b: OpenBatch, cluster: &Client) -> Res<()> {
+    batch::close(cluster, b.meta.id).await?;
+    let dir = b.dir.clone();
+    drop(b);
+    std::fs::remove_dir_all(&dir).map_err(|_| Errno::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_covers_everything_below_it() {
+        let refused = HashMap::from([("/a/b".to_string(), Errno::EACCES)]);
+        assert_eq!(refused_below(&refused, "/a/b"), Some(Errno::EACCES));
+        assert_eq!(refused_below(&refused, "/a/b/c/d"), Some(Errno::EACCES));
+        assert_eq!(refused_below(&refused, "/a/bc"), None);
+        assert_eq!(refused_below(&refused, "/a"), None);
+        assert_eq!(refused_below(&refused, "/"), None);
+    }
+
+    #[test]
+    fn ids_print_and_parse_back() {
+        assert_eq!(parse_id(&id_text(0xdead_beef)).unwrap(), 0xdead_beef);
+        assert!(parse_id("zz").is_err());
+    }
+}

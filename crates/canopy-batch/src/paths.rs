@@ -1,0 +1,62 @@
+//! Global paths under a batch's root and the private namespace's paths: the
+//! private server's `/` is the batch's root.
+
+use canopy_proto::path::NsPath;
+use canopy_proto::Errno;
+
+#[derive(Debug, Clone)]
+pub struct Rooted {
+    root: NsPath,
+}
+
+impl Rooted {
+    pub fn new(root: &str) -> Result<Rooted, Errno> {
+        Ok(Rooted { root: NsPath::parse(root)? })
+    }
+
+    pub fn root(&self) -> &str {
+        self.root.as_str()
+    }
+
+    /// The private path of global `path`; `EXDEV` outside the batch's root.
+    pub fn private(&self, path: &str) -> Result<String, Errno> {
+        let p = NsPath::parse(path)?;
+        let (root, p) = (self.root.as_str(), p.as_str());
+        if root == "/" {
+            return Ok(p.to_string());
+        }
+        match p.strip_prefix(root) {
+            Some("") => Ok("/".to_string()),
+            Some(rest) if rest.starts_with('/') => Ok(rest.to_string()),
+            _ => Err(Errno::EXDEV),
+        }
+    }
+
+    /// The global path of private `path`.
+    pub fn global(&self, path: &str) -> String {
+        match (self.root.as_str(), path) {
+            (root, "/") => root.to_string(),
+            ("/", p) => p.to_string(),
+            (root, p) => format!("{root}{p}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_both_ways_and_nothing_escapes_the_root() {
+        let r = Rooted::new("/jobs/run42").unwrap();
+        assert_eq!(r.private("/jobs/run42").unwrap(), "/");
+        assert_eq!(r.private("/jobs/run42/a/b").unwrap(), "/a/b");
+        assert_eq!(r.private("/jobs/run42/../x"), Err(Errno::EXDEV));
+        assert_eq!(r.private("/jobs/run420/a"), Err(Errno::EXDEV));
+        assert_eq!(r.private("/jobs"), Err(Errno::EXDEV));
+        assert_eq!(r.global("/a/b"), "/jobs/run42/a/b");
+        assert_eq!(r.global("/"), "/jobs/run42");
+        let top = Rooted::new("/").unwrap();
+        assert_eq!((top.private("/a").unwrap(), top.global("/a")), ("/a".to_string(), "/a".to_string()));
+    }
+}
