@@ -47,10 +47,14 @@ pub struct BatchMeta {
     pub owner: Creds,
 }
 
-/// Where batches live unless told: `$CANOPY_BATCHES`, else `~/.canopy/batches`.
+/// Where batches live unless told: `$CANOPY_BATCHES`, else `batches` in
+/// `$CANOPY_HOME`, else `~/.canopy/batches`.
 pub fn default_base() -> PathBuf {
     if let Some(dir) = std::env::var_os("CANOPY_BATCHES") {
         return PathBuf::from(dir);
+    }
+    if let Some(home) = std::env::var_os("CANOPY_HOME") {
+        return PathBuf::from(home).join("batches");
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
     home.join(".canopy").join("batches")

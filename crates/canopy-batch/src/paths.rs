@@ -32,6 +32,14 @@ impl Rooted {
         }
     }
 
+    /// Whether global `path` is a directory above the root (which the batch
+    /// sees as existing directories it cannot change).
+    pub fn above(&self, path: &str) -> bool {
+        let Ok(p) = NsPath::parse(path) else { return false };
+        let (root, p) = (self.root.as_str(), p.as_str());
+        root != p && (p == "/" || root.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
+    }
+
     /// The global path of private `path`.
     pub fn global(&self, path: &str) -> String {
         match (self.root.as_str(), path) {
@@ -56,6 +64,7 @@ mod tests {
         assert_eq!(r.private("/jobs"), Err(Errno::EXDEV));
         assert_eq!(r.global("/a/b"), "/jobs/run42/a/b");
         assert_eq!(r.global("/"), "/jobs/run42");
+        assert!(r.above("/") && r.above("/jobs") && !r.above("/jobs/run42") && !r.above("/jo") && !r.above("/jobs/run4"));
         let top = Rooted::new("/").unwrap();
         assert_eq!((top.private("/a").unwrap(), top.global("/a")), ("/a".to_string(), "/a".to_string()));
     }

@@ -133,6 +133,9 @@ macro_rules! forward {
 impl Namespace for BatchNs {
     fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
+            if self.rooted.above(path) {
+                return Err(Errno::EEXIST);
+            }
             let p = NsPath::parse(&self.rooted.private(path)?)?;
             // A name buffered in a fresh parent is known here only.
             let parent_fresh = p.split().is_some_and(|(d, n)| self.fresh.lock().get(d.as_str()).map(|f| f.names.contains(n)) == Some(true));
@@ -167,7 +170,9 @@ impl Namespace for BatchNs {
     fn unlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<()>> {
         forward!(self, unlink(c, path path))
     }
+    /// A directory above the root reads as the root (the batch sees no more).
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
+        let path = if self.rooted.above(path) { self.rooted.root() } else { path };
         forward!(self, stat(c, path path))
     }
     fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>> {

@@ -100,7 +100,7 @@ fn names_a_directory(raw: &str) -> bool {
 }
 
 /// CLI paths: relative ones are taken from the root, and a trailing slash is dropped.
-fn norm(p: &str) -> String {
+pub fn norm(p: &str) -> String {
     let abs = if p.starts_with('/') { p.to_string() } else { format!("/{p}") };
     let trimmed = abs.trim_end_matches('/');
     if trimmed.is_empty() {
@@ -206,7 +206,7 @@ pub fn run(cmd: NsCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode, St
 }
 
 /// Runs the command; false if any part of it failed (already reported).
-async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
+pub async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
     let mut ok = true;
     match cmd {
         NsCmd::Mkdir { parents, mode, paths } => {

@@ -458,25 +458,37 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
 /// and stops the cluster after.
 pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::BenchReport, String> {
     args.durability.parse::<canopy_store::Durability>()?;
-    let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
     cluster::check_mode(&args.mode)?;
     let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
     tuning.check()?;
-    let (c, listeners) = cluster_in(tmp.path(), Some(args.servers), Some(&args.mode), &tuning)?;
-    ensure_cluster_key(&c)?;
-    eprintln!("canopy: starting a temporary {}-server cluster in {}", args.servers, tmp.path().display());
-    start(tmp.path(), &c, &args.durability, listeners)?;
-    let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| {
-        let before = daemon_cpu_seconds(tmp.path());
-        let mut report = run_bench(&c, &key, args, "/bench".into())?;
-        report.daemon_cpu_seconds = daemon_cpu_seconds(tmp.path()).into_iter().map(|(name, s)| {
+    on_temporary_cluster(args.servers, &args.mode, &args.durability, &tuning, |c, key, dir| {
+        let before = daemon_cpu_seconds(dir);
+        let mut report = run_bench(c, key, args, "/bench".into())?;
+        report.daemon_cpu_seconds = daemon_cpu_seconds(dir).into_iter().map(|(name, s)| {
             let spent = s - before.get(&name).copied().unwrap_or(0.0);
             (name, spent)
         }).collect();
         Ok(report)
-    });
+    })
+}
+
+/// Runs `work` on a temporary cluster of `servers` server processes of `mode`
+/// started for it (with its cluster key and directory), and stops it after.
+fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &Tuning, work: impl FnOnce(&ClusterFile, &canopy_client::keyfile::Loaded, &Path) -> Result<T, String>) -> Result<T, String> {
+    let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
+    let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
+    ensure_cluster_key(&c)?;
+    eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
+    start(tmp.path(), &c, durability, listeners)?;
+    let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
     stop(tmp.path())?;
     result
+}
+
+/// [`on_temporary_cluster`] with the defaults of `canopy up` but its mode.
+pub fn on_default_temporary_cluster<T>(servers: u32, mode: &str, work: impl FnOnce(&ClusterFile, &canopy_client::keyfile::Loaded) -> Result<T, String>) -> Result<T, String> {
+    cluster::check_mode(mode)?;
+    on_temporary_cluster(servers, mode, "wal", &Tuning { lease: None, split_threshold: None }, |c, key, _| work(c, key))
 }
 
 /// CPU seconds each live daemon whose pid file is in `dir` has used so far,

@@ -1,6 +1,7 @@
 //! `canopy`: one command-line tool for the daemons, the local cluster, namespace
 //! operations, consistency checks and the benchmark.
 
+mod batch;
 mod commands;
 mod connect;
 mod daemon;
@@ -68,6 +69,10 @@ enum Cmd {
     Mount(mount::MountArgs),
     /// Unmount a Canopy mount.
     Umount(mount::UmountArgs),
+    /// BatchFS batches: private namespaces merged in bulk (begin, exec, commit,
+    /// abort, status, bench).
+    #[command(subcommand)]
+    Batch(batch::BatchCmd),
     /// Keys: issue a user's key.
     #[command(subcommand)]
     Key(keys::KeyCmd),
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Cmd::Eval(args) => eval::eval(&args),
         Cmd::Mount(args) => mount::mount(&args, cli.cluster.as_deref()),
         Cmd::Umount(args) => mount::umount(&args),
+        Cmd::Batch(cmd) => batch::run(cmd, cli.cluster.as_deref(), &who),
         Cmd::Key(cmd) => keys::run(cmd, cli.cluster.as_deref()),
         Cmd::Ns(cmd) => commands::run(cmd, cli.cluster.as_deref(), &who),
     };

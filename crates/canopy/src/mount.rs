@@ -52,6 +52,11 @@ pub struct MountArgs {
     /// (saves one RPC per create, unlink, mkdir, rmdir, link and rename).
     #[arg(long)]
     pub no_dir_times: bool,
+    /// Mount batch ID's private namespace (its root at the mount point)
+    /// instead of the cluster: nothing done through it reaches the cluster
+    /// before `canopy batch commit ID`.
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
 }
 
 #[derive(Args)]
@@ -108,7 +113,15 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     }
     let rt = connect::runtime()?;
     let handles = Arc::new(Handles::new(backends));
-    let client = {
+    // A batch's private server lives as long as the mount.
+    let mut batch = None;
+    let client = if let Some(id) = &args.batch {
+        let _in_runtime = rt.enter();
+        let b = canopy_batch::open(&canopy_batch::default_base(), canopy_batch::parse_id(id)?)?;
+        let private = rt.block_on(b.private_client()).map_err(|e| format!("batch {id}: {e}"))?;
+        batch = Some(b);
+        private.as_user(Creds::root())
+    } else {
         let _in_runtime = rt.enter();
         // The mount checks its callers' rights itself and asserts their
         // credentials per request: that needs the cluster key.
@@ -120,6 +133,7 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     unmount_on_signal(&rt, &args.mountpoint);
     let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts);
     canopy_fuse::mount::serve(fs, &args.mountpoint).map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
+    drop(batch);
     Ok(ExitCode::SUCCESS)
 }
 
