@@ -183,6 +183,8 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     }
     // A root its owner may no longer write takes nothing: refused whole.
     cluster.access(&b.meta.root, canopy_proto::attr::access::W | canopy_proto::attr::access::X).await?;
+    // A try that died while closing may have closed it on some servers.
+    batch::open(cluster, b.meta.id, &b.meta.root).await?;
     let t0 = Instant::now();
     let mut report = CommitReport::default();
     let buffered = b.ns.take_buffers();
