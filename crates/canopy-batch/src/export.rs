@@ -3,6 +3,7 @@
 //! with its lookup state, parents before children, and every file by
 //! directory.
 
+use canopy_client::batch::path_in;
 use canopy_proto::batch::BatchFile;
 use canopy_proto::msg::{DirLookup, Record};
 use canopy_proto::Errno;
@@ -40,10 +41,6 @@ fn pairs<T: serde::de::DeserializeOwned>(store: &dyn Store, cf: &'static str) ->
     Ok(out)
 }
 
-fn join(dir: &str, name: &str) -> String {
-    format!("{}/{name}", dir.trim_end_matches('/'))
-}
-
 pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
     let mut children: HashMap<u64, Vec<(String, DirLookup)>> = HashMap::new();
     for (parent, name, lookup) in pairs::<DirLookup>(store, DIRS)? {
@@ -59,7 +56,7 @@ pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
         for id in level {
             let dir = path_of[&id].clone();
             for (name, lookup) in children.remove(&id).unwrap_or_default() {
-                let p = join(&dir, &name);
+                let p = path_in(&dir, &name);
                 path_of.insert(lookup.id, p.clone());
                 next.push(lookup.id);
                 tree.dirs.push((p, lookup));
@@ -71,7 +68,7 @@ pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
         let dir = path_of.get(&parent).ok_or(Errno::EIO)?;
         match record {
             Record::Inode(inode) => tree.files.entry(dir.clone()).or_default().push(BatchFile { name, inode }),
-            Record::Linked { .. } => tree.refused.push((join(dir, &name), Errno::EMLINK)),
+            Record::Linked { .. } => tree.refused.push((path_in(dir, &name), Errno::EMLINK)),
         }
     }
     Ok(tree)

@@ -201,7 +201,7 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     let mut dirs = Vec::new();
     for (dir, files) in std::mem::take(&mut tree.files) {
         if let Some(e) = refused_below(&refused_dirs, &dir) {
-            report.rejected.extend(files.iter().map(|f| (rooted.global(&format!("{}/{}", dir.trim_end_matches('/'), f.name)), e)));
+            report.rejected.extend(files.iter().map(|f| (rooted.global(&batch::path_in(&dir, &f.name)), e)));
             continue;
         }
         dirs.push(DirFiles { dir: rooted.global(&dir), files });

@@ -20,14 +20,19 @@ impl Rooted {
 
     /// The private path of global `path`; `EXDEV` outside the batch's root.
     pub fn private(&self, path: &str) -> Result<String, Errno> {
+        self.private_path(path).map(|p| p.as_str().to_string())
+    }
+
+    /// [`Rooted::private`], parsed.
+    pub fn private_path(&self, path: &str) -> Result<NsPath, Errno> {
         let p = NsPath::parse(path)?;
-        let (root, p) = (self.root.as_str(), p.as_str());
+        let root = self.root.as_str();
         if root == "/" {
-            return Ok(p.to_string());
+            return Ok(p);
         }
-        match p.strip_prefix(root) {
-            Some("") => Ok("/".to_string()),
-            Some(rest) if rest.starts_with('/') => Ok(rest.to_string()),
+        match p.as_str().strip_prefix(root) {
+            Some("") => NsPath::parse("/"),
+            Some(rest) if rest.starts_with('/') => NsPath::parse(rest),
             _ => Err(Errno::EXDEV),
         }
     }

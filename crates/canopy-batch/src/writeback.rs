@@ -22,7 +22,7 @@ use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::S_ISGID;
 use canopy_proto::batch::BatchFile;
 use canopy_proto::msg::{FileData, IfExists, Inode, ServerStats};
-use canopy_proto::path::{check_name, NsPath};
+use canopy_proto::path::check_name;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -88,7 +88,7 @@ impl BatchNs {
 
     /// A create in a fresh directory, buffered; `None` if `path`'s directory is not fresh.
     fn buffered_create(&self, c: &Creds, path: &str, mode: u32, if_exists: IfExists) -> Option<Res<Attr>> {
-        let p = match self.rooted.private(path).and_then(|p| NsPath::parse(&p)) {
+        let p = match self.rooted.private_path(path) {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
         };
@@ -136,7 +136,7 @@ impl Namespace for BatchNs {
             if self.rooted.above(path) {
                 return Err(Errno::EEXIST);
             }
-            let p = NsPath::parse(&self.rooted.private(path)?)?;
+            let p = self.rooted.private_path(path)?;
             // A name buffered in a fresh parent is known here only.
             let parent_fresh = p.split().is_some_and(|(d, n)| self.fresh.lock().get(d.as_str()).map(|f| f.names.contains(n)) == Some(true));
             if parent_fresh {

@@ -88,13 +88,15 @@ async fn each_server(client: &Client, make: impl Fn(u32) -> Request) -> Res<Vec<
     futures::future::join_all(calls).await.into_iter().collect()
 }
 
-/// One chunk on its way: its server, its directory's name on the wire, and
-/// which file of `dirs` each of its files is.
+/// One chunk on its way: its directory's name on the wire, and which file of
+/// `dirs` each of its files is.
 struct Chunk {
-    server: u32,
     dir: canopy_proto::msg::At,
     files: Vec<(usize, usize)>,
 }
+
+/// Chunks by server; a chunk's number is its place in its server's list.
+type Chunks = BTreeMap<u32, Vec<Chunk>>;
 
 /// Lands `dirs`' files as batch `batch` (see the module doc).
 pub async fn land(client: &Client, batch: u64, dirs: &[DirFiles]) -> Res<Landed> {
@@ -104,32 +106,26 @@ pub async fn land(client: &Client, batch: u64, dirs: &[DirFiles]) -> Res<Landed>
         out.rounds += 1;
         let last = out.rounds >= ROUNDS;
         let chunks = cut(client, dirs, &todo, out.rounds > 1).await?;
-        out.chunks += chunks.len() as u64;
+        out.chunks += chunks.values().map(|c| c.len() as u64).sum::<u64>();
         let t = Instant::now();
         stage(client, batch, dirs, &chunks).await?;
         out.stage_time += t.elapsed();
         let t = Instant::now();
-        let servers: Vec<u32> = chunks.iter().map(|c| c.server).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         let ns = client.namespace();
-        let applied = futures::future::join_all(servers.iter().map(|s| ns.batch_call(client.creds(), *s, Request::BatchApply { batch }))).await;
+        let applied = futures::future::join_all(chunks.keys().map(|s| ns.batch_call(client.creds(), *s, Request::BatchApply { batch }))).await;
         out.apply_time += t.elapsed();
         todo.clear();
-        // The chunks of each server, numbered from 0 as staged.
-        let mut numbered: BTreeMap<u32, Vec<&Chunk>> = BTreeMap::new();
-        for c in &chunks {
-            numbered.entry(c.server).or_default().push(c);
-        }
-        for (server, reply) in servers.iter().zip(applied) {
+        for (own, reply) in chunks.values().zip(applied) {
             let Reply::BatchApplied { inserted, landed, rejected } = reply? else { return Err(Errno::EPROTO) };
             out.made += inserted;
             out.landed_before += landed;
             for (chunk, i, e) in rejected {
-                let which = numbered[server].get(chunk as usize).and_then(|c| c.files.get(i as usize)).copied().ok_or(Errno::EPROTO)?;
+                let which = own.get(chunk as usize).and_then(|c| c.files.get(i as usize)).copied().ok_or(Errno::EPROTO)?;
                 if moved(e) && !last {
                     todo.push(which);
                 } else {
                     let (d, f) = which;
-                    out.rejected.push((join(&dirs[d].dir, &dirs[d].files[f].name), e));
+                    out.rejected.push((path_in(&dirs[d].dir, &dirs[d].files[f].name), e));
                 }
             }
         }
@@ -139,12 +135,12 @@ pub async fn land(client: &Client, batch: u64, dirs: &[DirFiles]) -> Res<Landed>
 }
 
 /// `todo`'s files in chunks by server and directory.
-async fn cut(client: &Client, dirs: &[DirFiles], todo: &[(usize, usize)], fresh: bool) -> Res<Vec<Chunk>> {
+async fn cut(client: &Client, dirs: &[DirFiles], todo: &[(usize, usize)], fresh: bool) -> Res<Chunks> {
     let mut by_dir: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (d, f) in todo {
         by_dir.entry(*d).or_default().push(*f);
     }
-    let mut chunks = Vec::new();
+    let mut chunks = Chunks::new();
     for (d, files) in by_dir {
         let names: Vec<&str> = files.iter().map(|f| dirs[d].files[*f].name.as_str()).collect();
         let (at, servers) = client.namespace().batch_route(client.creds(), &dirs[d].dir, &names, fresh).await?;
@@ -153,47 +149,38 @@ async fn cut(client: &Client, dirs: &[DirFiles], todo: &[(usize, usize)], fresh:
             shares.entry(s).or_default().push(f);
         }
         for (server, share) in shares {
+            let own = chunks.entry(server).or_default();
             let (mut cur, mut bytes) = (Vec::new(), 0);
             for f in share {
                 let b = file_bytes(&dirs[d].files[f]);
                 if !cur.is_empty() && (cur.len() == CHUNK_MAX || bytes + b > CHUNK_BYTES) {
-                    chunks.push(Chunk { server, dir: at.clone(), files: std::mem::take(&mut cur) });
+                    own.push(Chunk { dir: at.clone(), files: std::mem::take(&mut cur) });
                     bytes = 0;
                 }
                 cur.push((d, f));
                 bytes += b;
             }
             if !cur.is_empty() {
-                chunks.push(Chunk { server, dir: at.clone(), files: cur });
+                own.push(Chunk { dir: at.clone(), files: cur });
             }
         }
     }
-    let mut per_server: BTreeMap<u32, u32> = BTreeMap::new();
-    for c in &chunks {
-        *per_server.entry(c.server).or_default() += 1;
-    }
-    if per_server.values().any(|n| *n > CHUNKS_MAX) {
+    if chunks.values().any(|own| own.len() > CHUNKS_MAX as usize) {
         return Err(Errno::EFBIG);
     }
     Ok(chunks)
 }
 
-/// Stages every chunk, numbered per server in order; a server's chunk 0 goes
-/// first, alone, since it clears what an earlier try left staged there.
-async fn stage(client: &Client, batch: u64, dirs: &[DirFiles], chunks: &[Chunk]) -> Res<()> {
+/// Stages every chunk under its number; a server's chunk 0 goes first, alone,
+/// since it clears what an earlier try left staged there.
+async fn stage(client: &Client, batch: u64, dirs: &[DirFiles], chunks: &Chunks) -> Res<()> {
     let ns = client.namespace();
-    let mut numbered: Vec<(u32, &Chunk)> = Vec::with_capacity(chunks.len());
-    let mut next: BTreeMap<u32, u32> = BTreeMap::new();
-    for c in chunks {
-        let n = next.entry(c.server).or_default();
-        numbered.push((*n, c));
-        *n += 1;
-    }
-    let send = |(n, c): (u32, &Chunk)| {
+    let send = |(server, n, c): (u32, usize, &Chunk)| {
         let files = c.files.iter().map(|(d, f)| dirs[*d].files[*f].clone()).collect();
-        ns.batch_call(client.creds(), c.server, Request::BatchStage { batch, chunk: n, dir: c.dir.clone(), files })
+        ns.batch_call(client.creds(), server, Request::BatchStage { batch, chunk: n as u32, dir: c.dir.clone(), files })
     };
-    let (first, rest): (Vec<_>, Vec<_>) = numbered.into_iter().partition(|(n, _)| *n == 0);
+    let numbered = chunks.iter().flat_map(|(s, own)| own.iter().enumerate().map(move |(n, c)| (*s, n, c)));
+    let (first, rest): (Vec<_>, Vec<_>) = numbered.partition(|(_, n, _)| *n == 0);
     for r in futures::future::join_all(first.into_iter().map(send)).await {
         r?;
     }
@@ -212,7 +199,8 @@ fn file_bytes(f: &BatchFile) -> usize {
     f.name.len() + f.inode.target.as_ref().map_or(0, |t| t.len()) + inline + 128
 }
 
-fn join(dir: &str, name: &str) -> String {
+/// The path of `name` in directory `dir` (both as a batch carries them).
+pub fn path_in(dir: &str, name: &str) -> String {
     format!("{}/{name}", dir.trim_end_matches('/'))
 }
 

@@ -26,19 +26,18 @@ use canopy_store::Batch;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 
-/// Keys in `meta`: `batch\0` ‖ batch ‖ `r` (the record) or `s` ‖ chunk.
-const PREFIX: &[u8] = b"batch\0";
-
-fn batch_prefix(batch: u64) -> Vec<u8> {
-    [PREFIX, &batch.to_be_bytes()].concat()
-}
+/// Keys in `meta`: each batch's record under `RECORDS` ‖ batch, its staged
+/// chunks under `CHUNKS` ‖ batch ‖ chunk. Apart, so listing the records never
+/// reads a chunk.
+const RECORDS: &[u8] = b"batch-record\0";
+const CHUNKS: &[u8] = b"batch-chunk\0";
 
 fn record_key(batch: u64) -> Vec<u8> {
-    [&batch_prefix(batch)[..], b"r"].concat()
+    [RECORDS, &batch.to_be_bytes()].concat()
 }
 
 fn chunks_prefix(batch: u64) -> Vec<u8> {
-    [&batch_prefix(batch)[..], b"s"].concat()
+    [CHUNKS, &batch.to_be_bytes()].concat()
 }
 
 fn chunk_key(batch: u64, chunk: u32) -> Vec<u8> {
@@ -57,6 +56,12 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         *last += 1;
     }
     end
+}
+
+/// A batch's staged chunks, for a range delete.
+fn delete_chunks(b: &mut Batch, batch: u64) {
+    let prefix = chunks_prefix(batch);
+    b.delete_range(META, prefix.clone(), prefix_end(&prefix));
 }
 
 /// A batch as recorded here.
@@ -121,8 +126,7 @@ impl MetaServer {
         // A commit stages chunk 0 first and alone: what an interrupted one
         // left here goes.
         if chunk == 0 {
-            let prefix = chunks_prefix(batch);
-            b.delete_range(META, prefix.clone(), prefix_end(&prefix));
+            delete_chunks(&mut b, batch);
         }
         b.put(META, chunk_key(batch, chunk), keys::encode(&Staged { dir, files }));
         self.store.write(b).map_err(io)?;
@@ -173,8 +177,7 @@ impl MetaServer {
             }
         }
         let mut b = Batch::new();
-        let prefix = chunks_prefix(batch);
-        b.delete_range(META, prefix.clone(), prefix_end(&prefix));
+        delete_chunks(&mut b, batch);
         self.store.write(b).map_err(io)?;
         rejected.sort_unstable_by_key(|(c, i, _)| (*c, *i));
         Ok(Reply::BatchApplied { inserted, landed, rejected })
@@ -185,9 +188,9 @@ impl MetaServer {
             Err(Errno::ENOENT) => return Ok(Reply::Unit),
             r => r?,
         };
-        let prefix = batch_prefix(batch);
         let mut b = Batch::new();
-        b.delete_range(META, prefix.clone(), prefix_end(&prefix));
+        b.delete(META, record_key(batch));
+        delete_chunks(&mut b, batch);
         self.store.write(b).map_err(io)?;
         Ok(Reply::Unit)
     }
@@ -220,37 +223,23 @@ impl MetaServer {
 
     /// Every batch recorded here.
     fn batch_records(&self) -> Result<Vec<(u64, Opened)>, Errno> {
-        let mut out = Vec::new();
-        let mut bad = false;
-        self.store
-            .for_each(META, PREFIX, &mut |k, v| {
-                let rest = &k[PREFIX.len()..];
-                if rest.len() == 9 && rest[8] == b'r' {
-                    match keys::decode(v) {
-                        Some(rec) => out.push((u64::from_be_bytes(rest[..8].try_into().unwrap_or_default()), rec)),
-                        None => bad = true,
-                    }
-                }
-                true
-            })
-            .map_err(io)?;
-        if bad {
-            return Err(Errno::EIO);
-        }
-        Ok(out)
+        self.meta_pairs(RECORDS, |rest| rest.try_into().ok().map(u64::from_be_bytes))
     }
 
     /// The chunks batch `batch` staged here, by number.
     fn staged(&self, batch: u64) -> Result<BTreeMap<u32, Staged>, Errno> {
-        let prefix = chunks_prefix(batch);
-        let mut out = BTreeMap::new();
+        Ok(self.meta_pairs(&chunks_prefix(batch), |rest| rest.try_into().ok().map(u32::from_be_bytes))?.into_iter().collect())
+    }
+
+    /// The values under `prefix` in `meta`, decoded, each with what `number`
+    /// reads from the rest of its key. `EIO` if any key or value is not one.
+    fn meta_pairs<N, T: serde::de::DeserializeOwned>(&self, prefix: &[u8], number: impl Fn(&[u8]) -> Option<N>) -> Result<Vec<(N, T)>, Errno> {
+        let mut out = Vec::new();
         let mut bad = false;
         self.store
-            .for_each(META, &prefix, &mut |k, v| {
-                match (k[prefix.len()..].try_into().ok().map(u32::from_be_bytes), keys::decode::<Staged>(v)) {
-                    (Some(chunk), Some(s)) => {
-                        out.insert(chunk, s);
-                    }
+            .for_each(META, prefix, &mut |k, v| {
+                match (number(&k[prefix.len()..]), keys::decode(v)) {
+                    (Some(n), Some(t)) => out.push((n, t)),
                     _ => bad = true,
                 }
                 true
@@ -287,14 +276,13 @@ mod tests {
     #[test]
     fn keys_of_one_batch_sort_together_and_apart_from_others() {
         let (a, b) = (7u64, 8u64);
-        assert!(record_key(a).starts_with(&batch_prefix(a)));
         assert!(chunk_key(a, 3).starts_with(&chunks_prefix(a)));
         assert!(chunk_key(a, 1) < chunk_key(a, 2));
-        assert!(prefix_end(&batch_prefix(a)) <= batch_prefix(b));
         assert!(chunk_key(a, u32::MAX) < prefix_end(&chunks_prefix(a)));
-        assert!(record_key(a) < chunks_prefix(a), "the record is not in the chunks' range");
+        assert!(prefix_end(&chunks_prefix(a)) <= chunks_prefix(b));
+        assert!(!record_key(a).starts_with(CHUNKS) && !chunk_key(a, 0).starts_with(RECORDS), "records and chunks apart");
         let top = u64::MAX;
-        assert!(prefix_end(&batch_prefix(top)) > chunk_key(top, u32::MAX), "a batch number ending in 0xff");
-        assert!(prefix_end(&batch_prefix(0xff)) > record_key(0xff) && prefix_end(&batch_prefix(0xff)) <= batch_prefix(0x100));
+        assert!(prefix_end(&chunks_prefix(top)) > chunk_key(top, u32::MAX), "a batch number ending in 0xff");
+        assert!(prefix_end(&chunks_prefix(0xff)) > chunk_key(0xff, u32::MAX) && prefix_end(&chunks_prefix(0xff)) <= chunks_prefix(0x100));
     }
 }

@@ -69,12 +69,7 @@ pub fn run(cmd: BatchCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode,
     if let BatchCmd::Bench(args) = &cmd {
         return bench(args, cluster);
     }
-    let c = connect::load(cluster)?;
-    let key = connect::key(&c)?;
-    let creds = connect::creds(who, &key)?;
-    let rt = connect::runtime()?;
-    rt.block_on(async move {
-        let client = connect::client(&c, &key, creds)?;
+    connect::with_client(cluster, who, |client| async move {
         match cmd {
             BatchCmd::Begin { path } => {
                 let b = begin(&client, &commands::norm(&path), &base()).await.map_err(|e| format!("cannot begin a batch at '{path}': {e}"))?;
@@ -220,7 +215,7 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     let mut r = BenchReport { mode, servers: client.namespace().servers(), clients: n, sync_files: args.sync_files, batch_files: args.files, ..Default::default() };
     // Synchronous: each client makes its directory and its files one create at a time.
     let t = Instant::now();
-    let made = futures::future::join_all((0..n).map(|i| sync_creates(client, format!("{top}/sync-{i}"), args.sync_files))).await;
+    let made = futures::future::join_all((0..n).map(|i| make_files(client.clone(), format!("{top}/sync-{i}"), args.sync_files))).await;
     made.into_iter().collect::<Result<Vec<()>, _>>().map_err(err("sync create"))?;
     r.sync_creates_per_s = rate(n * args.sync_files, t.elapsed());
     r.sync_stats_per_s = stats(client, &top, "sync", n, args.sync_files, args.stats).await?;
@@ -231,7 +226,7 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
         batches.push(begin(client, &format!("{top}/batch-{i}"), base.path()).await.map_err(err("begin"))?);
     }
     let t = Instant::now();
-    let made = futures::future::join_all(batches.iter().enumerate().map(|(i, b)| batch_creates(b.client(), format!("{top}/batch-{i}/d"), args.files))).await;
+    let made = futures::future::join_all(batches.iter().enumerate().map(|(i, b)| make_files(b.client(), format!("{top}/batch-{i}/d"), args.files))).await;
     made.into_iter().collect::<Result<Vec<()>, _>>().map_err(err("batch create"))?;
     let client_time = t.elapsed();
     let t = Instant::now();
@@ -255,18 +250,12 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     Ok(r)
 }
 
-async fn sync_creates(client: &Client, dir: String, files: usize) -> Result<(), canopy_proto::Errno> {
+/// Makes directory `dir` and `files` files in it, one create at a time (the
+/// cluster's client, or a batch's).
+async fn make_files(client: Client, dir: String, files: usize) -> Result<(), canopy_proto::Errno> {
     client.mkdir(&dir, 0o755).await?;
     for f in 0..files {
         client.create(&format!("{dir}/f{f}"), 0o644).await?;
-    }
-    Ok(())
-}
-
-async fn batch_creates(b: Client, dir: String, files: usize) -> Result<(), canopy_proto::Errno> {
-    b.mkdir(&dir, 0o755).await?;
-    for f in 0..files {
-        b.create(&format!("{dir}/f{f}"), 0o644).await?;
     }
     Ok(())
 }

@@ -194,12 +194,7 @@ fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
 }
 
 pub fn run(cmd: NsCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode, String> {
-    let c = connect::load(cluster)?;
-    let key = connect::key(&c)?;
-    let creds = connect::creds(who, &key)?;
-    let rt = connect::runtime()?;
-    rt.block_on(async move {
-        let client = connect::client(&c, &key, creds)?;
+    connect::with_client(cluster, who, |client| async move {
         let ok = dispatch(&client, cmd).await?;
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
     })

@@ -81,6 +81,20 @@ pub fn client(c: &ClusterFile, key: &Loaded, creds: Creds) -> Result<Client, Str
     Ok(Client::new(namespace(c, key, NsOptions::default())?, creds))
 }
 
+/// Runs `work` with a client of the cluster a command names (`--cluster`,
+/// else the usual places), acting as `who` says, on a runtime of its own.
+pub fn with_client<F, Fut>(cluster: Option<&Path>, who: &Who, work: F) -> Result<std::process::ExitCode, String>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<std::process::ExitCode, String>>,
+{
+    let c = load(cluster)?;
+    let key = key(&c)?;
+    let creds = creds(who, &key)?;
+    let rt = runtime()?;
+    rt.block_on(async move { work(client(&c, &key, creds)?).await })
+}
+
 /// The namespace client of `c`'s mode over TCP, proving `key`, set up as `opts`
 /// says. A user key's operations are delegated (its client cannot send the
 /// internal requests a transaction needs).
