@@ -399,6 +399,48 @@ async fn giraffa_requests_need_the_cluster_key_and_are_bounded() {
     assert_eq!((report.dirs, report.problems.len()), (1, 0), "only the root: {:?}", report.problems);
 }
 
+/// BatchFS requests over TCP: the cluster key's only; a chunk past its caps,
+/// a badly named file, an unknown batch or another user's are refused and
+/// stage nothing; files their owner could not have made are refused one by
+/// one at apply, and the rest lands.
+#[tokio::test]
+async fn batch_requests_need_the_cluster_key_and_are_bounded() {
+    use canopy_proto::batch::{BatchFile, CHUNKS_MAX, CHUNK_MAX};
+    use canopy_proto::msg::{At, FileData, Inode};
+    let addr = start_server().await;
+    let alice = connect(&addr, &user(1000)).await;
+    let root = connect(&addr, &admin()).await;
+    let file = |name: &str, uid: u32| {
+        let attr = canopy_proto::Attr { ino: 0, kind: canopy_proto::FileKind::File, mode: 0o644, uid, gid: 1000, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+        BatchFile { name: name.into(), inode: Inode { attr, target: None, data: Some(FileData { fid: canopy_proto::Fid::new(7, uid as u64), inline: Some(Vec::new()) }) } }
+    };
+    let stage = |batch: u64, chunk: u32, files: Vec<BatchFile>| Request::BatchStage { batch, chunk, dir: At::Path("/job".into()), files };
+    for req in [Request::BatchOpen { batch: 5, root: "/job".into() }, Request::BatchList, stage(5, 0, vec![]), Request::BatchApply { batch: 5 }, Request::BatchClose { batch: 5 }] {
+        assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
+    }
+    let owner = Creds::user(1000, 1000);
+    assert_eq!(root.call(&Creds::root(), &Request::Mkdir { path: "/job".into(), mode: 0o777, assign: None }, T).await.map(|_| ()), Ok(()));
+    assert_eq!(root.call(&owner, &Request::BatchOpen { batch: 5, root: "no/slash".into() }, T).await, Err(Errno::EINVAL));
+    assert_eq!(root.call(&owner, &Request::BatchOpen { batch: 5, root: "/job".into() }, T).await, Ok(Reply::Unit));
+    assert_eq!(root.call(&Creds::user(1001, 1001), &Request::BatchOpen { batch: 5, root: "/job".into() }, T).await, Err(Errno::EEXIST), "another user's number");
+    assert_eq!(root.call(&owner, &stage(6, 0, vec![file("a", 1000)]), T).await, Err(Errno::ENOENT), "no such batch");
+    assert_eq!(root.call(&Creds::user(1001, 1001), &stage(5, 0, vec![file("a", 1001)]), T).await, Err(Errno::EPERM), "not the owner");
+    assert_eq!(root.call(&owner, &stage(5, CHUNKS_MAX, vec![file("a", 1000)]), T).await, Err(Errno::EMSGSIZE));
+    assert_eq!(root.call(&owner, &stage(5, 0, vec![file("a", 1000); CHUNK_MAX + 1]), T).await, Err(Errno::EMSGSIZE));
+    assert_eq!(root.call(&owner, &stage(5, 0, vec![file("a/b", 1000)]), T).await, Err(Errno::EINVAL));
+    assert_eq!(root.call(&owner, &stage(5, 0, vec![file("..", 1000)]), T).await, Err(Errno::EINVAL));
+    let Ok(Reply::Batches(listed)) = root.call(&Creds::root(), &Request::BatchList, T).await else { panic!("list") };
+    assert_eq!(listed.iter().map(|b| (b.batch, b.uid, b.staged)).collect::<Vec<_>>(), vec![(5, 1000, 0)], "nothing refused was staged");
+    // Given away, twice in one batch, and one good file.
+    assert_eq!(root.call(&owner, &stage(5, 0, vec![file("x", 0), file("ok", 1000), file("ok", 1000)]), T).await, Ok(Reply::Unit));
+    let applied = root.call(&owner, &Request::BatchApply { batch: 5 }, T).await;
+    assert_eq!(applied, Ok(Reply::BatchApplied { inserted: 1, landed: 0, rejected: vec![(0, 0, Errno::EPERM), (0, 2, Errno::EEXIST)] }));
+    assert_eq!(root.call(&owner, &Request::BatchClose { batch: 5 }, T).await, Ok(Reply::Unit));
+    assert_eq!(root.call(&owner, &Request::BatchApply { batch: 5 }, T).await, Err(Errno::ENOENT), "closed");
+    let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };
+    assert_eq!((report.files, report.problems.len()), (1, 0), "{:?}", report.problems);
+}
+
 /// A user key's requests carry its identity, whatever credentials they claim.
 #[tokio::test]
 async fn forged_credentials_are_replaced_by_the_keys() {
