@@ -1,7 +1,7 @@
 //! Global paths under a batch's root and the private namespace's paths: the
 //! private server's `/` is the batch's root.
 
-use canopy_proto::path::NsPath;
+use canopy_proto::path::{check_name, NsPath, NS_PATH_MAX};
 use canopy_proto::Errno;
 
 #[derive(Debug, Clone)]
@@ -37,6 +37,25 @@ impl Rooted {
         }
     }
 
+    /// The private directory and name of global `path` as written, without
+    /// parsing or allocating: `None` unless the path is under the root and its
+    /// last component is a plain name. The directory part is unchecked, so a
+    /// caller may only use it to find a directory it already holds by its
+    /// canonical private path (anything unusual in it finds none).
+    pub fn private_split<'p>(&self, path: &'p str) -> Option<(&'p str, &'p str)> {
+        if path.len() > NS_PATH_MAX {
+            return None;
+        }
+        let rest = match self.root.as_str() {
+            "/" => path,
+            root => path.strip_prefix(root)?,
+        };
+        let cut = rest.rfind('/')?;
+        let (dir, name) = (if cut == 0 { "/" } else { &rest[..cut] }, &rest[cut + 1..]);
+        let plain = name != "." && name != ".." && check_name(name).is_ok();
+        (rest.starts_with('/') && plain).then_some((dir, name))
+    }
+
     /// Whether global `path` is a directory above the root (which the batch
     /// sees as existing directories it cannot change).
     pub fn above(&self, path: &str) -> bool {
@@ -70,7 +89,13 @@ mod tests {
         assert_eq!(r.global("/a/b"), "/jobs/run42/a/b");
         assert_eq!(r.global("/"), "/jobs/run42");
         assert!(r.above("/") && r.above("/jobs") && !r.above("/jobs/run42") && !r.above("/jo") && !r.above("/jobs/run4"));
+        assert_eq!(r.private_split("/jobs/run42/a/b"), Some(("/a", "b")));
+        assert_eq!(r.private_split("/jobs/run42/b"), Some(("/", "b")));
+        for odd in ["/jobs/run42", "/jobs/run42/", "/jobs/run42/a/..", "/jobs/run42/.", "/jobs/run420/b", "/jobs/b", "relative/b"] {
+            assert_eq!(r.private_split(odd), None, "{odd}");
+        }
         let top = Rooted::new("/").unwrap();
+        assert_eq!(top.private_split("/a/b"), Some(("/a", "b")));
         assert_eq!((top.private("/a").unwrap(), top.global("/a")), ("/a".to_string(), "/a".to_string()));
     }
 }

@@ -88,6 +88,12 @@ impl BatchNs {
 
     /// A create in a fresh directory, buffered; `None` if `path`'s directory is not fresh.
     fn buffered_create(&self, c: &Creds, path: &str, mode: u32, if_exists: IfExists) -> Option<Res<Attr>> {
+        // The common case, a plain path, is looked up as written.
+        if let Some((dir, name)) = self.rooted.private_split(path) {
+            if let Some(f) = self.fresh.lock().get_mut(dir) {
+                return self.buffer(f, c, name, mode, if_exists);
+            }
+        }
         let p = match self.rooted.private_path(path) {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
@@ -95,12 +101,17 @@ impl BatchNs {
         let (dir, name) = p.split()?;
         let mut fresh = self.fresh.lock();
         let f = fresh.get_mut(dir.as_str())?;
-        let dir_attr = f.attr.clone()?;
+        self.buffer(f, c, name, mode, if_exists)
+    }
+
+    /// Appends file `name` to fresh directory `f` if `c` may create it; `None`
+    /// if the name exists and the caller opens it (not a create: the caller flushes).
+    fn buffer(&self, f: &mut Fresh, c: &Creds, name: &str, mode: u32, if_exists: IfExists) -> Option<Res<Attr>> {
+        let dir_attr = f.attr.as_ref()?;
         if f.names.contains(name) {
-            // Opening an existing file is not a create: the caller flushes.
             return matches!(if_exists, IfExists::Fail).then_some(Err(Errno::EEXIST));
         }
-        if let Err(e) = check_name(name).and_then(|_| perm::require_dir_write(c, Owner::of_attr(&dir_attr))) {
+        if let Err(e) = check_name(name).and_then(|_| perm::require_dir_write(c, Owner::of_attr(dir_attr))) {
             return Some(Err(e));
         }
         let now = now_ns();
