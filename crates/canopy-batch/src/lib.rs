@@ -5,11 +5,15 @@
 //!   on every server and makes its private metadata server
 //!   ([`private::Private`]: the same server code over a RocksDB store in the
 //!   batch's directory); [`open`] opens it again from another process.
+//!   [`begin_with`] `Start::Snapshot` first copies the subtree under the root
+//!   into it and keeps that copy as the batch's base ([`snapshot`]).
 //! - [`OpenBatch::client`] is the private namespace, by global paths under the
 //!   root, with new files of directories made in it kept in memory
 //!   ([`writeback`]); no operation costs an RPC to the cluster.
-//! - [`commit`] reads the private namespace whole ([`export`]), makes its
-//!   directories in the cluster (each an ordinary mkdir by the owner, so the
+//! - [`commit`] reads the private namespace whole ([`export`]) and tells
+//!   what changed from the base ([`diff`]): base entries moved, removed or
+//!   changed are done by the owner's ordinary operations ([`reconcile`]); it
+//!   makes the new directories in the cluster (each an ordinary mkdir by the owner, so the
 //!   servers check it; one already there and a directory is used as it is),
 //!   then lands its files as per-server tables the servers verify and
 //!   ingest ([`canopy_client::batch::land`]). Refused files and directories
@@ -19,12 +23,19 @@
 //! This crate links the server and the store (the private server is one);
 //! `canopy-client` stays free of them.
 
+pub mod diff;
 pub mod export;
 pub mod paths;
 pub mod private;
+pub mod reconcile;
+pub mod snapshot;
 pub mod writeback;
 
 use canopy_client::batch::{self, DirFiles, Landed};
+use canopy_proto::msg::DirLookup;
+use diff::Move;
+use reconcile::{Refused, Stage};
+use snapshot::Base;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, FileKind, SetAttr};
@@ -102,10 +113,27 @@ impl OpenBatch {
     }
 }
 
+/// How a batch starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Start {
+    /// With an empty private namespace: what is already under the root is
+    /// not seen, and a name the commit finds taken is refused.
+    #[default]
+    Empty,
+    /// With a copy of the subtree under the root ([`snapshot`]), which the
+    /// batch may change as its owner could: a commit carries the changes.
+    Snapshot,
+}
+
 /// Starts a batch rooted at `root` in the cluster, as `cluster`'s user; the
 /// root is made if missing (its parent must exist). Its directory is made
 /// under `base`.
 pub async fn begin(cluster: &Client, root: &str, base: &Path) -> Res<OpenBatch> {
+    begin_with(cluster, root, base, Start::Empty).await
+}
+
+/// [`begin`], starting as `start` says.
+pub async fn begin_with(cluster: &Client, root: &str, base: &Path, start: Start) -> Res<OpenBatch> {
     let root = NsPath::parse(root)?.as_str().to_string();
     let attr = match cluster.stat(&root).await {
         Ok(a) => a,
@@ -133,6 +161,12 @@ pub async fn begin(cluster: &Client, root: &str, base: &Path) -> Res<OpenBatch> 
     let private_root = b.private.client.as_user(Creds::root());
     private_root.setattr("/", &SetAttr { mode: Some(attr.mode), uid: Some(attr.uid), gid: Some(attr.gid), ..SetAttr::default() }).await?;
     batch::open(&b.private.client, private::WRITE_BACK_BATCH, "/").await?;
+    if start == Start::Snapshot {
+        if let Err(e) = snapshot::take(cluster, &b.private, &b.ns.rooted, &b.dir).await {
+            let _ = abort(b, cluster).await;
+            return Err(e);
+        }
+    }
     Ok(b)
 }
 
@@ -164,9 +198,14 @@ pub struct CommitReport {
     /// someone else) and were used as they are.
     pub dirs_adopted: u64,
     pub files: Landed,
+    /// Entries of the base (a snapshot batch's) moved, removed and modified.
+    pub moved: u64,
+    pub removed: u64,
+    pub modified: u64,
     /// Every directory and file refused, by global path, with why.
     pub rejected: Vec<(String, Errno)>,
-    /// Reading the private namespace; making directories; everything.
+    /// Reading the private namespace; making directories and the changes to
+    /// the base; everything.
     pub export_time: Duration,
     pub dirs_time: Duration,
     pub total_time: Duration,
@@ -194,20 +233,32 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     }
     let rooted = Rooted::new(&b.meta.root)?;
     report.rejected.extend(tree.refused.iter().map(|(p, e)| (rooted.global(p), *e)));
+    let changes = diff::changes(&Base::load(&b.dir)?, tree);
     report.export_time = t0.elapsed();
     let t = Instant::now();
-    let refused_dirs = make_dirs(cluster, &rooted, &tree.dirs, &mut report).await?;
+    let mut refused = Refused::new();
+    let mut stage = Stage::new(&rooted, b.meta.id);
+    reconcile::stage_moves(cluster, &rooted, &mut stage, &changes.moves, &mut refused, &mut report).await?;
+    reconcile::remove(cluster, &rooted, &stage, &changes.removed, &mut refused, &mut report).await?;
+    place_dirs(cluster, &rooted, &stage, &changes, &mut refused, &mut report).await?;
+    for m in changes.moves.iter().filter(|m| !m.is_dir) {
+        place(cluster, &rooted, &stage, Place::Moved(m), &mut refused, &mut report).await?;
+    }
+    reconcile::drop_stage(cluster, &stage).await?;
+    reconcile::modify(cluster, &rooted, &changes.modified, &mut refused, &mut report).await?;
     report.dirs_time = t.elapsed();
     let mut dirs = Vec::new();
-    for (dir, files) in std::mem::take(&mut tree.files) {
-        if let Some(e) = refused_below(&refused_dirs, &dir) {
+    for (dir, files) in changes.new_files {
+        if let Some(e) = refused_below(&refused, &dir) {
             report.rejected.extend(files.iter().map(|f| (rooted.global(&batch::path_in(&dir, &f.name)), e)));
             continue;
         }
         dirs.push(DirFiles { dir: rooted.global(&dir), files });
     }
     report.files = batch::land(cluster, b.meta.id, &dirs).await?;
-    finish_dirs(cluster, &rooted, &tree.dirs, &refused_dirs, &mut report).await;
+    let mut finish: Vec<&(String, DirLookup)> = changes.new_dirs.iter().chain(&changes.changed_dirs).collect();
+    finish.sort_by_key(|(p, _)| p.matches('/').count());
+    finish_dirs(cluster, &rooted, &finish, &refused, &mut report).await;
     report.rejected.extend(report.files.rejected.iter().cloned());
     report.rejected.sort_by(|a, b| a.0.cmp(&b.0));
     batch::close(cluster, b.meta.id).await?;
@@ -219,7 +270,7 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
 }
 
 /// Why a directory at or above private path `p` was refused, if one was.
-fn refused_below(refused: &HashMap<String, Errno>, p: &str) -> Option<Errno> {
+pub(crate) fn refused_below(refused: &HashMap<String, Errno>, p: &str) -> Option<Errno> {
     let mut cur = p;
     loop {
         if let Some(e) = refused.get(cur) {
@@ -232,54 +283,104 @@ fn refused_below(refused: &HashMap<String, Errno>, p: &str) -> Option<Errno> {
     }
 }
 
-/// Makes the batch's directories in the cluster, a level at a time; answers
-/// the ones refused (by private path). Below a refused one nothing is tried.
-async fn make_dirs(cluster: &Client, rooted: &Rooted, dirs: &[(String, canopy_proto::msg::DirLookup)], report: &mut CommitReport) -> Res<HashMap<String, Errno>> {
-    let mut refused: HashMap<String, Errno> = HashMap::new();
-    let mut levels: BTreeMap<usize, Vec<&(String, canopy_proto::msg::DirLookup)>> = BTreeMap::new();
-    for d in dirs {
-        levels.entry(d.0.matches('/').count()).or_default().push(d);
+/// A directory or moved entry a commit puts in its place.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// A directory the batch made.
+    Made(&'a (String, DirLookup)),
+    /// An entry of the base moved (out of the stage).
+    Moved(&'a Move),
+}
+
+impl Place<'_> {
+    /// Its private path.
+    fn path(&self) -> &str {
+        match self {
+            Place::Made((p, _)) => p,
+            Place::Moved(m) => &m.to,
+        }
+    }
+}
+
+/// Makes the batch's new directories and places its moved ones, a level at a
+/// time (a refused one refuses everything below it).
+async fn place_dirs(cluster: &Client, rooted: &Rooted, stage: &Stage, changes: &diff::Changes, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
+    let mut levels: BTreeMap<usize, Vec<Place>> = BTreeMap::new();
+    let made = changes.new_dirs.iter().map(Place::Made);
+    let moved = changes.moves.iter().filter(|m| m.is_dir).map(Place::Moved);
+    for p in made.chain(moved) {
+        levels.entry(p.path().matches('/').count()).or_default().push(p);
     }
     for level in levels.values() {
-        let mut todo = Vec::new();
-        for d in level {
-            match refused_below(&refused, &d.0) {
-                Some(e) => {
-                    refused.insert(d.0.clone(), e);
-                    report.rejected.push((rooted.global(&d.0), e));
-                }
-                None => todo.push(*d),
-            }
-        }
-        for group in todo.chunks(MKDIRS_AT_ONCE) {
-            let globals: Vec<String> = group.iter().map(|(p, _)| rooted.global(p)).collect();
-            let made = futures::future::join_all(group.iter().zip(&globals).map(|((_, l), g)| make_dir(cluster, g, l))).await;
-            for ((p, _), r) in group.iter().zip(made) {
+        for group in level.chunks(MKDIRS_AT_ONCE) {
+            // Refusals above are known before the group starts: one level up.
+            let todo: Vec<Place> = group.iter().copied().filter(|p| !skip_refused(refused, rooted, p.path(), report)).collect();
+            let done = futures::future::join_all(todo.iter().map(|p| place_one(cluster, rooted, stage, *p))).await;
+            for (p, r) in todo.iter().zip(done) {
                 match r {
-                    Ok(true) => report.dirs_made += 1,
-                    Ok(false) => report.dirs_adopted += 1,
-                    Err(e) if unreachable_cluster(e) => return Err(e),
-                    Err(e) => {
-                        refused.insert(p.clone(), e);
-                        report.rejected.push((rooted.global(p), e));
-                    }
+                    Ok(Placed::Made) => report.dirs_made += 1,
+                    Ok(Placed::Adopted) => report.dirs_adopted += 1,
+                    Ok(Placed::Moved) => report.moved += 1,
+                    Err(e) => reconcile::settle(Err(e), rooted, p.path(), refused, report)?,
                 }
             }
         }
     }
-    Ok(refused)
+    Ok(())
+}
+
+/// Whether private path `p` is refused or below a refused directory; a
+/// refusal not yet reported for `p` itself is.
+fn skip_refused(refused: &Refused, rooted: &Rooted, p: &str, report: &mut CommitReport) -> bool {
+    match refused_below(refused, p) {
+        Some(_) if refused.contains_key(p) => true,
+        Some(e) => {
+            report.rejected.push((rooted.global(p), e));
+            true
+        }
+        None => false,
+    }
+}
+
+/// What placing one entry did.
+enum Placed {
+    Made,
+    /// A directory was there already (made by an earlier try, or by someone else).
+    Adopted,
+    Moved,
+}
+
+async fn place_one(cluster: &Client, rooted: &Rooted, stage: &Stage, p: Place<'_>) -> Res<Placed> {
+    match p {
+        Place::Made((path, l)) => make_dir(cluster, &rooted.global(path), l).await.map(|made| if made { Placed::Made } else { Placed::Adopted }),
+        Place::Moved(m) => reconcile::unstage(cluster, rooted, stage, m).await.map(|_| Placed::Moved),
+    }
+}
+
+/// Places one entry, not below a refused one, recording the outcome.
+async fn place(cluster: &Client, rooted: &Rooted, stage: &Stage, p: Place<'_>, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
+    if skip_refused(refused, rooted, p.path(), report) {
+        return Ok(());
+    }
+    match place_one(cluster, rooted, stage, p).await {
+        Ok(_) => {
+            report.moved += 1;
+            Ok(())
+        }
+        Err(e) => reconcile::settle(Err(e), rooted, p.path(), refused, report),
+    }
 }
 
 /// Errors that say nothing of the directory but of the cluster: the commit
 /// stops (and is run again), rather than refuse what was not decided.
-fn unreachable_cluster(e: Errno) -> bool {
+pub(crate) fn unreachable_cluster(e: Errno) -> bool {
     matches!(e, Errno::ENOTCONN | Errno::ETIMEDOUT | Errno::ECONNREFUSED | Errno::EIO | Errno::EPROTO | Errno::EAGAIN)
 }
 
 /// Makes one directory, writable and searchable by its owner until its
 /// contents are in (`finish_dirs` gives it its mode); `false`: a directory
 /// was there.
-async fn make_dir(cluster: &Client, path: &str, l: &canopy_proto::msg::DirLookup) -> Res<bool> {
+async fn make_dir(cluster: &Client, path: &str, l: &DirLookup) -> Res<bool> {
     match cluster.mkdir(path, (l.mode & 0o7777) | 0o300).await {
         Ok(_) => Ok(true),
         Err(Errno::EEXIST) => match cluster.stat(path).await?.kind {
@@ -290,10 +391,10 @@ async fn make_dir(cluster: &Client, path: &str, l: &canopy_proto::msg::DirLookup
     }
 }
 
-/// Gives each directory the batch made its private mode and group, deepest
-/// first (a chmod that takes the owner's write or search away comes after
-/// everything below it landed).
-async fn finish_dirs(cluster: &Client, rooted: &Rooted, dirs: &[(String, canopy_proto::msg::DirLookup)], made: &HashMap<String, Errno>, report: &mut CommitReport) {
+/// Gives each directory the batch made or changed its private mode and
+/// group, deepest first (a chmod that takes the owner's write or search away
+/// comes after everything below it landed); `dirs` is parents first.
+async fn finish_dirs(cluster: &Client, rooted: &Rooted, dirs: &[&(String, DirLookup)], made: &HashMap<String, Errno>, report: &mut CommitReport) {
     for (p, l) in dirs.iter().rev() {
         if refused_below(made, p).is_some() {
             continue;

@@ -31,7 +31,7 @@ pub struct Private {
 impl Private {
     /// Opens (or makes) the private server whose store is `dir`, for `owner`.
     pub fn open(dir: &Path, owner: Creds) -> Result<Private, Errno> {
-        let store: SharedStore = Arc::new(RocksStore::open(dir, ALL_CFS, Durability::Wal).map_err(|_| Errno::EIO)?);
+        let store: SharedStore = Arc::new(open_store(dir)?);
         let cfg = ServerConfig { index: 0, servers: 1 };
         let server = Arc::new(MetaServer::open_with("shardfs", cfg, store.clone(), SystemClock::shared(), ModeOptions::default()).map_err(|_| Errno::EIO)?);
         // A private mkdir or rename that dies with its process has no one to
@@ -41,4 +41,10 @@ impl Private {
         let ns = open_namespace("shardfs", t, NsOptions::default()).map_err(|_| Errno::EIO)?;
         Ok(Private { store, client: Client::new(ns, owner), _server: server, _lock: lock })
     }
+}
+
+/// The private store; `EBUSY` if another process (or a handle in this one not
+/// yet let go) keeps it open.
+fn open_store(dir: &Path) -> Result<RocksStore, Errno> {
+    RocksStore::open(dir, ALL_CFS, Durability::Wal).map_err(|e| if e.to_string().contains("lock") { Errno::EBUSY } else { Errno::EIO })
 }

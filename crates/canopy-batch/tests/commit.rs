@@ -1,7 +1,7 @@
 //! A batch's commit against the same operations done synchronously, its
 //! conflicts and refusals, and commits interrupted and run again.
 
-use canopy_batch::{begin, commit, open, OpenBatch};
+use canopy_batch::{begin, begin_with, commit, open, CommitReport, OpenBatch, Start};
 use canopy_client::Client;
 use canopy_proto::{Creds, Errno, FileKind};
 use canopy_testkit::InProcCluster;
@@ -69,14 +69,29 @@ async fn step(c: &Client, top: &str, rng: &mut StdRng) -> (String, Result<(), Er
     (format!("{op} {p} {q}"), r)
 }
 
-async fn run_model(mode: &'static str, seed: u64) {
+/// `ops` random operations done synchronously under both `/sync` and `/batch`.
+async fn same_start(me: &Client, seed: u64, ops: usize) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    for _ in 0..ops {
+        let mut r2 = rng.clone();
+        let (what, a) = step(me, "/sync", &mut rng).await;
+        let (_, b) = step(me, "/batch", &mut r2).await;
+        assert_eq!(a, b, "{what}");
+    }
+}
+
+/// What a commit did to the base: moved, removed, modified.
+async fn run_model(mode: &'static str, seed: u64, start: Start) -> (u64, u64, u64) {
     let cluster = InProcCluster::memory_mode(mode, 3);
     let root = cluster.client();
     user_dir(&root, "/sync", 0o755).await;
     user_dir(&root, "/batch", 0o755).await;
     let me = root.as_user(user());
+    if start == Start::Snapshot {
+        same_start(&me, seed, 40).await;
+    }
     let base = tempfile::tempdir().unwrap();
-    let b = begin(&me, "/batch", base.path()).await.unwrap();
+    let b = begin_with(&me, "/batch", base.path(), start).await.unwrap();
     let private = b.client();
     let mut rng = StdRng::seed_from_u64(seed);
     for i in 0..80 {
@@ -90,14 +105,81 @@ async fn run_model(mode: &'static str, seed: u64) {
     assert_eq!(subtree(&root, "/sync").await, subtree(&root, "/batch").await, "{mode} seed {seed}");
     let fsck = root.fsck().await.unwrap();
     assert!(fsck.is_clean(), "{mode} seed {seed}: {fsck:?}");
+    (report.moved, report.removed, report.modified)
 }
 
 #[tokio::test]
 async fn a_commit_makes_the_namespace_the_same_operations_make_synchronously() {
     for mode in ["shardfs", "indexfs"] {
         for seed in 0..12 {
-            run_model(mode, seed).await;
+            run_model(mode, seed, Start::Empty).await;
         }
+    }
+}
+
+#[tokio::test]
+async fn a_batch_from_a_snapshot_commits_what_the_same_operations_do_to_the_same_tree() {
+    for mode in ["shardfs", "indexfs"] {
+        let mut did = (0, 0, 0);
+        for seed in 0..20 {
+            let (m, r, c) = run_model(mode, seed, Start::Snapshot).await;
+            did = (did.0 + m, did.1 + r, did.2 + c);
+        }
+        // The sequences did move, remove and change what the batch began with.
+        assert!(did.0 >= 3 && did.1 >= 10 && did.2 >= 5, "{mode}: moved, removed, modified {did:?}");
+    }
+}
+
+/// Renames the cluster could not do in the private order one at a time (a
+/// swap, a directory moved below its former child's new place) land as the
+/// private namespace has them, and an entry changed meanwhile by someone
+/// else is refused, not touched.
+#[tokio::test]
+async fn a_snapshot_batch_lands_swaps_and_refuses_what_changed_meanwhile() {
+    for mode in ["shardfs", "indexfs"] {
+        let cluster = InProcCluster::memory_mode(mode, 3);
+        let root = cluster.client();
+        user_dir(&root, "/job", 0o755).await;
+        let me = root.as_user(user());
+        for d in ["/job/a", "/job/b", "/job/a/x"] {
+            me.mkdir(d, 0o755).await.unwrap();
+        }
+        for f in ["/job/a/f", "/job/b/g", "/job/keep", "/job/gone", "/job/theirs"] {
+            me.create(f, 0o644).await.unwrap();
+        }
+        me.write_data("/job/keep", 0, b"old", 4096, false).await.unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let b = begin_with(&me, "/job", base.path(), Start::Snapshot).await.unwrap();
+        let p = b.client();
+        assert_eq!(p.read_data("/job/keep", 0, 10).await.unwrap(), canopy_client::data::DataRead::Inline(b"old".to_vec()));
+        // Swap a and b; move x out and its old parent below it.
+        p.rename("/job/a", "/job/t").await.unwrap();
+        p.rename("/job/b", "/job/a").await.unwrap();
+        p.rename("/job/t", "/job/b").await.unwrap();
+        p.rename("/job/b/x", "/job/x").await.unwrap();
+        p.rename("/job/b", "/job/x/b").await.unwrap();
+        p.write_data("/job/keep", 0, b"new!", 4096, false).await.unwrap();
+        p.chmod("/job/keep", 0o600).await.unwrap();
+        p.unlink("/job/gone").await.unwrap();
+        p.rename("/job/theirs", "/job/mine").await.unwrap();
+        p.create("/job/x/b/new", 0o644).await.unwrap();
+        // Meanwhile /job/theirs is replaced by another file of the owner's.
+        me.unlink("/job/theirs").await.unwrap();
+        me.create("/job/theirs", 0o600).await.unwrap();
+        let report = commit(b, &me).await.unwrap();
+        assert_eq!(report.rejected, vec![("/job/mine".to_string(), Errno::ESTALE)], "{mode}");
+        let names = |v: Vec<canopy_proto::DirEntry>| {
+            let mut n: Vec<String> = v.into_iter().map(|e| e.name).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(root.readdir("/job").await.unwrap()), ["a", "keep", "theirs", "x"], "{mode}: the stage is gone");
+        assert_eq!(names(root.readdir("/job/a").await.unwrap()), ["g"], "{mode}");
+        assert_eq!(names(root.readdir("/job/x/b").await.unwrap()), ["f", "new"], "{mode}");
+        assert_eq!(root.read_data("/job/keep", 0, 10).await.unwrap(), canopy_client::data::DataRead::Inline(b"new!".to_vec()));
+        assert_eq!(root.stat("/job/keep").await.unwrap().mode & 0o7777, 0o600);
+        assert_eq!(root.stat("/job/theirs").await.unwrap().mode & 0o7777, 0o600, "{mode}: the new file is untouched");
+        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
     }
 }
 
@@ -191,35 +273,88 @@ async fn a_commit_whose_server_died_after_applying_finishes_when_run_again() {
     }
 }
 
+/// A cluster with `/job` owned by the test user, root's client and the
+/// user's with short leases (a client stopped inside a mkdir leaves its locks
+/// until its lease ends).
+async fn job_with_short_leases(mode: &'static str) -> (InProcCluster, Client, Client) {
+    let cluster = InProcCluster::memory_mode(mode, 3);
+    let root = cluster.client();
+    user_dir(&root, "/job", 0o755).await;
+    let me = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(200), ..Default::default() }).as_user(user());
+    (cluster, root, me)
+}
+
+/// Commits batch `id` stopped (its future dropped) after each of a growing
+/// run of delays, then once whole if it is still there: its report then.
+async fn commit_stopped_then_again(base: &std::path::Path, id: u64, me: &Client) -> Option<CommitReport> {
+    for cut_ms in [0u64, 5, 10, 15, 20, 30, 45, 70, 100, 150, 220] {
+        let Ok(b) = open(base, id) else { return None }; // a try finished it
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(cut_ms), commit(b, me)).await;
+        // What the stopped commit had in flight ends and lets go of the private store.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let b = open(base, id).ok()?;
+    Some(commit(b, me).await.unwrap())
+}
+
 #[tokio::test]
 async fn a_commit_stopped_midway_by_its_client_finishes_when_run_again() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
-        user_dir(&root, "/job", 0o755).await;
-        // A client stopped inside a mkdir leaves its locks until its lease ends.
-        let short = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(200), ..Default::default() });
-        let me = short.as_user(user());
+        let (_cluster, root, me) = job_with_short_leases(mode).await;
         let base = tempfile::tempdir().unwrap();
         let b = begin(&me, "/job", base.path()).await.unwrap();
         let id = b.meta.id;
         batch_of_files(&b, 3_000).await;
         b.close().await.unwrap();
         drop(b);
-        // The client stops (its future dropped) somewhere inside the commit.
-        for cut_ms in [0u64, 1, 3, 10] {
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(cut_ms), commit(open(base.path(), id).unwrap(), &me)).await;
-            let n = root.readdir("/job/out").await.map_or(0, |v| v.len());
-            if n == 3_000 {
-                break;
+        if let Some(report) = commit_stopped_then_again(base.path(), id, &me).await {
+            assert!(report.rejected.is_empty() && report.files.made <= 3_000, "{mode}: {report:?}");
+        }
+        assert_eq!(root.readdir("/job/out").await.unwrap().len(), 3_000, "{mode}: each once");
+        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
+    for mode in ["shardfs", "indexfs"] {
+        let (_cluster, root, me) = job_with_short_leases(mode).await;
+        me.mkdir("/job/in", 0o755).await.unwrap();
+        for i in 0..200 {
+            me.create(&format!("/job/in/f{i}"), 0o644).await.unwrap();
+        }
+        let base = tempfile::tempdir().unwrap();
+        let b = begin_with(&me, "/job", base.path(), Start::Snapshot).await.unwrap();
+        let id = b.meta.id;
+        // in → done; f0..f99 into a new directory; f100..f149 removed;
+        // f150..f199 chmod'ed; 500 new files.
+        let p = b.client();
+        p.rename("/job/in", "/job/done").await.unwrap();
+        p.mkdir("/job/out", 0o755).await.unwrap();
+        for i in 0..200 {
+            match i {
+                0..=99 => p.rename(&format!("/job/done/f{i}"), &format!("/job/out/f{i}")).await.unwrap(),
+                100..=149 => p.unlink(&format!("/job/done/f{i}")).await.unwrap(),
+                _ => p.chmod(&format!("/job/done/f{i}"), 0o600).await.map(|_| ()).unwrap(),
             }
         }
-        let done = match open(base.path(), id) {
-            Ok(b) => commit(b, &me).await.unwrap().files.made,
-            Err(_) => 0, // an earlier try finished
-        };
-        assert!(done <= 3_000);
-        assert_eq!(root.readdir("/job/out").await.unwrap().len(), 3_000, "{mode}: each once");
+        for i in 0..500 {
+            p.create(&format!("/job/out/n{i}"), 0o644).await.unwrap();
+        }
+        b.close().await.unwrap();
+        drop((p, b));
+        if let Some(report) = commit_stopped_then_again(base.path(), id, &me).await {
+            assert!(report.rejected.is_empty(), "{mode}: {:?}", report.rejected);
+        }
+        let mut top: Vec<String> = root.readdir("/job").await.unwrap().into_iter().map(|e| e.name).collect();
+        top.sort();
+        assert_eq!(top, ["done", "out"], "{mode}");
+        assert_eq!(root.readdir("/job/out").await.unwrap().len(), 600, "{mode}: each once");
+        let done = root.readdir("/job/done").await.unwrap();
+        assert_eq!(done.len(), 50, "{mode}");
+        for e in done {
+            assert_eq!(root.stat(&format!("/job/done/{}", e.name)).await.unwrap().mode & 0o777, 0o600, "{mode}");
+        }
         assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
     }
 }

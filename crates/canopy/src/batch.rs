@@ -4,10 +4,11 @@
 
 use crate::commands::{self, NsCmd};
 use crate::connect::{self, Who};
-use canopy_batch::{begin, commit, default_base, id_text, open, parse_id, CommitReport};
+use canopy_batch::{begin, begin_with, commit, default_base, id_text, open, parse_id, CommitReport, Start};
 use canopy_client::Client;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -15,7 +16,14 @@ use std::time::{Duration, Instant};
 #[derive(Subcommand)]
 pub enum BatchCmd {
     /// Start a batch rooted at PATH (made if missing): prints its id.
-    Begin { path: String },
+    Begin {
+        path: String,
+        /// Start from a copy of what is under PATH (else the batch starts
+        /// empty and sees none of it); the commit carries the batch's moves,
+        /// removals and changes of it.
+        #[arg(long)]
+        snapshot: bool,
+    },
     /// Run a namespace command (mkdir, touch, ls, stat, mv, rm, chmod, ...) in
     /// the batch's private namespace: `canopy batch exec ID -- touch /job/f`.
     Exec {
@@ -71,8 +79,9 @@ pub fn run(cmd: BatchCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode,
     }
     connect::with_client(cluster, who, |client| async move {
         match cmd {
-            BatchCmd::Begin { path } => {
-                let b = begin(&client, &commands::norm(&path), &base()).await.map_err(|e| format!("cannot begin a batch at '{path}': {e}"))?;
+            BatchCmd::Begin { path, snapshot } => {
+                let start = if snapshot { Start::Snapshot } else { Start::Empty };
+                let b = begin_with(&client, &commands::norm(&path), &base(), start).await.map_err(|e| format!("cannot begin a batch at '{path}': {e}"))?;
                 println!("{}", id_text(b.meta.id));
                 Ok(ExitCode::SUCCESS)
             }
@@ -121,11 +130,14 @@ fn print_commit(id: &str, r: &CommitReport) -> Result<(), String> {
         eprintln!("canopy: {} rejected; listed in {}", r.rejected.len(), log.display());
     }
     println!(
-        "batch {id}: {} files made ({} already there from an earlier try), {} directories made, {} used as they were, {} rejected; {:.3} s (read {:.3} s, directories {:.3} s, staging {:.3} s, applying {:.3} s, {} chunks in {} rounds)",
+        "batch {id}: {} files made ({} already there from an earlier try), {} directories made, {} used as they were, {} entries moved, {} removed, {} changed, {} rejected; {:.3} s (read {:.3} s, directories and changes {:.3} s, staging {:.3} s, applying {:.3} s, {} chunks in {} rounds)",
         r.files.made,
         r.files.landed_before,
         r.dirs_made,
         r.dirs_adopted,
+        r.moved,
+        r.removed,
+        r.modified,
         r.rejected.len(),
         r.total_time.as_secs_f64(),
         r.export_time.as_secs_f64(),
@@ -215,8 +227,10 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     let mut r = BenchReport { mode, servers: client.namespace().servers(), clients: n, sync_files: args.sync_files, batch_files: args.files, ..Default::default() };
     // Synchronous: each client makes its directory and its files one create at a time.
     let t = Instant::now();
-    let made = futures::future::join_all((0..n).map(|i| make_files(client.clone(), format!("{top}/sync-{i}"), args.sync_files))).await;
-    made.into_iter().collect::<Result<Vec<()>, _>>().map_err(err("sync create"))?;
+    let made = futures::future::join_all((0..n).map(|i| tokio::spawn(make_files(client.clone(), format!("{top}/sync-{i}"), args.sync_files)))).await;
+    for m in made {
+        m.map_err(|e| e.to_string())?.map_err(err("sync create"))?;
+    }
     r.sync_creates_per_s = rate(n * args.sync_files, t.elapsed());
     r.sync_stats_per_s = stats(client, &top, "sync", n, args.sync_files, args.stats).await?;
     // Batched: each client works in its own batch, then commits it.
@@ -226,8 +240,10 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
         batches.push(begin(client, &format!("{top}/batch-{i}"), base.path()).await.map_err(err("begin"))?);
     }
     let t = Instant::now();
-    let made = futures::future::join_all(batches.iter().enumerate().map(|(i, b)| make_files(b.client(), format!("{top}/batch-{i}/d"), args.files))).await;
-    made.into_iter().collect::<Result<Vec<()>, _>>().map_err(err("batch create"))?;
+    let made = futures::future::join_all(batches.iter().enumerate().map(|(i, b)| tokio::spawn(make_files(b.client(), format!("{top}/batch-{i}/d"), args.files)))).await;
+    for m in made {
+        m.map_err(|e| e.to_string())?.map_err(err("batch create"))?;
+    }
     let client_time = t.elapsed();
     let t = Instant::now();
     let reports = futures::future::join_all(batches.into_iter().map(|b| commit(b, client))).await;
@@ -254,8 +270,11 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
 /// cluster's client, or a batch's).
 async fn make_files(client: Client, dir: String, files: usize) -> Result<(), canopy_proto::Errno> {
     client.mkdir(&dir, 0o755).await?;
+    let mut path = format!("{dir}/");
     for f in 0..files {
-        client.create(&format!("{dir}/f{f}"), 0o644).await?;
+        path.truncate(dir.len() + 1);
+        write!(path, "f{f}").expect("writing to a String");
+        client.create(&path, 0o644).await?;
     }
     Ok(())
 }
@@ -281,12 +300,12 @@ async fn stats(client: &Client, top: &str, kind: &str, n: usize, files: usize, c
 
 fn print_bench(r: &BenchReport) {
     println!("BatchFS bench (seed 002 Figure 3): {} {} servers, {} clients", r.mode, r.servers, r.clients);
-    println!("{:<34} {:>14}", "", "ops/s");
-    println!("{:<34} {:>14.0}", format!("sync create ({} files/client)", r.sync_files), r.sync_creates_per_s);
-    println!("{:<34} {:>14.0}", "sync stat (random order)", r.sync_stats_per_s);
-    println!("{:<34} {:>14.0}", format!("batch create, client ({} files/client)", r.batch_files), r.batch_client_creates_per_s);
-    println!("{:<34} {:>14.0}", "batch create, end to end", r.batch_end_to_end_creates_per_s);
-    println!("{:<34} {:>14.0}", "batch stat (random order)", r.batch_stats_per_s);
+    println!("{:<44} {:>12}", "", "ops/s");
+    println!("{:<44} {:>12.0}", format!("sync create ({} files/client)", r.sync_files), r.sync_creates_per_s);
+    println!("{:<44} {:>12.0}", "sync stat (random order)", r.sync_stats_per_s);
+    println!("{:<44} {:>12.0}", format!("batch create, client ({} files/client)", r.batch_files), r.batch_client_creates_per_s);
+    println!("{:<44} {:>12.0}", "batch create, end to end", r.batch_end_to_end_creates_per_s);
+    println!("{:<44} {:>12.0}", "batch stat (random order)", r.batch_stats_per_s);
     println!(
         "batch: client {:.3} s, commit {:.3} s (servers staging and applying {:.3} s); end to end {:.1}x the synchronous create rate",
         r.batch_client_s, r.batch_commit_s, r.batch_ingest_s, r.end_to_end_over_sync

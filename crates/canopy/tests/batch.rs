@@ -1,5 +1,5 @@
 //! `canopy batch` as a user runs it, against real daemons: a batch begun,
-//! worked in and committed; its commit killed (-9) and run again; a server
+//! worked in and committed (empty, and from a snapshot); its commit killed (-9) and run again; a server
 //! killed during a commit and the commit run again. Nothing lost, nothing
 //! twice, fsck clean.
 
@@ -78,6 +78,23 @@ fn a_batch_is_private_until_committed() {
     assert_eq!(c.ok(&["ls", "/job/out"]).lines().collect::<Vec<_>>(), vec!["f0", "f1", "f2"]);
     assert!(!c.ok(&["batch", "status"]).contains(&id), "a committed batch is gone");
     c.finish(&id, "/job", 3);
+}
+
+#[test]
+fn a_batch_from_a_snapshot_sees_the_subtree_and_commits_its_changes_to_it() {
+    let c = Cluster::up();
+    c.ok(&["mkdir", "/job"]);
+    c.ok(&["touch", "/job/a", "/job/b"]);
+    let id = c.ok(&["batch", "begin", "/job", "--snapshot"]).trim().to_string();
+    assert_eq!(c.ok(&["batch", "exec", &id, "--", "ls", "/job"]), "a\nb\n");
+    c.ok(&["batch", "exec", &id, "--", "mv", "/job/a", "/job/c"]);
+    c.ok(&["batch", "exec", &id, "--", "rm", "/job/b"]);
+    c.ok(&["batch", "exec", &id, "--", "touch", "/job/d"]);
+    assert_eq!(c.ok(&["ls", "/job"]), "a\nb\n", "nothing reached the cluster");
+    let out = c.ok(&["batch", "commit", &id]);
+    assert!(out.contains("1 files made") && out.contains("1 entries moved, 1 removed"), "{out}");
+    assert_eq!(c.ok(&["ls", "/job"]), "c\nd\n");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
 }
 
 #[test]
