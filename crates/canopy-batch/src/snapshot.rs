@@ -84,7 +84,7 @@ struct Seen {
 }
 
 /// Stats read at once.
-const READS_AT_ONCE: usize = 64;
+const READS_AT_ONCE: usize = 256;
 
 /// Reads the subtree below the root as `cluster`'s user, parents first.
 /// Refused whole (the errno of the first entry that could not be read) if
@@ -122,6 +122,8 @@ async fn read_one(cluster: &Client, rooted: &Rooted, path: String) -> Res<Seen> 
         _ => None,
     };
     let data = match attr.kind {
+        // An empty file has nothing to read (its contents are inline).
+        FileKind::File if attr.size == 0 => Some(DataRead::Inline(Vec::new())),
         FileKind::File => Some(cluster.read_data(&g, 0, u32::try_from(attr.size).unwrap_or(u32::MAX)).await?),
         _ => None,
     };
