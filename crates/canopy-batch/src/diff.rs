@@ -12,7 +12,7 @@ use canopy_client::batch::path_in;
 use canopy_proto::batch::BatchFile;
 use canopy_proto::msg::DirLookup;
 use canopy_proto::placement::fnv1a64;
-use canopy_proto::{FileKind, SetAttr, TimeSet};
+use canopy_proto::{Errno, FileKind, SetAttr, TimeSet};
 use canopy_server::ROOT_ID;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -31,9 +31,14 @@ pub struct Move {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Modify {
     pub path: String,
+    pub global_ino: u64,
     pub set: SetAttr,
-    /// New inline contents to write (the file is then cut to `set.size`).
+    /// New inline contents: the file is emptied, they are written, then it
+    /// gets `set` (its size among it).
     pub inline: Option<Vec<u8>>,
+    /// Why the change cannot be carried, if it cannot (contents that left
+    /// inline storage in the batch: the commit carries inline contents only).
+    pub refuse: Option<Errno>,
 }
 
 #[derive(Debug, Default)]
@@ -48,7 +53,7 @@ pub struct Changes {
     pub moves: Vec<Move>,
     /// Base entries gone: everything but directories first, then directories
     /// deepest first.
-    pub removed: Vec<BaseEntry>,
+    pub removed: Vec<(u64, BaseEntry)>,
     pub modified: Vec<Modify>,
 }
 
@@ -67,7 +72,8 @@ pub fn changes(base: &Base, tree: Tree) -> Changes {
     let mut out = Changes::default();
     let mut id_of: HashMap<&str, u64> = HashMap::from([("/", ROOT_ID)]);
     id_of.extend(tree.dirs.iter().map(|(p, l)| (p.as_str(), l.id)));
-    let mut kept: HashSet<u64> = HashSet::new();
+    // A file hard-linked in the batch is not carried, nor removed.
+    let mut kept: HashSet<u64> = tree.linked.iter().copied().collect();
     let moved = |id: u64, path: &str, b: &BaseEntry| {
         let parent = id_of.get(split(path).0).copied();
         (parent != Some(b.parent) || split(path).1 != b.name()).then(|| Move { id, from: b.path.clone(), to: path.to_string(), global_ino: b.global_ino, is_dir: b.kind == FileKind::Dir })
@@ -97,8 +103,8 @@ pub fn changes(base: &Base, tree: Tree) -> Changes {
         }
     }
     out.moves.sort_by_key(|m| depth(&m.from));
-    out.removed = base.entries.iter().filter(|(id, _)| !kept.contains(id)).map(|(_, b)| b.clone()).collect();
-    out.removed.sort_by_key(|b| (b.kind == FileKind::Dir, std::cmp::Reverse(depth(&b.path))));
+    out.removed = base.entries.iter().filter(|(id, _)| !kept.contains(id)).map(|(id, b)| (*id, b.clone())).collect();
+    out.removed.sort_by_key(|(_, b)| (b.kind == FileKind::Dir, std::cmp::Reverse(depth(&b.path))));
     out
 }
 
@@ -111,9 +117,11 @@ fn modified(path: String, f: &BatchFile, b: &BaseEntry) -> Option<Modify> {
         (Some(_), None) => true,
         _ => false,
     };
+    let spilled = inline.is_none() && b.digest.is_some();
     let differs = |now: u32, then: u32| (now != then).then_some(now);
     let set = SetAttr {
-        mode: differs(a.mode, b.mode),
+        // A rewrite's truncation may clear setuid: the mode is set again.
+        mode: if rewrite { Some(a.mode) } else { differs(a.mode, b.mode) },
         uid: differs(a.uid, b.uid),
         gid: differs(a.gid, b.gid),
         size: (a.size != b.size || rewrite).then_some(a.size),
@@ -121,8 +129,9 @@ fn modified(path: String, f: &BatchFile, b: &BaseEntry) -> Option<Modify> {
         mtime: (a.mtime != b.mtime || rewrite || a.size != b.size).then_some(TimeSet::At(a.mtime)),
         kill_suid: false,
     };
-    let changed = rewrite || set != SetAttr::default();
-    changed.then(|| Modify { path, set, inline: if rewrite { inline.cloned() } else { None } })
+    let changed = rewrite || spilled || set != SetAttr::default();
+    let refuse = spilled.then_some(Errno::EFBIG);
+    changed.then(|| Modify { path, global_ino: b.global_ino, set, inline: if rewrite { inline.cloned() } else { None }, refuse })
 }
 
 #[cfg(test)]
@@ -172,7 +181,7 @@ mod tests {
         let c = changes(&base(), tree);
         let moves: Vec<(&str, &str)> = c.moves.iter().map(|m| (m.from.as_str(), m.to.as_str())).collect();
         assert_eq!(moves, vec![("/d", "/e2"), ("/d/f", "/e2/k")], "shallowest first; g follows its directory");
-        let removed: Vec<&str> = c.removed.iter().map(|b| b.path.as_str()).collect();
+        let removed: Vec<&str> = c.removed.iter().map(|(_, b)| b.path.as_str()).collect();
         assert_eq!(removed, vec!["/d/h", "/e"], "files before directories");
         assert_eq!(c.modified.len(), 1);
         let m = &c.modified[0];
@@ -184,10 +193,28 @@ mod tests {
     }
 
     #[test]
+    fn a_base_file_linked_in_the_batch_is_neither_removed_nor_changed() {
+        let mut tree = Tree { dirs: vec![("/d".into(), dir(10)), ("/e".into(), dir(14))], linked: vec![11], ..Tree::default() };
+        tree.files.insert("/d".into(), vec![file("g", 12, 0o644, b"abc"), file("h", 13, 0o644, b"abc")]);
+        assert!(changes(&base(), tree).is_empty());
+    }
+
+    #[test]
+    fn contents_that_left_inline_storage_are_refused() {
+        let mut tree = Tree { dirs: vec![("/d".into(), dir(10)), ("/e".into(), dir(14))], ..Tree::default() };
+        let mut spilled = file("f", 11, 0o644, b"");
+        spilled.inode.data.as_mut().unwrap().inline = None;
+        spilled.inode.attr.size = 1 << 20;
+        tree.files.insert("/d".into(), vec![spilled, file("g", 12, 0o644, b"abc"), file("h", 13, 0o644, b"abc")]);
+        let c = changes(&base(), tree);
+        assert_eq!(c.modified.iter().map(|m| (m.path.as_str(), m.refuse)).collect::<Vec<_>>(), vec![("/d/f", Some(Errno::EFBIG))]);
+    }
+
+    #[test]
     fn removed_directories_go_deepest_first() {
         let entries = [(10, base_dir("/a", ROOT_ID, 1)), (11, base_dir("/a/b", 10, 2)), (12, base_dir("/a/b/c", 11, 3)), (13, base_file("/a/b/c/f", 12, 4))];
         let c = changes(&Base { entries: entries.into_iter().collect() }, Tree::default());
-        let removed: Vec<&str> = c.removed.iter().map(|b| b.path.as_str()).collect();
+        let removed: Vec<&str> = c.removed.iter().map(|(_, b)| b.path.as_str()).collect();
         assert_eq!(removed, vec!["/a/b/c/f", "/a/b/c", "/a/b", "/a"]);
     }
 }

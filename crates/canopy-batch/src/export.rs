@@ -20,6 +20,9 @@ pub struct Tree {
     pub files: BTreeMap<String, Vec<BatchFile>>,
     /// Entries a commit does not carry (hard links), by private path.
     pub refused: Vec<(String, Errno)>,
+    /// The inode numbers those hard links share (a snapshot's file linked in
+    /// the batch is still there, unchanged as far as a commit goes).
+    pub linked: Vec<u64>,
 }
 
 /// Every pair of `cf`, decoded, by (parent, name).
@@ -68,7 +71,10 @@ pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
         let dir = path_of.get(&parent).ok_or(Errno::EIO)?;
         match record {
             Record::Inode(inode) => tree.files.entry(dir.clone()).or_default().push(BatchFile { name, inode }),
-            Record::Linked { .. } => tree.refused.push((path_in(dir, &name), Errno::EMLINK)),
+            Record::Linked { ino, .. } => {
+                tree.refused.push((path_in(dir, &name), Errno::EMLINK));
+                tree.linked.push(ino);
+            }
         }
     }
     Ok(tree)

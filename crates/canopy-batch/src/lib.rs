@@ -34,7 +34,7 @@ pub mod writeback;
 use canopy_client::batch::{self, DirFiles, Landed};
 use canopy_proto::msg::DirLookup;
 use diff::Move;
-use reconcile::{Refused, Stage};
+use reconcile::{Journal, Refused, Stage};
 use snapshot::Base;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
@@ -56,6 +56,9 @@ pub struct BatchMeta {
     pub id: u64,
     pub root: String,
     pub owner: Creds,
+    /// Begun from a snapshot (whose base a commit then needs).
+    #[serde(default)]
+    pub snapshot: bool,
 }
 
 /// Where batches live unless told: `$CANOPY_BATCHES`, else `batches` in
@@ -150,7 +153,7 @@ pub async fn begin_with(cluster: &Client, root: &str, base: &Path, start: Start)
             break id;
         }
     };
-    let meta = BatchMeta { id, root: root.clone(), owner: cluster.creds().clone() };
+    let meta = BatchMeta { id, root: root.clone(), owner: cluster.creds().clone(), snapshot: start == Start::Snapshot };
     let dir = base.join(id_text(id));
     std::fs::create_dir_all(&dir).map_err(|_| Errno::EIO)?;
     std::fs::write(dir.join("batch.json"), serde_json::to_vec_pretty(&meta).map_err(|_| Errno::EIO)?).map_err(|_| Errno::EIO)?;
@@ -202,6 +205,9 @@ pub struct CommitReport {
     pub moved: u64,
     pub removed: u64,
     pub modified: u64,
+    /// Entries of the base refused their new place, left (by global path) in
+    /// the commit's stage directory under the root.
+    pub left_in_stage: Vec<String>,
     /// Every directory and file refused, by global path, with why.
     pub rejected: Vec<(String, Errno)>,
     /// Reading the private namespace; making directories and the changes to
@@ -233,18 +239,19 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     }
     let rooted = Rooted::new(&b.meta.root)?;
     report.rejected.extend(tree.refused.iter().map(|(p, e)| (rooted.global(p), *e)));
-    let changes = diff::changes(&Base::load(&b.dir)?, tree);
+    let changes = diff::changes(&Base::load(&b.dir, b.meta.snapshot)?, tree);
     report.export_time = t0.elapsed();
     let t = Instant::now();
     let mut refused = Refused::new();
     let mut stage = Stage::new(&rooted, b.meta.id);
+    let mut journal = Journal::open(&b.dir)?;
     reconcile::stage_moves(cluster, &rooted, &mut stage, &changes.moves, &mut refused, &mut report).await?;
-    reconcile::remove(cluster, &rooted, &stage, &changes.removed, &mut refused, &mut report).await?;
+    reconcile::remove(cluster, &rooted, &stage, &mut journal, &changes.removed, &mut report).await?;
     place_dirs(cluster, &rooted, &stage, &changes, &mut refused, &mut report).await?;
     for m in changes.moves.iter().filter(|m| !m.is_dir) {
         place(cluster, &rooted, &stage, Place::Moved(m), &mut refused, &mut report).await?;
     }
-    reconcile::drop_stage(cluster, &stage).await?;
+    reconcile::drop_stage(cluster, &stage, &mut report).await?;
     reconcile::modify(cluster, &rooted, &changes.modified, &mut refused, &mut report).await?;
     report.dirs_time = t.elapsed();
     let mut dirs = Vec::new();

@@ -53,7 +53,8 @@ impl Rooted {
         let cut = rest.rfind('/')?;
         let (dir, name) = (if cut == 0 { "/" } else { &rest[..cut] }, &rest[cut + 1..]);
         let plain = name != "." && name != ".." && check_name(name).is_ok();
-        (rest.starts_with('/') && plain).then_some((dir, name))
+        // `//name` would read as `/`'s: the parser refuses it, so must this.
+        (rest.starts_with('/') && !rest[..cut].ends_with('/') && plain).then_some((dir, name))
     }
 
     /// Whether global `path` is a directory above the root (which the batch
@@ -91,7 +92,7 @@ mod tests {
         assert!(r.above("/") && r.above("/jobs") && !r.above("/jobs/run42") && !r.above("/jo") && !r.above("/jobs/run4"));
         assert_eq!(r.private_split("/jobs/run42/a/b"), Some(("/a", "b")));
         assert_eq!(r.private_split("/jobs/run42/b"), Some(("/", "b")));
-        for odd in ["/jobs/run42", "/jobs/run42/", "/jobs/run42/a/..", "/jobs/run42/.", "/jobs/run420/b", "/jobs/b", "relative/b"] {
+        for odd in ["/jobs/run42", "/jobs/run42/", "/jobs/run42//b", "/jobs/run42/a//b", "/jobs/run42/a/..", "/jobs/run42/.", "/jobs/run420/b", "/jobs/b", "relative/b"] {
             assert_eq!(r.private_split(odd), None, "{odd}");
         }
         let top = Rooted::new("/").unwrap();

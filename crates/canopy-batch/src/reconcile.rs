@@ -13,8 +13,9 @@
 //!
 //! Each step touches a cluster entry only while it is the one the batch
 //! copied (same inode number); one that is not is refused with `ESTALE`.
-//! Each step can tell it was done already, so a commit run again after a
-//! crash finishes what an earlier try began.
+//! Each step can tell it was done already (by inode numbers, and a journal
+//! of the removals), so a commit run again after a crash finishes what an
+//! earlier try began.
 
 use crate::diff::{Modify, Move};
 use crate::paths::Rooted;
@@ -22,8 +23,9 @@ use crate::snapshot::BaseEntry;
 use crate::{id_text, unreachable_cluster, CommitReport};
 use canopy_client::data::DataWrite;
 use canopy_client::Client;
-use canopy_proto::{Errno, FileKind};
-use std::collections::HashMap;
+use canopy_proto::{Errno, FileKind, SetAttr};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 type Res<T> = Result<T, Errno>;
 
@@ -64,6 +66,35 @@ impl Stage {
     }
 }
 
+/// The base entries a commit removed, kept in the batch's directory: a
+/// rerun must not take what an earlier try put at a removed entry's name
+/// (a directory removed and made again) for a change by someone else.
+pub(crate) struct Journal {
+    file: PathBuf,
+    removed: HashSet<u64>,
+}
+
+impl Journal {
+    pub(crate) fn open(batch_dir: &Path) -> Res<Journal> {
+        let file = batch_dir.join("removed");
+        let removed = match std::fs::read_to_string(&file) {
+            Ok(text) => text.lines().filter_map(|l| u64::from_str_radix(l, 16).ok()).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashSet::new(),
+            Err(_) => return Err(Errno::EIO),
+        };
+        Ok(Journal { file, removed })
+    }
+
+    /// Records base entry `id` removed (before anything placed at its name).
+    fn mark(&mut self, id: u64) -> Res<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.file).map_err(|_| Errno::EIO)?;
+        writeln!(f, "{id:x}").and_then(|_| f.sync_data()).map_err(|_| Errno::EIO)?;
+        self.removed.insert(id);
+        Ok(())
+    }
+}
+
 /// The inode number at `path`, `None` if there is nothing.
 async fn ino_at(cluster: &Client, path: &str) -> Res<Option<u64>> {
     match cluster.stat(path).await {
@@ -73,16 +104,23 @@ async fn ino_at(cluster: &Client, path: &str) -> Res<Option<u64>> {
     }
 }
 
-/// Records `r`'s refusal of private path `path`; a cluster that cannot be
-/// reached stops the commit instead (it is run again).
+/// Records `r`'s refusal of private path `path` (nothing below it is tried);
+/// a cluster that cannot be reached stops the commit instead (it is run again).
 pub(crate) fn settle(r: Res<()>, rooted: &Rooted, path: &str, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
+    if let Some(e) = reported(r, rooted.global(path), report)? {
+        refused.insert(path.to_string(), e);
+    }
+    Ok(())
+}
+
+/// Lists `r`'s refusal of (global) `path` in the report, and answers it.
+fn reported(r: Res<()>, path: String, report: &mut CommitReport) -> Res<Option<Errno>> {
     match r {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(None),
         Err(e) if unreachable_cluster(e) => Err(e),
         Err(e) => {
-            refused.insert(path.to_string(), e);
-            report.rejected.push((rooted.global(path), e));
-            Ok(())
+            report.rejected.push((path, e));
+            Ok(Some(e))
         }
     }
 }
@@ -93,7 +131,14 @@ pub(crate) async fn stage_moves(cluster: &Client, rooted: &Rooted, stage: &mut S
         return Ok(());
     }
     match cluster.mkdir(&stage.dir, 0o700).await {
-        Ok(_) | Err(Errno::EEXIST) => {}
+        Ok(_) => {}
+        // An earlier try's, or a trap: only the owner's and theirs alone will do.
+        Err(Errno::EEXIST) => {
+            let a = cluster.stat(&stage.dir).await?;
+            if a.kind != FileKind::Dir || a.uid != cluster.creds().uid || a.mode & 0o077 != 0 {
+                return Err(Errno::EEXIST);
+            }
+        }
         Err(e) => return Err(e),
     }
     for m in moves {
@@ -108,11 +153,13 @@ async fn stage_one(cluster: &Client, rooted: &Rooted, stage: &mut Stage, m: &Mov
     if ino_at(cluster, &slot).await? != Some(m.global_ino) {
         let now = stage.now_at(rooted, &m.from);
         if ino_at(cluster, &now).await? != Some(m.global_ino) {
-            // An earlier try may have placed it already.
-            return match ino_at(cluster, &rooted.global(&m.to)).await? == Some(m.global_ino) {
-                true => Ok(()),
-                false => Err(Errno::ESTALE),
-            };
+            // An earlier try may have placed it already: what was below it is there.
+            let to = rooted.global(&m.to);
+            if ino_at(cluster, &to).await? != Some(m.global_ino) {
+                return Err(Errno::ESTALE);
+            }
+            stage.at.insert(m.from.clone(), to);
+            return Ok(());
         }
         cluster.rename(&now, &slot).await?;
     }
@@ -120,9 +167,14 @@ async fn stage_one(cluster: &Client, rooted: &Rooted, stage: &mut Stage, m: &Mov
     Ok(())
 }
 
-/// Step 2: removed entries, files first, then directories deepest first.
-pub(crate) async fn remove(cluster: &Client, rooted: &Rooted, stage: &Stage, removed: &[BaseEntry], refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
-    for b in removed {
+/// Step 2: removed entries, files first, then directories deepest first. A
+/// refusal is listed by the entry's path in the base and stops nothing else
+/// (the private namespace has nothing at that path that depends on it).
+pub(crate) async fn remove(cluster: &Client, rooted: &Rooted, stage: &Stage, journal: &mut Journal, removed: &[(u64, BaseEntry)], report: &mut CommitReport) -> Res<()> {
+    for (id, b) in removed {
+        if journal.removed.contains(id) {
+            continue;
+        }
         let now = stage.now_at(rooted, &b.path);
         let r = match ino_at(cluster, &now).await {
             Ok(None) => Ok(()),
@@ -131,8 +183,11 @@ pub(crate) async fn remove(cluster: &Client, rooted: &Rooted, stage: &Stage, rem
             Ok(Some(_)) => cluster.unlink(&now).await,
             Err(e) => Err(e),
         };
-        report.removed += u64::from(r.is_ok());
-        settle(r, rooted, &b.path, refused, report)?;
+        if r.is_ok() {
+            journal.mark(*id)?;
+            report.removed += 1;
+        }
+        reported(r, rooted.global(&b.path), report)?;
     }
     Ok(())
 }
@@ -153,10 +208,15 @@ pub(crate) async fn unstage(cluster: &Client, rooted: &Rooted, stage: &Stage, m:
     cluster.rename(&stage.slot(m.id), &to).await
 }
 
-/// The stage goes once empty (an entry refused its place stays in it).
-pub(crate) async fn drop_stage(cluster: &Client, stage: &Stage) -> Res<()> {
+/// The stage goes once empty. An entry refused its place stays in it, and
+/// is listed (by where it is) in `report.left_in_stage`.
+pub(crate) async fn drop_stage(cluster: &Client, stage: &Stage, report: &mut CommitReport) -> Res<()> {
     match cluster.rmdir(&stage.dir).await {
-        Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY) => Ok(()),
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(Errno::ENOTEMPTY) => {
+            report.left_in_stage = cluster.readdir(&stage.dir).await?.into_iter().map(|e| format!("{}/{}", stage.dir, e.name)).collect();
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }
@@ -175,15 +235,30 @@ pub(crate) async fn modify(cluster: &Client, rooted: &Rooted, modified: &[Modify
 }
 
 async fn modify_one(cluster: &Client, path: &str, m: &Modify) -> Res<()> {
+    if let Some(e) = m.refuse {
+        return Err(e);
+    }
+    let a = cluster.stat(path).await?;
+    if a.ino != m.global_ino {
+        return Err(Errno::ESTALE);
+    }
+    let mut set = m.set.clone();
+    if a.uid != cluster.creds().uid && !cluster.creds().is_root() {
+        // Explicit times are the owner's to set; a writer's write sets them to now.
+        (set.atime, set.mtime) = (None, None);
+    }
     if let Some(bytes) = &m.inline {
-        let max = u32::try_from(bytes.len()).map_err(|_| Errno::EFBIG)?;
-        match cluster.write_data(path, 0, bytes, max, false).await? {
-            DataWrite::Written(_) => {}
-            // Its contents went to back-end storage meanwhile: not the file copied.
-            _ => return Err(Errno::ESTALE),
+        cluster.setattr(path, &SetAttr { size: Some(0), ..SetAttr::default() }).await?;
+        if !bytes.is_empty() {
+            let max = u32::try_from(bytes.len()).map_err(|_| Errno::EFBIG)?;
+            match cluster.write_data(path, 0, bytes, max, false).await? {
+                DataWrite::Written(_) => {}
+                // Its contents went to back-end storage meanwhile: not the file copied.
+                _ => return Err(Errno::ESTALE),
+            }
         }
     }
-    cluster.setattr(path, &m.set).await.map(|_| ())
+    cluster.setattr(path, &set).await.map(|_| ())
 }
 
 #[cfg(test)]

@@ -59,18 +59,22 @@ pub struct Base {
 const BASE_FILE: &str = "base.json";
 
 impl Base {
-    /// The base kept in batch directory `dir`; empty for a batch that began empty.
-    pub fn load(dir: &Path) -> Res<Base> {
+    /// The base kept in batch directory `dir`; empty for a batch that began
+    /// empty. `EIO` for a snapshot batch without one (its begin did not
+    /// finish: abort it).
+    pub fn load(dir: &Path, snapshot: bool) -> Res<Base> {
         match std::fs::read(dir.join(BASE_FILE)) {
             Ok(raw) => serde_json::from_slice(&raw).map_err(|_| Errno::EIO),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Base::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !snapshot => Ok(Base::default()),
             Err(_) => Err(Errno::EIO),
         }
     }
 
+    /// Written whole or not at all.
     fn save(&self, dir: &Path) -> Res<()> {
         let raw = serde_json::to_vec(self).map_err(|_| Errno::EIO)?;
-        std::fs::write(dir.join(BASE_FILE), raw).map_err(|_| Errno::EIO)
+        let tmp = dir.join(format!("{BASE_FILE}.tmp"));
+        std::fs::write(&tmp, raw).and_then(|_| std::fs::rename(&tmp, dir.join(BASE_FILE))).map_err(|_| Errno::EIO)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use canopy_batch::{begin, begin_with, commit, open, CommitReport, OpenBatch, Start};
 use canopy_client::Client;
-use canopy_proto::{Creds, Errno, FileKind};
+use canopy_proto::{Creds, Errno, FileKind, SetAttr};
 use canopy_testkit::InProcCluster;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -55,7 +55,7 @@ async fn step(c: &Client, top: &str, rng: &mut StdRng) -> (String, Result<(), Er
     let mut pick = || names[rng.gen_range(0..names.len())];
     let (p, q) = (pick(), pick());
     let (p, q) = (format!("{top}/{p}"), format!("{top}/{q}"));
-    let op = rng.gen_range(0..10);
+    let op = rng.gen_range(0..11);
     let r = match op {
         0 | 1 => c.mkdir(&p, [0o755, 0o700, 0o2775][rng.gen_range(0..3)]).await.map(|_| ()),
         2 | 3 => c.create(&p, [0o644, 0o600, 0o4755][rng.gen_range(0..3)]).await.map(|_| ()),
@@ -64,6 +64,7 @@ async fn step(c: &Client, top: &str, rng: &mut StdRng) -> (String, Result<(), Er
         6 => c.unlink(&p).await,
         7 => c.rmdir(&p).await,
         8 => c.rename(&p, &q).await,
+        10 => c.setattr(&p, &SetAttr { size: Some(rng.gen_range(0..12)), ..SetAttr::default() }).await.map(|_| ()),
         _ => c.symlink("../t", &p).await.map(|_| ()),
     };
     (format!("{op} {p} {q}"), r)
@@ -148,6 +149,10 @@ async fn a_snapshot_batch_lands_swaps_and_refuses_what_changed_meanwhile() {
             me.create(f, 0o644).await.unwrap();
         }
         me.write_data("/job/keep", 0, b"old", 4096, false).await.unwrap();
+        for f in ["/job/empty", "/job/holes", "/job/linked"] {
+            me.create(f, 0o644).await.unwrap();
+            me.write_data(f, 0, b"abcdef", 4096, false).await.unwrap();
+        }
         let base = tempfile::tempdir().unwrap();
         let b = begin_with(&me, "/job", base.path(), Start::Snapshot).await.unwrap();
         let p = b.client();
@@ -163,17 +168,45 @@ async fn a_snapshot_batch_lands_swaps_and_refuses_what_changed_meanwhile() {
         p.unlink("/job/gone").await.unwrap();
         p.rename("/job/theirs", "/job/mine").await.unwrap();
         p.create("/job/x/b/new", 0o644).await.unwrap();
+        let size = |n: u64| SetAttr { size: Some(n), ..SetAttr::default() };
+        p.setattr("/job/empty", &size(0)).await.unwrap();
+        p.setattr("/job/holes", &size(3)).await.unwrap();
+        p.setattr("/job/holes", &size(6)).await.unwrap();
+        p.link("/job/linked", "/job/x/linked2").await.unwrap();
         // Meanwhile /job/theirs is replaced by another file of the owner's.
         me.unlink("/job/theirs").await.unwrap();
         me.create("/job/theirs", 0o600).await.unwrap();
-        let report = commit(b, &me).await.unwrap();
-        assert_eq!(report.rejected, vec![("/job/mine".to_string(), Errno::ESTALE)], "{mode}");
+        // And someone lays a trap where the commit stages its moves.
+        let other = root.as_user(Creds::user(1001, 1001));
+        root.chmod("/job", 0o777).await.unwrap();
+        let stage = format!("/job/.canopy-batch-{}", canopy_batch::id_text(b.meta.id));
+        other.mkdir(&stage, 0o777).await.unwrap();
+        let id = b.meta.id;
+        drop(p);
+        assert_eq!(commit(b, &me).await.err(), Some(Errno::EEXIST), "{mode}: the stage is not the owner's");
+        other.rmdir(&stage).await.unwrap();
+        root.chmod("/job", 0o755).await.unwrap();
+        let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+        let linked = [("/job/linked".to_string(), Errno::EMLINK), ("/job/x/linked2".to_string(), Errno::EMLINK)];
+        assert_eq!(report.rejected, [vec![linked[0].clone(), ("/job/mine".to_string(), Errno::ESTALE)], vec![linked[1].clone()]].concat(), "{mode}");
         let names = |v: Vec<canopy_proto::DirEntry>| {
             let mut n: Vec<String> = v.into_iter().map(|e| e.name).collect();
             n.sort();
             n
         };
-        assert_eq!(names(root.readdir("/job").await.unwrap()), ["a", "keep", "theirs", "x"], "{mode}: the stage is gone");
+        assert_eq!(names(root.readdir("/job").await.unwrap()), ["a", "empty", "holes", "keep", "linked", "theirs", "x"], "{mode}: the stage is gone");
+        let read = |path: &'static str| {
+            let root = root.clone();
+            async move {
+                match root.read_data(path, 0, 100).await.unwrap() {
+                    canopy_client::data::DataRead::Inline(d) => (d, root.stat(path).await.unwrap().size),
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        assert_eq!(read("/job/empty").await, (vec![], 0), "{mode}");
+        assert_eq!(read("/job/holes").await, (b"abc\0\0\0".to_vec(), 6), "{mode}");
+        assert_eq!(read("/job/linked").await, (b"abcdef".to_vec(), 6), "{mode}: a file linked in the batch stays");
         assert_eq!(names(root.readdir("/job/a").await.unwrap()), ["g"], "{mode}");
         assert_eq!(names(root.readdir("/job/x/b").await.unwrap()), ["f", "new"], "{mode}");
         assert_eq!(root.read_data("/job/keep", 0, 10).await.unwrap(), canopy_client::data::DataRead::Inline(b"new!".to_vec()));
@@ -315,13 +348,30 @@ async fn a_commit_stopped_midway_by_its_client_finishes_when_run_again() {
     }
 }
 
+/// Directory `dir` with files `f0`.. (`gone` of them) removed and made
+/// again with files `g0`.. (`new` of them).
+async fn remake(p: &Client, dir: &str, gone: usize, new: usize) {
+    for i in 0..gone {
+        p.unlink(&format!("{dir}/f{i}")).await.unwrap();
+    }
+    p.rmdir(dir).await.unwrap();
+    p.mkdir(dir, 0o755).await.unwrap();
+    for i in 0..new {
+        p.create(&format!("{dir}/g{i}"), 0o644).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
     for mode in ["shardfs", "indexfs"] {
         let (_cluster, root, me) = job_with_short_leases(mode).await;
         me.mkdir("/job/in", 0o755).await.unwrap();
+        me.mkdir("/job/old", 0o755).await.unwrap();
         for i in 0..200 {
             me.create(&format!("/job/in/f{i}"), 0o644).await.unwrap();
+        }
+        for i in 0..10 {
+            me.create(&format!("/job/old/f{i}"), 0o644).await.unwrap();
         }
         let base = tempfile::tempdir().unwrap();
         let b = begin_with(&me, "/job", base.path(), Start::Snapshot).await.unwrap();
@@ -341,6 +391,7 @@ async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
         for i in 0..500 {
             p.create(&format!("/job/out/n{i}"), 0o644).await.unwrap();
         }
+        remake(&p, "/job/old", 10, 100).await;
         b.close().await.unwrap();
         drop((p, b));
         if let Some(report) = commit_stopped_then_again(base.path(), id, &me).await {
@@ -348,13 +399,45 @@ async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
         }
         let mut top: Vec<String> = root.readdir("/job").await.unwrap().into_iter().map(|e| e.name).collect();
         top.sort();
-        assert_eq!(top, ["done", "out"], "{mode}");
+        assert_eq!(top, ["done", "old", "out"], "{mode}");
+        assert_eq!(root.readdir("/job/old").await.unwrap().len(), 100, "{mode}: the new old");
         assert_eq!(root.readdir("/job/out").await.unwrap().len(), 600, "{mode}: each once");
         let done = root.readdir("/job/done").await.unwrap();
         assert_eq!(done.len(), 50, "{mode}");
         for e in done {
             assert_eq!(root.stat(&format!("/job/done/{}", e.name)).await.unwrap().mode & 0o777, 0o600, "{mode}");
         }
+        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+    }
+}
+
+/// A directory of the snapshot removed and made again in the batch: a rerun
+/// after a commit that got past the removal must not take the new directory
+/// for someone else's.
+#[tokio::test]
+async fn a_rerun_knows_a_name_it_removed_and_made_again() {
+    for mode in ["shardfs", "indexfs"] {
+        let cluster = InProcCluster::memory_mode(mode, 3);
+        let root = cluster.client();
+        user_dir(&root, "/job", 0o755).await;
+        let me = Client::new(cluster.client().namespace().clone(), user());
+        me.mkdir("/job/old", 0o755).await.unwrap();
+        me.create("/job/old/f0", 0o644).await.unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let b = begin_with(&me, "/job", base.path(), Start::Snapshot).await.unwrap();
+        let id = b.meta.id;
+        let p = b.client();
+        remake(&p, "/job/old", 1, 300).await;
+        b.close().await.unwrap();
+        drop((p, b));
+        // The first try removes and makes old, then a server dies applying.
+        let faulty = Client::new(canopy_client::open_namespace(mode, cluster.transport(), Default::default()).unwrap(), user());
+        cluster.faults().die_after(1, "BatchApply");
+        assert!(commit(open(base.path(), id).unwrap(), &faulty).await.is_err());
+        cluster.faults().revive(1);
+        let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+        assert!(report.rejected.is_empty(), "{mode}: {:?}", report.rejected);
+        assert_eq!(root.readdir("/job/old").await.unwrap().len(), 300, "{mode}");
         assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
     }
 }

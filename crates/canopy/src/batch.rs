@@ -123,6 +123,9 @@ fn print_commit(id: &str, r: &CommitReport) -> Result<(), String> {
     for (path, e) in &r.rejected {
         eprintln!("canopy: rejected '{path}': {e}");
     }
+    for path in &r.left_in_stage {
+        eprintln!("canopy: an entry refused its new place is kept at '{path}'");
+    }
     if !r.rejected.is_empty() {
         let log = base().join(format!("{id}.rejected"));
         let text: String = r.rejected.iter().map(|(p, e)| format!("{p}\t{}\t{e}\n", e.code())).collect();
