@@ -63,7 +63,8 @@ impl Changes {
     }
 }
 
-fn depth(path: &str) -> usize {
+/// How deep a private path is (`/a` is 1).
+pub(crate) fn depth(path: &str) -> usize {
     path.matches('/').count()
 }
 

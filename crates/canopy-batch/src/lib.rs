@@ -247,10 +247,7 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     let mut journal = Journal::open(&b.dir)?;
     reconcile::stage_moves(cluster, &rooted, &mut stage, &changes.moves, &mut refused, &mut report).await?;
     reconcile::remove(cluster, &rooted, &stage, &mut journal, &changes.removed, &mut report).await?;
-    place_dirs(cluster, &rooted, &stage, &changes, &mut refused, &mut report).await?;
-    for m in changes.moves.iter().filter(|m| !m.is_dir) {
-        place(cluster, &rooted, &stage, Place::Moved(m), &mut refused, &mut report).await?;
-    }
+    place(cluster, &rooted, &stage, &changes, &mut refused, &mut report).await?;
     reconcile::drop_stage(cluster, &stage, &mut report).await?;
     reconcile::modify(cluster, &rooted, &changes.modified, &mut refused, &mut report).await?;
     report.dirs_time = t.elapsed();
@@ -264,7 +261,7 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     }
     report.files = batch::land(cluster, b.meta.id, &dirs).await?;
     let mut finish: Vec<&(String, DirLookup)> = changes.new_dirs.iter().chain(&changes.changed_dirs).collect();
-    finish.sort_by_key(|(p, _)| p.matches('/').count());
+    finish.sort_by_key(|(p, _)| diff::depth(p));
     finish_dirs(cluster, &rooted, &finish, &refused, &mut report).await;
     report.rejected.extend(report.files.rejected.iter().cloned());
     report.rejected.sort_by(|a, b| a.0.cmp(&b.0));
@@ -310,13 +307,17 @@ impl Place<'_> {
 }
 
 /// Makes the batch's new directories and places its moved ones, a level at a
-/// time (a refused one refuses everything below it).
-async fn place_dirs(cluster: &Client, rooted: &Rooted, stage: &Stage, changes: &diff::Changes, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
+/// time (a refused one refuses everything below it), then its moved files.
+async fn place(cluster: &Client, rooted: &Rooted, stage: &Stage, changes: &diff::Changes, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
     let mut levels: BTreeMap<usize, Vec<Place>> = BTreeMap::new();
     let made = changes.new_dirs.iter().map(Place::Made);
-    let moved = changes.moves.iter().filter(|m| m.is_dir).map(Place::Moved);
-    for p in made.chain(moved) {
-        levels.entry(p.path().matches('/').count()).or_default().push(p);
+    for p in made.chain(changes.moves.iter().map(Place::Moved)) {
+        // Files once every directory is in place.
+        let level = match p {
+            Place::Moved(m) if !m.is_dir => usize::MAX,
+            _ => diff::depth(p.path()),
+        };
+        levels.entry(level).or_default().push(p);
     }
     for level in levels.values() {
         for group in level.chunks(MKDIRS_AT_ONCE) {
@@ -361,20 +362,6 @@ async fn place_one(cluster: &Client, rooted: &Rooted, stage: &Stage, p: Place<'_
     match p {
         Place::Made((path, l)) => make_dir(cluster, &rooted.global(path), l).await.map(|made| if made { Placed::Made } else { Placed::Adopted }),
         Place::Moved(m) => reconcile::unstage(cluster, rooted, stage, m).await.map(|_| Placed::Moved),
-    }
-}
-
-/// Places one entry, not below a refused one, recording the outcome.
-async fn place(cluster: &Client, rooted: &Rooted, stage: &Stage, p: Place<'_>, refused: &mut Refused, report: &mut CommitReport) -> Res<()> {
-    if skip_refused(refused, rooted, p.path(), report) {
-        return Ok(());
-    }
-    match place_one(cluster, rooted, stage, p).await {
-        Ok(_) => {
-            report.moved += 1;
-            Ok(())
-        }
-        Err(e) => reconcile::settle(Err(e), rooted, p.path(), refused, report),
     }
 }
 

@@ -46,7 +46,7 @@ pub struct BaseEntry {
 
 impl BaseEntry {
     pub fn name(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or("")
+        split(&self.path).1
     }
 }
 
@@ -111,7 +111,7 @@ async fn read_subtree(cluster: &Client, rooted: &Rooted) -> Res<Vec<Seen>> {
         }
     }
     // Parents first, whatever order the walk found them in.
-    out.sort_by_key(|s| s.path.matches('/').count());
+    out.sort_by_key(|s| crate::diff::depth(&s.path));
     Ok(out)
 }
 

@@ -14,6 +14,16 @@ fn user() -> Creds {
     Creds { uid: USER, gid: USER, groups: vec![] }
 }
 
+/// A 3-server cluster of `mode` with a directory `/job` of the test user's,
+/// mode `perm`; root's client and the user's.
+async fn job(mode: &'static str, perm: u32) -> (InProcCluster, Client, Client) {
+    let cluster = InProcCluster::memory_mode(mode, 3);
+    let root = cluster.client();
+    user_dir(&root, "/job", perm).await;
+    let me = root.as_user(user());
+    (cluster, root, me)
+}
+
 /// A directory `path` owned by the test user, mode `mode`.
 async fn user_dir(root: &Client, path: &str, mode: u32) {
     root.mkdir(path, mode).await.unwrap();
@@ -138,10 +148,7 @@ async fn a_batch_from_a_snapshot_commits_what_the_same_operations_do_to_the_same
 #[tokio::test]
 async fn a_snapshot_batch_lands_swaps_and_refuses_what_changed_meanwhile() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
-        user_dir(&root, "/job", 0o755).await;
-        let me = root.as_user(user());
+        let (_cluster, root, me) = job(mode, 0o755).await;
         for d in ["/job/a", "/job/b", "/job/a/x"] {
             me.mkdir(d, 0o755).await.unwrap();
         }
@@ -229,10 +236,7 @@ async fn batch_of_files(b: &OpenBatch, n: usize) {
 #[tokio::test]
 async fn files_taken_meanwhile_are_refused_one_by_one_and_the_rest_lands() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
-        user_dir(&root, "/job", 0o777).await;
-        let me = root.as_user(user());
+        let (_cluster, root, me) = job(mode, 0o777).await;
         let base = tempfile::tempdir().unwrap();
         let b = begin(&me, "/job", base.path()).await.unwrap();
         batch_of_files(&b, 200).await;
@@ -255,11 +259,8 @@ async fn files_taken_meanwhile_are_refused_one_by_one_and_the_rest_lands() {
 #[tokio::test]
 async fn a_root_the_owner_may_not_write_is_refused_whole() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
+        let (_cluster, root, me) = job(mode, 0o755).await;
         root.mkdir("/sys", 0o755).await.unwrap();
-        user_dir(&root, "/job", 0o755).await;
-        let me = root.as_user(user());
         let base = tempfile::tempdir().unwrap();
         assert_eq!(begin(&me, "/sys", base.path()).await.err(), Some(Errno::EACCES), "{mode}");
         let b = begin(&me, "/job", base.path()).await.unwrap();
@@ -280,23 +281,14 @@ async fn a_root_the_owner_may_not_write_is_refused_whole() {
 #[tokio::test]
 async fn a_commit_whose_server_died_after_applying_finishes_when_run_again() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
-        user_dir(&root, "/job", 0o755).await;
-        let me_on = |c: &InProcCluster| Client::new(c.client().namespace().clone(), user());
-        let me = me_on(&cluster);
+        let (cluster, root, me) = job(mode, 0o755).await;
         let base = tempfile::tempdir().unwrap();
         let b = begin(&me, "/job", base.path()).await.unwrap();
         let id = b.meta.id;
         batch_of_files(&b, 300).await;
         b.close().await.unwrap();
         drop(b);
-        // Server 1 applies its share and dies before answering.
-        let faulty = Client::new(canopy_client::open_namespace(mode, cluster.transport(), Default::default()).unwrap(), user());
-        cluster.faults().die_after(1, "BatchApply");
-        assert!(commit(open(base.path(), id).unwrap(), &faulty).await.is_err());
-        cluster.faults().revive(1);
-        let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+        let report = commit_after_server_1_died_applying(&cluster, mode, base.path(), id, &me).await;
         assert!(report.rejected.is_empty(), "{mode}: {:?}", report.rejected);
         assert!(report.files.landed_before > 0, "{mode}: server 1's share had landed");
         assert_eq!(report.files.made + report.files.landed_before, 300, "{mode}");
@@ -306,15 +298,23 @@ async fn a_commit_whose_server_died_after_applying_finishes_when_run_again() {
     }
 }
 
-/// A cluster with `/job` owned by the test user, root's client and the
-/// user's with short leases (a client stopped inside a mkdir leaves its locks
-/// until its lease ends).
+/// [`job`], with the user's client on short leases (a client stopped inside
+/// a mkdir leaves its locks until its lease ends).
 async fn job_with_short_leases(mode: &'static str) -> (InProcCluster, Client, Client) {
-    let cluster = InProcCluster::memory_mode(mode, 3);
-    let root = cluster.client();
-    user_dir(&root, "/job", 0o755).await;
+    let (cluster, root, _) = job(mode, 0o755).await;
     let me = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(200), ..Default::default() }).as_user(user());
     (cluster, root, me)
+}
+
+/// Commits batch `id` through a client whose server 1 applies its share and
+/// dies before answering (the commit fails), then again once it is back: the
+/// second commit's report.
+async fn commit_after_server_1_died_applying(cluster: &InProcCluster, mode: &'static str, base: &std::path::Path, id: u64, me: &Client) -> CommitReport {
+    let faulty = Client::new(canopy_client::open_namespace(mode, cluster.transport(), Default::default()).unwrap(), user());
+    cluster.faults().die_after(1, "BatchApply");
+    assert!(commit(open(base, id).unwrap(), &faulty).await.is_err());
+    cluster.faults().revive(1);
+    commit(open(base, id).unwrap(), me).await.unwrap()
 }
 
 /// Commits batch `id` stopped (its future dropped) after each of a growing
@@ -417,10 +417,7 @@ async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
 #[tokio::test]
 async fn a_rerun_knows_a_name_it_removed_and_made_again() {
     for mode in ["shardfs", "indexfs"] {
-        let cluster = InProcCluster::memory_mode(mode, 3);
-        let root = cluster.client();
-        user_dir(&root, "/job", 0o755).await;
-        let me = Client::new(cluster.client().namespace().clone(), user());
+        let (cluster, root, me) = job(mode, 0o755).await;
         me.mkdir("/job/old", 0o755).await.unwrap();
         me.create("/job/old/f0", 0o644).await.unwrap();
         let base = tempfile::tempdir().unwrap();
@@ -431,11 +428,7 @@ async fn a_rerun_knows_a_name_it_removed_and_made_again() {
         b.close().await.unwrap();
         drop((p, b));
         // The first try removes and makes old, then a server dies applying.
-        let faulty = Client::new(canopy_client::open_namespace(mode, cluster.transport(), Default::default()).unwrap(), user());
-        cluster.faults().die_after(1, "BatchApply");
-        assert!(commit(open(base.path(), id).unwrap(), &faulty).await.is_err());
-        cluster.faults().revive(1);
-        let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+        let report = commit_after_server_1_died_applying(&cluster, mode, base.path(), id, &me).await;
         assert!(report.rejected.is_empty(), "{mode}: {:?}", report.rejected);
         assert_eq!(root.readdir("/job/old").await.unwrap().len(), 300, "{mode}");
         assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
