@@ -194,18 +194,16 @@ pub(crate) async fn remove(cluster: &Client, rooted: &Rooted, stage: &Stage, jou
 
 /// Step 3, one entry: moved entry `m` out of the stage to its place.
 pub(crate) async fn unstage(cluster: &Client, rooted: &Rooted, stage: &Stage, m: &Move) -> Res<()> {
-    let to = rooted.global(&m.to);
-    if ino_at(cluster, &stage.slot(m.id)).await? != Some(m.global_ino) {
-        return match ino_at(cluster, &to).await? == Some(m.global_ino) {
-            true => Ok(()),
-            false => Err(Errno::ESTALE),
-        };
+    let (slot, to) = (stage.slot(m.id), rooted.global(&m.to));
+    let staged = ino_at(cluster, &slot).await? == Some(m.global_ino);
+    match (staged, ino_at(cluster, &to).await?) {
+        (true, None) => cluster.rename(&slot, &to).await,
+        // A name someone else took meanwhile is theirs (the entry stays staged).
+        (true, Some(_)) => Err(Errno::EEXIST),
+        // Placed by an earlier try.
+        (false, Some(ino)) if ino == m.global_ino => Ok(()),
+        (false, _) => Err(Errno::ESTALE),
     }
-    // A name someone else took meanwhile is theirs (the entry stays staged).
-    if ino_at(cluster, &to).await?.is_some() {
-        return Err(Errno::EEXIST);
-    }
-    cluster.rename(&stage.slot(m.id), &to).await
 }
 
 /// The stage goes once empty. An entry refused its place stays in it, and

@@ -229,12 +229,8 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     let n = args.clients;
     let mut r = BenchReport { mode, servers: client.namespace().servers(), clients: n, sync_files: args.sync_files, batch_files: args.files, ..Default::default() };
     // Synchronous: each client makes its directory and its files one create at a time.
-    let t = Instant::now();
-    let made = futures::future::join_all((0..n).map(|i| tokio::spawn(make_files(client.clone(), format!("{top}/sync-{i}"), args.sync_files)))).await;
-    for m in made {
-        m.map_err(|e| e.to_string())?.map_err(err("sync create"))?;
-    }
-    r.sync_creates_per_s = rate(n * args.sync_files, t.elapsed());
+    let took = make_all((0..n).map(|i| (client.clone(), format!("{top}/sync-{i}"))).collect(), args.sync_files, "sync create").await?;
+    r.sync_creates_per_s = rate(n * args.sync_files, took);
     r.sync_stats_per_s = stats(client, &top, "sync", n, args.sync_files, args.stats).await?;
     // Batched: each client works in its own batch, then commits it.
     let base = tempfile::Builder::new().prefix("canopy-batches-").tempdir().map_err(|e| e.to_string())?;
@@ -242,12 +238,7 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     for i in 0..n {
         batches.push(begin(client, &format!("{top}/batch-{i}"), base.path()).await.map_err(err("begin"))?);
     }
-    let t = Instant::now();
-    let made = futures::future::join_all(batches.iter().enumerate().map(|(i, b)| tokio::spawn(make_files(b.client(), format!("{top}/batch-{i}/d"), args.files)))).await;
-    for m in made {
-        m.map_err(|e| e.to_string())?.map_err(err("batch create"))?;
-    }
-    let client_time = t.elapsed();
+    let client_time = make_all(batches.iter().enumerate().map(|(i, b)| (b.client(), format!("{top}/batch-{i}/d"))).collect(), args.files, "batch create").await?;
     let t = Instant::now();
     let reports = futures::future::join_all(batches.into_iter().map(|b| commit(b, client))).await;
     let commit_time = t.elapsed();
@@ -267,6 +258,17 @@ async fn bench_on(client: &Client, args: &BenchArgs, mode: String) -> Result<Ben
     r.batch_stats_per_s = stats(client, &top, "batch", n, args.files, args.stats).await?;
     r.end_to_end_over_sync = r.batch_end_to_end_creates_per_s / r.sync_creates_per_s.max(1e-9);
     Ok(r)
+}
+
+/// [`make_files`] for each (client, directory), each a task of its own (so
+/// the clients share the cores); how long they took together.
+async fn make_all(jobs: Vec<(Client, String)>, files: usize, what: &str) -> Result<Duration, String> {
+    let t = Instant::now();
+    let made = futures::future::join_all(jobs.into_iter().map(|(client, dir)| tokio::spawn(make_files(client, dir, files)))).await;
+    for m in made {
+        m.map_err(|e| e.to_string())?.map_err(|e| format!("{what}: {e}"))?;
+    }
+    Ok(t.elapsed())
 }
 
 /// Makes directory `dir` and `files` files in it, one create at a time (the
