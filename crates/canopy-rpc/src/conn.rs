@@ -4,6 +4,7 @@
 //! When the connection breaks, every waiting caller gets `ENOTCONN`.
 
 use crate::handshake::{self, ClientAuth};
+use crate::socket::{ReadHalf, Stream};
 use crate::RpcResult;
 use bytes::BytesMut;
 use canopy_proto::frame::{self, FrameError};
@@ -14,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<RpcResult>>>>;
@@ -30,12 +30,11 @@ impl Connection {
     /// Connects and proves `me`; a refused or timed-out connect, another protocol
     /// version or a refused key is an errno.
     pub async fn connect(addr: &str, me: &ClientAuth, timeout: Duration) -> Result<Connection, Errno> {
-        let mut stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        let mut stream = match tokio::time::timeout(timeout, Stream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(_)) => return Err(Errno::ECONNREFUSED),
             Err(_) => return Err(Errno::ETIMEDOUT),
         };
-        let _ = stream.set_nodelay(true);
         match tokio::time::timeout(timeout, handshake::connect(&mut stream, me, addr)).await {
             Ok(r) => r?,
             Err(_) => return Err(Errno::ETIMEDOUT),
@@ -118,7 +117,7 @@ impl Connection {
     }
 }
 
-async fn read_responses(rd: &mut tokio::net::tcp::OwnedReadHalf, pending: &Pending) {
+async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         match rd.read_buf(&mut buf).await {

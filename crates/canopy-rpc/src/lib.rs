@@ -2,7 +2,8 @@
 //!
 //! - [`Service`]: what a daemon is to the transport: credentials and a request in,
 //!   a reply out, now or later (the lock service answers a blocked lock later).
-//! - [`server`]: the TCP accept and connection loops. The connection layer is the
+//! - [`socket`]: TCP or Unix domain sockets, told apart by the address.
+//! - [`server`]: the accept and connection loops. The connection layer is the
 //!   only code that touches a socket: it does the handshake, reads frames, answers
 //!   malformed ones and closes, batches responses into few writes, and bounds
 //!   connections, idle time and replies in flight.
@@ -17,6 +18,7 @@ pub mod conn;
 pub mod handshake;
 pub mod random;
 pub mod server;
+pub mod socket;
 pub mod transport;
 
 use canopy_proto::auth::Identity;

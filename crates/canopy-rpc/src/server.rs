@@ -1,4 +1,4 @@
-//! The daemon side of TCP: accept, handshake (protocol version and key), then a
+//! The daemon side of a socket (TCP or Unix, see `socket`): accept, handshake (protocol version and key), then a
 //! read loop per connection.
 //!
 //! Every frame read in one pass is handled and its response appended to one buffer,
@@ -17,6 +17,7 @@
 //! sheds the connection it cannot serve instead of spinning.
 
 use crate::handshake;
+use crate::socket::{Listener, Stream};
 use crate::{Handled, RpcResult, Service};
 use bytes::BytesMut;
 use canopy_proto::auth::{Identity, Key};
@@ -29,7 +30,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
 
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,7 +101,7 @@ impl Registry {
 }
 
 /// Serves `service` on every connection `listener` accepts, until the task is dropped.
-pub async fn serve(listener: TcpListener, service: Arc<dyn Service>, opts: ServeOpts) {
+pub async fn serve(listener: Listener, service: Arc<dyn Service>, opts: ServeOpts) {
     let opts = Arc::new(opts);
     let registry = Arc::new(Registry { epoch: Instant::now(), next: AtomicU64::new(1), conns: Mutex::new(HashMap::new()) });
     // A descriptor kept in reserve: when accept fails for lack of descriptors,
@@ -110,8 +110,7 @@ pub async fn serve(listener: TcpListener, service: Arc<dyn Service>, opts: Serve
     let mut last_complaint: Option<Instant> = None;
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
+            Ok(stream) => {
                 let (id, state) = registry.admit(opts.limits.max_conns);
                 let (svc, opts, registry) = (service.clone(), opts.clone(), registry.clone());
                 tokio::spawn(async move {
@@ -125,7 +124,7 @@ pub async fn serve(listener: TcpListener, service: Arc<dyn Service>, opts: Serve
                     last_complaint = Some(Instant::now());
                 }
                 if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && reserve.take().is_some() {
-                    if let Ok((shed, _)) = listener.accept().await {
+                    if let Ok(shed) = listener.accept().await {
                         drop(shed);
                     }
                     reserve = std::fs::File::open("/dev/null").ok();
@@ -138,7 +137,7 @@ pub async fn serve(listener: TcpListener, service: Arc<dyn Service>, opts: Serve
 
 /// Handles one connection until the peer closes it, breaks the framing, stays
 /// idle too long, or the registry closes it to make room.
-async fn serve_conn(mut stream: TcpStream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
+async fn serve_conn(mut stream: Stream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
     let peer = tokio::select! {
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut stream, &opts.key)) => match r {
             Ok(Some(peer)) => peer,

@@ -48,7 +48,7 @@ async fn over_tcp_a_posted_request_is_served_before_later_ones() {
     let key = Key::from_bytes([7; 32]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
     let t = TcpTransport::new(std::slice::from_ref(&addr), &addr, ClientAuth { identity: Identity::Cluster, key }, Duration::from_secs(20));
     each_stat_follows_the_touches_before_it(&t).await;
 }

@@ -54,7 +54,7 @@ async fn over_tcp_a_waiting_request_does_not_hold_up_its_connection() {
     let key = Key::from_bytes([7; 32]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Gate::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(Gate::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
     let conn = Connection::connect(&addr, &ClientAuth { identity: Identity::Cluster, key }, T).await.unwrap();
     let root = Creds::root();
     // One connection: the wait goes first, the ping that releases it after.

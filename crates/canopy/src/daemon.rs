@@ -7,6 +7,7 @@ use canopy_client::cluster::ClusterFile;
 use canopy_client::delegate::Delegating;
 use canopy_client::keyfile;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
+use canopy_rpc::socket::Listener;
 use canopy_rpc::Service;
 use canopy_server::keys::ALL_CFS;
 use canopy_proto::clock::SystemClock;
@@ -106,16 +107,13 @@ fn descriptors_for_connections() -> usize {
 }
 
 /// The daemon's listening socket: inherited from `canopy up`, or bound here.
-async fn listener(addr: &str, fd: Option<i32>) -> Result<tokio::net::TcpListener, String> {
+fn listener(addr: &str, fd: Option<i32>) -> Result<Listener, String> {
     match fd {
-        Some(fd) => {
-            // SAFETY: `canopy up` passes the number of a listening socket it opened
-            // for us and left open across exec; nothing else in this process owns it.
-            let std = unsafe { <std::net::TcpListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            std.set_nonblocking(true).map_err(|e| format!("listen fd {fd}: {e}"))?;
-            tokio::net::TcpListener::from_std(std).map_err(|e| format!("listen fd {fd}: {e}"))
-        }
-        None => tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}")),
+        // SAFETY: `canopy up` passes the number of a listening socket it opened
+        // for us on `addr` and left open across exec; nothing else in this
+        // process owns it.
+        Some(fd) => unsafe { Listener::from_raw_fd(addr, fd) }.map_err(|e| format!("listen fd {fd}: {e}")),
+        None => Listener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}")),
     }
 }
 
@@ -141,7 +139,7 @@ fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result
     .map_err(|e| e.to_string())?;
     let Daemon { addr, fd, what, opts, .. } = d;
     rt.block_on(async move {
-        let listener = listener(&addr, fd).await?;
+        let listener = listener(&addr, fd)?;
         eprintln!("canopy: {what} listening on {addr} (at most {} connections)", opts.limits.max_conns);
         if let Some(work) = beside {
             tokio::spawn(work());
@@ -151,6 +149,9 @@ fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result
             _ = canopy_rpc::server::serve(listener, service, opts) => {}
             _ = term.recv() => eprintln!("canopy: {what} stopping"),
             _ = tokio::signal::ctrl_c() => eprintln!("canopy: {what} stopping"),
+        }
+        if let Some(path) = canopy_rpc::socket::unix_path(&addr) {
+            let _ = std::fs::remove_file(path);
         }
         Ok::<_, String>(())
     })?;

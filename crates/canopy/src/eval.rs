@@ -36,6 +36,7 @@ fn real_bench(mode: &str, files: usize, stats: usize) -> Result<canopy_bench::Be
         mode: mode.into(),
         lease: None,
         split_threshold: None,
+        tcp: false,
         posix: Vec::new(),
         keep: false,
     };

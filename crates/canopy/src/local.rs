@@ -12,7 +12,7 @@ use canopy_rpc::conn::Connection;
 use canopy_rpc::ClientAuth;
 use clap::Args;
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -42,6 +42,11 @@ pub struct UpArgs {
     /// another server (GIGA+; default 2000). Kept in the cluster file.
     #[arg(long)]
     pub split_threshold: Option<u64>,
+    /// A new cluster's daemons listen on loopback TCP ports instead of Unix
+    /// sockets in the cluster directory (the default: a round trip costs
+    /// about half).
+    #[arg(long)]
+    pub tcp: bool,
 }
 
 #[derive(Args)]
@@ -86,6 +91,9 @@ pub struct BenchArgs {
     /// IndexFS split threshold of the temporary cluster (see `canopy up`).
     #[arg(long, conflicts_with = "posix")]
     pub split_threshold: Option<u64>,
+    /// The temporary cluster listens on loopback TCP (see `canopy up --tcp`).
+    #[arg(long, conflicts_with = "posix")]
+    pub tcp: bool,
     /// Bench this directory with system calls instead of Canopy; no cluster is
     /// started or used. Repeat to compare directories side by side.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["servers", "durability"])]
@@ -120,15 +128,15 @@ fn read_pid(file: &Path) -> Option<i32> {
 /// Listening sockets `up` opened for the daemons it is about to start, by name.
 /// A daemon inherits its socket, so no port is ever released between being chosen
 /// and being served (two `up`s at once cannot pick the same one).
-type Listeners = HashMap<String, std::net::TcpListener>;
+type Listeners = HashMap<String, OwnedFd>;
 
-fn listen(addr: &str) -> Result<std::net::TcpListener, String> {
-    std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
+fn listen(addr: &str) -> Result<OwnedFd, String> {
+    canopy_rpc::socket::bind_std(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
 /// Starts one daemon in its own session, serving `listener`, logging to
 /// `name.log`, unless its pid file names a live process.
-fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: std::net::TcpListener) -> Result<(), String> {
+fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> Result<(), String> {
     let pid_file = dir.join(format!("{name}.pid"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -223,10 +231,17 @@ fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
     Ok(())
 }
 
-/// A mode's settings chosen on the command line, kept in the cluster file.
+/// A new cluster's settings chosen on the command line: the mode's, kept in
+/// the cluster file, and the kind of socket its daemons listen on.
 struct Tuning<'a> {
     lease: Option<&'a str>,
     split_threshold: Option<u64>,
+    tcp: bool,
+}
+
+impl Tuning<'_> {
+    /// `canopy up`'s defaults.
+    const DEFAULT: Tuning<'static> = Tuning { lease: None, split_threshold: None, tcp: false };
 }
 
 impl Tuning<'_> {
@@ -241,8 +256,24 @@ impl Tuning<'_> {
     }
 }
 
-/// Loads the cluster in `dir`, or makes a new one on free loopback ports (whose
-/// sockets stay open for the daemons).
+/// Where a new cluster in `dir` puts its daemons' Unix sockets: `dir` itself,
+/// made absolute. `None`: TCP on loopback, asked for, or because the socket
+/// paths would be too long for the kernel.
+fn socket_dir(dir: &Path, tcp: bool) -> Result<Option<PathBuf>, String> {
+    if tcp {
+        return Ok(None);
+    }
+    let abs = dir.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+    // The longest name is "server-1023.sock".
+    if abs.as_os_str().len() + "/server-1023.sock".len() > canopy_rpc::socket::MAX_UNIX_PATH {
+        eprintln!("canopy: {} is too long a path for Unix sockets; the daemons listen on loopback TCP", abs.display());
+        return Ok(None);
+    }
+    Ok(Some(abs))
+}
+
+/// Loads the cluster in `dir`, or makes a new one on Unix sockets in `dir` (or
+/// free loopback ports), whose listening sockets stay open for the daemons.
 fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tuning) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
     let lease = tuning.lease;
@@ -268,11 +299,21 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
     if n == 0 || n > 1024 {
         return Err(format!("--servers must be 1 to 1024, not {n}"));
     }
+    let sockets = socket_dir(dir, tuning.tcp)?;
     let mut listeners = Listeners::new();
     let mut addr_of = |name: String| -> Result<String, String> {
-        let l = listen("127.0.0.1:0")?;
-        let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
-        listeners.insert(name, l);
+        let (fd, addr) = match &sockets {
+            Some(d) => {
+                let addr = format!("{}{}", canopy_rpc::socket::UNIX_PREFIX, d.join(format!("{name}.sock")).display());
+                (listen(&addr)?, addr)
+            }
+            None => {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on loopback: {e}"))?;
+                let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
+                (l.into(), addr)
+            }
+        };
+        listeners.insert(name, fd);
         Ok(addr)
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
@@ -294,7 +335,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     if let Some(m) = &args.mode {
         cluster::check_mode(m)?;
     }
-    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp };
     tuning.check()?;
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -459,7 +500,7 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
 pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::BenchReport, String> {
     args.durability.parse::<canopy_store::Durability>()?;
     cluster::check_mode(&args.mode)?;
-    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold };
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp };
     tuning.check()?;
     on_temporary_cluster(args.servers, &args.mode, &args.durability, &tuning, |c, key, dir| {
         let before = daemon_cpu_seconds(dir);
@@ -488,7 +529,7 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
 /// [`on_temporary_cluster`] with the defaults of `canopy up` but its mode.
 pub fn on_default_temporary_cluster<T>(servers: u32, mode: &str, work: impl FnOnce(&ClusterFile, &canopy_client::keyfile::Loaded) -> Result<T, String>) -> Result<T, String> {
     cluster::check_mode(mode)?;
-    on_temporary_cluster(servers, mode, "wal", &Tuning { lease: None, split_threshold: None }, |c, key, _| work(c, key))
+    on_temporary_cluster(servers, mode, "wal", &Tuning::DEFAULT, |c, key, _| work(c, key))
 }
 
 /// CPU seconds each live daemon whose pid file is in `dir` has used so far,

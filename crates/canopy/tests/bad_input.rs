@@ -41,7 +41,7 @@ async fn start_with(limits: ConnLimits) -> String {
     let server = MetaServer::open(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS))).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits }));
+    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(server), ServeOpts { key: cluster_key(), limits }));
     addr
 }
 
@@ -295,7 +295,7 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     let server = MetaServer::open_mode("indexfs", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), canopy_proto::clock::SystemClock::shared()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
+    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
     let alice = connect(&addr, &user(1000)).await;
     let root = connect(&addr, &admin()).await;
     let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
@@ -361,7 +361,7 @@ async fn giraffa_requests_need_the_cluster_key_and_are_bounded() {
     let server = MetaServer::open_mode("giraffa", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), canopy_proto::clock::SystemClock::shared()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
+    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(server), ServeOpts { key: cluster_key(), limits: ConnLimits::default() }));
     let alice = connect(&addr, &user(1000)).await;
     let root = connect(&addr, &admin()).await;
     let create = Request::Create { at: "/x".into(), mode: 0o644, kind: canopy_proto::msg::NewKind::Special { kind: canopy_proto::FileKind::Fifo, rdev: 0 }, if_exists: canopy_proto::msg::IfExists::Fail };

@@ -1,5 +1,5 @@
 //! The CLI as a user runs it, against real daemons: `canopy up` with several
-//! servers over TCP and RocksDB, coreutils-like results and exit codes, a clean
+//! servers over Unix sockets (and loopback TCP) and RocksDB, coreutils-like results and exit codes, a clean
 //! fsck, the namespace intact after `down` and `up`, and an acknowledged create
 //! surviving SIGKILL of its server.
 
@@ -47,9 +47,19 @@ fn up(servers: u32) -> Cluster {
 }
 
 fn up_mode(servers: u32, mode: &str) -> Cluster {
+    up_with(&["--servers", &servers.to_string(), "--mode", mode])
+}
+
+fn up_with(args: &[&str]) -> Cluster {
     let c = Cluster { home: tempfile::tempdir().unwrap() };
-    c.ok(&["up", "--servers", &servers.to_string(), "--mode", mode]);
+    c.ok(&[&["up"], args].concat());
     c
+}
+
+/// The daemons' addresses in the cluster file.
+fn addresses(c: &Cluster) -> Vec<String> {
+    let file = canopy_client::cluster::ClusterFile::load(&c.dir().join("cluster.json")).unwrap();
+    file.servers.iter().chain([&file.lockd]).cloned().collect()
 }
 
 #[test]
@@ -67,8 +77,23 @@ fn scripted_session_fsck_and_restart_on_giraffa() {
     scripted_session("giraffa");
 }
 
+/// `canopy up` puts its daemons on Unix sockets in the cluster directory;
+/// `--tcp` on loopback ports. The session goes the same either way.
+#[test]
+fn scripted_session_over_loopback_tcp() {
+    let c = up_with(&["--servers", "4", "--tcp"]);
+    assert!(addresses(&c).iter().all(|a| a.starts_with("127.0.0.1:")), "{:?}", addresses(&c));
+    session(&c);
+}
+
 fn scripted_session(mode: &str) {
     let c = up_mode(4, mode);
+    let sockets = addresses(&c);
+    assert!(sockets.iter().all(|a| a.starts_with("unix:") && a.ends_with(".sock")), "{sockets:?}");
+    session(&c);
+}
+
+fn session(c: &Cluster) {
     c.ok(&["mkdir", "-p", "/proj/src/deep"]);
     c.ok(&["touch", "/proj/README", "/proj/src/main.rs", "/proj/src/lib.rs"]);
     c.ok(&["ln", "-s", "/proj/README", "/proj/LINK"]);
