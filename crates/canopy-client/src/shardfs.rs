@@ -211,10 +211,12 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::Mkdir { path: p.to_string() };
         self.step(|| Step::Locked(intent())).await?;
-        let lookup = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
-            Reply::Dir(l) => l,
+        // The primary answers the new directory's attributes, times and all.
+        let attr = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
+            Reply::Attr(a) if a.kind == FileKind::Dir => a,
             other => return Err(unexpected(other)),
         };
+        let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         // Commit point passed: the replicas must now succeed.
         self.step(|| Step::PrimaryDone(intent())).await?;
         let results = self.on_replicas(prim, c, &intent(), |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await?;
@@ -223,7 +225,7 @@ impl ShardFs {
             return Err(Errno::EIO);
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
-        Ok(dir_attr_from(&lookup))
+        Ok(attr)
     }
 
     async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {

@@ -168,6 +168,10 @@ async fn lookups_racing_mkdir(c: Client) {
 async fn mkdir_rmdir(c: Client) {
     let a = c.mkdir("/d", 0o755).await.unwrap();
     assert_eq!((a.kind, a.mode, a.uid, a.gid, a.nlink), (FileKind::Dir, 0o755, 0, 0, 2));
+    // What mkdir answers is the directory whole, times included: the mount
+    // hands it to the kernel without a stat after.
+    assert!(a.mtime > 0 && a.ctime > 0, "{a:?}");
+    assert_eq!(c.stat("/d").await.unwrap(), a);
     assert_errno!(c.mkdir("/d", 0o755).await, Errno::EEXIST);
     assert_errno!(c.mkdir("/", 0o755).await, Errno::EEXIST);
     assert_errno!(c.mkdir("/missing/x", 0o755).await, Errno::ENOENT);

@@ -320,10 +320,8 @@ impl Core {
     pub(crate) fn mkdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let made = (|| {
             let path = self.child(parent, name)?;
-            let who = self.caller(req);
-            self.run(who.mkdir(&path, mode & 0o7777))?;
-            // mkdir answers the replicated state only; the times live on the primary.
-            Ok((self.run(self.client.stat(&path))?, path))
+            // mkdir answers the whole new directory, times included.
+            Ok((self.run(self.caller(req).mkdir(&path, mode & 0o7777))?, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }

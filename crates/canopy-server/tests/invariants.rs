@@ -132,17 +132,20 @@ fn an_entry_is_reached_by_directory_id_and_name_as_by_path() {
     use canopy_proto::msg::{At, IfExists, NewKind};
     let s = MetaServer::open(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS))).unwrap();
     let root = Creds::root();
-    let Ok(Reply::Dir(top)) = s.handle(&root, Request::Mkdir { path: "/top".into(), mode: 0o700, assign: None }) else { panic!("mkdir") };
-    let Ok(Reply::Dir(sub)) = s.handle(&root, Request::Mkdir { path: "/top/sub".into(), mode: 0o777, assign: None }) else { panic!("mkdir") };
-    let entry = |name: &str| At::Entry { dir: sub.id, name: name.into() };
+    // The primary's mkdir answers the new directory's attributes.
+    let Ok(Reply::Attr(top)) = s.handle(&root, Request::Mkdir { path: "/top".into(), mode: 0o700, assign: None }) else { panic!("mkdir") };
+    let Ok(Reply::Attr(sub)) = s.handle(&root, Request::Mkdir { path: "/top/sub".into(), mode: 0o777, assign: None }) else { panic!("mkdir") };
+    let Ok(Reply::Attr(sub_stat)) = s.handle(&root, Request::Stat { at: "/top/sub".into() }) else { panic!("stat") };
+    assert_eq!(sub, sub_stat, "mkdir answers what a stat then says, times included");
+    let entry = |name: &str| At::Entry { dir: sub.ino, name: name.into() };
     let create = Request::Create { at: entry("f"), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
     let Ok(Reply::Attr(made)) = s.handle(&root, create) else { panic!("create by entry") };
     let Ok(Reply::Attr(by_path)) = s.handle(&root, Request::Stat { at: "/top/sub/f".into() }) else { panic!("stat by path") };
     assert_eq!(made, by_path);
     let Ok(Reply::Attr(by_entry)) = s.handle(&root, Request::Stat { at: entry("f") }) else { panic!("stat by entry") };
     assert_eq!(by_entry, by_path);
-    let Ok(Reply::Attr(d)) = s.handle(&root, Request::Stat { at: At::Entry { dir: top.id, name: "sub".into() } }) else { panic!("dir") };
-    assert_eq!(d.ino, sub.id);
+    let Ok(Reply::Attr(d)) = s.handle(&root, Request::Stat { at: At::Entry { dir: top.ino, name: "sub".into() } }) else { panic!("dir") };
+    assert_eq!(d.ino, sub.ino);
     // /top is 0700 root's: a user may not search it, however the entry is named.
     let user = Creds::user(1000, 1000);
     assert_eq!(s.handle(&user, Request::Stat { at: "/top/sub/f".into() }), Err(Errno::EACCES));

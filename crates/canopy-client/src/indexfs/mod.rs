@@ -36,7 +36,7 @@
 //! while, then with `EAGAIN` (passed on). readdir, rmdir's seal and chmod's
 //! header update visit every partition, learning of more from each answer.
 
-use crate::core::{dir_attr_from, lookup_part, times_part, unexpected, ClientCore, NsOptions};
+use crate::core::{lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
@@ -414,8 +414,10 @@ impl IndexFs {
         self.step(|| Step::PrimaryDone(intent())).await?;
         let depth = p.components().count() as u32;
         let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth };
-        self.rpc_ix(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))?;
-        Ok(dir_attr_from(&lookup))
+        match self.rpc_ix(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))? {
+            Reply::Attr(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {

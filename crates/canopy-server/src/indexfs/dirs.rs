@@ -92,9 +92,11 @@ impl IndexFs {
         }
         let _g = core.lock_stripes(|| vec![lookup.id], false, &[&Target::Dir(lookup.id)]);
         if self.header(core, lookup.id)?.is_none() {
-            self.make_header(core, lookup, parent, depth)?;
+            self.make_header(core, lookup.clone(), parent, depth)?;
         }
-        Ok(Reply::Unit)
+        // The new directory whole, times included (they live here), so a
+        // mkdir needs no stat after.
+        core.dir_attr(&lookup, 2).map(Reply::Attr)
     }
 
     /// Seals (or unseals) every partition of `dir` here; answers the

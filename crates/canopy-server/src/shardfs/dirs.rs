@@ -4,7 +4,7 @@
 
 use super::dirtable::ROOT_ID;
 use super::ShardFs;
-use crate::core::Core;
+use crate::core::{dir_attr_of, Core};
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::Located;
 use canopy_posix::perm;
@@ -33,6 +33,7 @@ impl ShardFs {
         };
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
+        let first = assign.is_none();
         let lookup = match assign {
             Some(l) if !self.table.read().can_insert(parent, &name, l.id) => return Err(Errno::EEXIST),
             Some(l) => l,
@@ -44,11 +45,19 @@ impl ShardFs {
         };
         let mut b = Batch::new();
         b.put(DIRS, keys::entry_key(parent, &name), keys::encode(&lookup));
-        if self.is_primary(core, path) {
-            b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), fresh_times(core));
+        let primary = self.is_primary(core, path);
+        let now = core.now_ns();
+        let times = DirTimes { atime: now, mtime: now, ctime: now };
+        if primary {
+            b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(&times));
         }
         core.write(b)?;
         self.table.write().insert(parent, &name, lookup.clone());
+        // The primary's first step answers the whole new directory, times
+        // included (they live only here), so the caller needs no stat after.
+        if primary && first {
+            return Ok(Reply::Attr(dir_attr_of(&lookup, 2, times)));
+        }
         Ok(Reply::Dir(lookup))
     }
 
