@@ -6,11 +6,13 @@
 //! permission was checked when the file was opened, as POSIX wants.
 
 use crate::convert::{self, errno, file_attr, io_errno};
+use crate::dir_attrs::DirAttrs;
 use crate::groups::GroupCache;
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
+use canopy_proto::clock::{SharedClock, SystemClock};
 use canopy_proto::{Attr, DirEntry, Errno, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
@@ -22,7 +24,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 pub(crate) type R<T> = Result<T, fuser::Errno>;
 
@@ -53,6 +55,9 @@ pub(crate) struct Core {
     pub(crate) nodes: Mutex<Nodes>,
     pub(crate) handles: Arc<Handles>,
     dirs: Mutex<DirHandles>,
+    dir_attrs: Mutex<DirAttrs>,
+    /// The wall clock a directory's times are set from.
+    clock: SharedClock,
     groups: GroupCache,
     pub(crate) opts: MountOptions,
 }
@@ -80,7 +85,8 @@ fn enoent() -> fuser::Errno {
 impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), groups: GroupCache::default(), opts }
+        let dir_attrs = Mutex::new(DirAttrs::new(opts.attr_ttl));
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), groups: GroupCache::default(), opts }
     }
 
     pub(crate) fn run<T>(&self, f: impl std::future::Future<Output = Result<T, Errno>>) -> R<T> {
@@ -101,11 +107,21 @@ impl Core {
 
     fn entry(&self, reply: ReplyEntry, path: &str, attr: &Attr) {
         self.nodes.lock().remember(attr.ino, path);
+        self.dir_attrs.lock().remember(attr, Instant::now());
         reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(attr), Generation(0));
     }
 
+    /// Answers attributes a server just gave.
     fn attr(&self, reply: ReplyAttr, attr: &Attr) {
+        self.dir_attrs.lock().remember(attr, Instant::now());
         reply.attr(&self.opts.attr_ttl, &file_attr(attr));
+    }
+
+    /// A file was made in or removed from directory `parent` by this mount.
+    fn file_changed_in(&self, parent: INodeNo) {
+        if self.opts.dir_times {
+            self.dir_attrs.lock().touched(parent.0, self.clock.wall_ns());
+        }
     }
 
     fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
@@ -265,6 +281,11 @@ impl Core {
     }
 
     pub(crate) fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // A directory's attributes this mount holds (see `dir_attrs.rs`),
+        // trusted for the time they have left.
+        if let Some((attr, left)) = self.dir_attrs.lock().get(ino.0, Instant::now()) {
+            return reply.attr(&left, &file_attr(&attr));
+        }
         answer!(reply, self.getattr_of(req, ino, fh), |a| self.attr(reply, &a))
     }
 
@@ -312,6 +333,7 @@ impl Core {
                 canopy_proto::FileKind::File => self.run(who.create(&path, mode & 0o7777))?,
                 special => self.run(who.mknod(&path, mode & 0o7777, special, rdev as u64))?,
             };
+            self.file_changed_in(parent);
             Ok((path, attr))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.0, &v.1))
@@ -321,7 +343,9 @@ impl Core {
         let made = (|| {
             let path = self.child(parent, name)?;
             // mkdir answers the whole new directory, times included.
-            Ok((self.run(self.caller(req).mkdir(&path, mode & 0o7777))?, path))
+            let attr = self.run(self.caller(req).mkdir(&path, mode & 0o7777))?;
+            self.dir_attrs.lock().forget(parent.0);
+            Ok((attr, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
@@ -331,6 +355,7 @@ impl Core {
             let path = self.child(parent, name)?;
             let open = self.keep_open_contents(&path)?;
             self.run(self.caller(req).unlink(&path))?;
+            self.file_changed_in(parent);
             self.name_removed(open, |nodes| {
                 nodes.unlinked(&path);
             });
@@ -343,6 +368,7 @@ impl Core {
         let done = (|| {
             let path = self.child(parent, name)?;
             self.run(self.caller(req).rmdir(&path))?;
+            self.dir_attrs.lock().forget(parent.0);
             self.nodes.lock().unlinked(&path);
             Ok(())
         })();
@@ -353,7 +379,9 @@ impl Core {
         let made = (|| {
             let path = self.child(parent, link_name)?;
             let target = convert::utf8(target.as_os_str())?;
-            Ok((self.run(self.caller(req).symlink(target, &path))?, path))
+            let attr = self.run(self.caller(req).symlink(target, &path))?;
+            self.file_changed_in(parent);
+            Ok((attr, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
@@ -370,7 +398,17 @@ impl Core {
     ) {
         let done = (|| {
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
-            self.rename_of(req, &from, &to, flags)
+            let r = self.rename_of(req, &from, &to, flags);
+            // Whether a directory moved (link counts change, and its own
+            // ctime) is not known here without a stat: all are asked again.
+            let moved = self.nodes.lock().find(&to);
+            let mut dir_attrs = self.dir_attrs.lock();
+            dir_attrs.forget(parent.0);
+            dir_attrs.forget(newparent.0);
+            if let Some(node) = moved {
+                dir_attrs.forget(node);
+            }
+            r
         })();
         answer!(reply, done, |_v| reply.ok())
     }
@@ -378,7 +416,9 @@ impl Core {
     pub(crate) fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let made = (|| {
             let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
-            Ok((self.run(self.caller(req).link(&src, &dst))?, dst))
+            let attr = self.run(self.caller(req).link(&src, &dst))?;
+            self.file_changed_in(newparent);
+            Ok((attr, dst))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
@@ -529,6 +569,13 @@ impl Core {
     pub(crate) fn create(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
         match self.create_file(req, parent, name, mode, flags) {
             Ok((path, attr, fh)) => {
+                if flags & libc::O_EXCL != 0 {
+                    self.file_changed_in(parent);
+                } else {
+                    // The file may have been there already, leaving the
+                    // directory as it was.
+                    self.dir_attrs.lock().forget(parent.0);
+                }
                 self.nodes.lock().remember(attr.ino, &path);
                 reply.created(&self.opts.entry_ttl, &file_attr(&attr), Generation(0), FileHandle(fh), FILE_OPEN_FLAGS);
             }

@@ -22,6 +22,7 @@
 
 pub mod backend;
 pub mod convert;
+mod dir_attrs;
 mod dispatch;
 mod file_io;
 mod fs;

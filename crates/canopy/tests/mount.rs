@@ -229,7 +229,13 @@ fn an_unlinked_file_stays_readable_until_its_last_close() {
         assert_eq!(f.metadata().unwrap().len(), contents.len() as u64 + 5, "{name}: fstat after unlink");
         drop(f);
     }
-    let left = sh(&m.data_dir(), "find . -type f | wc -l");
+    // The kernel sends the RELEASE after close(2) has returned.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut left = sh(&m.data_dir(), "find . -type f | wc -l");
+    while left.trim() != "0" && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        left = sh(&m.data_dir(), "find . -type f | wc -l");
+    }
     assert_eq!(left.trim(), "0", "contents are deleted at the last close");
 }
 
