@@ -30,9 +30,56 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
-/// The halves of a [`Stream`], for a reader task and a writer task.
+/// The receiving half of a [`Stream`].
 pub type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
-pub type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The sending half of a [`Stream`]: asynchronous writes, and non-blocking
+/// ones a thread outside the runtime can make (see `conn.rs`).
+pub enum WriteHalf {
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+    Unix(tokio::net::unix::OwnedWriteHalf),
+}
+
+impl WriteHalf {
+    /// Writes what the socket takes now; `WouldBlock` if nothing.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            WriteHalf::Tcp(w) => w.try_write(buf),
+            WriteHalf::Unix(w) => w.try_write(buf),
+        }
+    }
+
+    /// Waits until the socket may take more.
+    pub async fn writable(&self) -> io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.writable().await,
+            WriteHalf::Unix(w) => w.writable().await,
+        }
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_write(cx, buf),
+            WriteHalf::Unix(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_flush(cx),
+            WriteHalf::Unix(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Tcp(w) => Pin::new(w).poll_shutdown(cx),
+            WriteHalf::Unix(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}
 
 impl Stream {
     /// Connects to `addr`, with Nagle off on TCP (requests are small and
@@ -52,11 +99,11 @@ impl Stream {
         match self {
             Stream::Tcp(s) => {
                 let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
+                (Box::new(r), WriteHalf::Tcp(w))
             }
             Stream::Unix(s) => {
                 let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
+                (Box::new(r), WriteHalf::Unix(w))
             }
         }
     }

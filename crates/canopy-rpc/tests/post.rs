@@ -1,6 +1,7 @@
 //! A posted request (sent, its answer not waited for) is served before the
-//! requests the same client sends after it, over TCP as in process, and its
-//! dropped answer leaves the connection serving the next calls.
+//! requests the same client sends after it, over TCP, a Unix socket and in
+//! process, and its dropped answer leaves the connection serving the next
+//! calls.
 
 use canopy_proto::auth::{Identity, Key};
 use canopy_proto::msg::At;
@@ -58,4 +59,35 @@ async fn in_process_a_posted_request_is_served_before_later_ones() {
     let counter = Arc::new(Counter::default());
     let t = InProcTransport::new(vec![counter.clone()], counter);
     each_stat_follows_the_touches_before_it(&t).await;
+}
+
+/// A burst larger than the socket takes at once (15 MB of posts, from threads
+/// outside the runtime as a FUSE handler's are, over a Unix socket): what the
+/// socket does not take is queued and sent in order, and a stat after the
+/// burst sees every touch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
+    let key = Key::from_bytes([7; 32]);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let listener = canopy_rpc::socket::Listener::bind(&addr).unwrap();
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    let t = Arc::new(TcpTransport::new(std::slice::from_ref(&addr), &addr, ClientAuth { identity: Identity::Cluster, key }, Duration::from_secs(20)));
+    let root = Creds::root();
+    let long = format!("/{}", "d".repeat(3000));
+    t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()) }).await.unwrap();
+    let rt = tokio::runtime::Handle::current();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, rt, long) = (t.clone(), rt.clone(), long.clone());
+            std::thread::spawn(move || {
+                for _ in 0..2500 {
+                    rt.block_on(t.post(Target::Server(0), &Creds::root(), Request::TouchDir { at: At::Path(long.clone()) })).unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::task::spawn_blocking(move || threads.into_iter().for_each(|h| h.join().unwrap())).await.unwrap();
+    let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
+    assert_eq!(seen, Ok(Reply::Redirect { ino: 5001, home: 0 }));
 }
