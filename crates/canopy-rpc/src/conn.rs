@@ -43,7 +43,7 @@ impl Connection {
         let (mut rd, wr) = stream.into_split();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
-        let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), broken: broken.clone() });
+        let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
         tokio::spawn(out.clone().write_queued());
         let reader_pending = pending.clone();
         let reader_broken = broken.clone();
@@ -107,6 +107,13 @@ impl Connection {
     }
 }
 
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.out.closing.store(true, Ordering::Release);
+        self.out.more.notify_one();
+    }
+}
+
 thread_local! {
     /// Where this thread encodes its requests: no allocation per request.
     static ENCODE: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
@@ -141,6 +148,9 @@ struct Outbox {
     sock: WriteHalf,
     queued: Mutex<BytesMut>,
     more: Notify,
+    /// The connection was dropped: the writer task sends what is queued,
+    /// then ends, and the socket closes with it.
+    closing: AtomicBool,
     broken: Arc<AtomicBool>,
 }
 
@@ -179,7 +189,7 @@ impl Outbox {
     }
 
     /// The writer task: sends what is queued whenever there is some, until
-    /// the socket fails.
+    /// the socket fails or the connection is dropped and all is sent.
     async fn write_queued(self: Arc<Self>) {
         loop {
             self.more.notified().await;
@@ -200,6 +210,9 @@ impl Outbox {
                         return;
                     }
                 }
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
             }
         }
     }

@@ -91,3 +91,41 @@ async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
     let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
     assert_eq!(seen, Ok(Reply::Redirect { ino: 5001, home: 0 }));
 }
+
+/// Open descriptors of this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A dropped connection closes its socket once what it queued is sent: the
+/// client's descriptor and the server's both go (nothing held per connection
+/// a client ever made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_closes_its_socket() {
+    let key = Key::from_bytes([7; 32]);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let listener = canopy_rpc::socket::Listener::bind(&addr).unwrap();
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    let me = ClientAuth { identity: Identity::Cluster, key };
+    let root = Creds::root();
+    // The server's first connection opens what it keeps for good (a spare
+    // descriptor): counted before.
+    let first = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
+    assert!(first.call(&root, &Request::Ping, Duration::from_secs(5)).await.is_err(), "Counter knows no Ping");
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = open_fds();
+    for _ in 0..20 {
+        let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
+        c.post(&root, &Request::TouchDir { at: At::Path("/d".into()) }).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while open_fds() > before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(open_fds(), before, "every socket of the 20 dropped connections closed, both ends");
+    let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
+    let seen = c.call(&root, &Request::Stat { at: At::Path("/d".into()) }, Duration::from_secs(5)).await;
+    assert_eq!(seen, Ok(Reply::Redirect { ino: 20, home: 0 }), "what each had posted was sent before it closed");
+}
