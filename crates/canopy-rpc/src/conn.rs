@@ -31,16 +31,15 @@ impl Connection {
     /// Connects and proves `me`; a refused or timed-out connect, another protocol
     /// version or a refused key is an errno.
     pub async fn connect(addr: &str, me: &ClientAuth, timeout: Duration) -> Result<Connection, Errno> {
-        let mut stream = match tokio::time::timeout(timeout, Stream::connect(addr)).await {
-            Ok(Ok(s)) => s,
+        let (mut rd, mut wr) = match tokio::time::timeout(timeout, Stream::connect(addr)).await {
+            Ok(Ok(s)) => s.into_split(),
             Ok(Err(_)) => return Err(Errno::ECONNREFUSED),
             Err(_) => return Err(Errno::ETIMEDOUT),
         };
-        match tokio::time::timeout(timeout, handshake::connect(&mut stream, me, addr)).await {
+        match tokio::time::timeout(timeout, handshake::connect(&mut tokio::io::join(&mut rd, &mut wr), me, addr)).await {
             Ok(r) => r?,
             Err(_) => return Err(Errno::ETIMEDOUT),
         }
-        let (mut rd, wr) = stream.into_split();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
         let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });

@@ -137,15 +137,16 @@ pub async fn serve(listener: Listener, service: Arc<dyn Service>, opts: ServeOpt
 
 /// Handles one connection until the peer closes it, breaks the framing, stays
 /// idle too long, or the registry closes it to make room.
-async fn serve_conn(mut stream: Stream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
+async fn serve_conn(stream: Stream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut both = tokio::io::join(&mut rd, &mut wr);
     let peer = tokio::select! {
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut stream, &opts.key)) => match r {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut both, &opts.key)) => match r {
             Ok(Some(peer)) => peer,
             _ => return,
         },
         _ = state.close.notified() => return,
     };
-    let (mut rd, mut wr) = stream.into_split();
     let (late_tx, mut late_rx) = mpsc::unbounded_channel::<BytesMut>();
     // Buffers start small (an idle connection holds little) and grow with what
     // the peer sends; `trim` gives back what one large frame needed.

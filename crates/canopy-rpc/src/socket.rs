@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// The address prefix of a Unix domain socket.
@@ -95,6 +95,8 @@ impl Stream {
         }
     }
 
+    /// The two halves; the handshake runs on both joined
+    /// (`tokio::io::join`), then a reader and a writer use one each.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self {
             Stream::Tcp(s) => {
@@ -105,38 +107,6 @@ impl Stream {
                 let (r, w) = s.into_split();
                 (Box::new(r), WriteHalf::Unix(w))
             }
-        }
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -229,10 +199,10 @@ mod tests {
 
     async fn echo_once(addr: &str, l: Listener) {
         let server = tokio::spawn(async move {
-            let mut s = l.accept().await.unwrap();
+            let (mut r, mut w) = l.accept().await.unwrap().into_split();
             let mut b = [0u8; 5];
-            s.read_exact(&mut b).await.unwrap();
-            s.write_all(&b).await.unwrap();
+            r.read_exact(&mut b).await.unwrap();
+            w.write_all(&b).await.unwrap();
         });
         let (mut r, mut w) = Stream::connect(addr).await.unwrap().into_split();
         w.write_all(b"hello").await.unwrap();
