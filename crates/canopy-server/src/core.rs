@@ -84,6 +84,12 @@ impl Core {
         self.clock.wall_ns()
     }
 
+    /// A new directory's times: all now.
+    pub(crate) fn fresh_dir_times(&self) -> DirTimes {
+        let now = self.now_ns();
+        DirTimes { atime: now, mtime: now, ctime: now }
+    }
+
     /// A new inode or directory id, unique in the cluster.
     pub(crate) fn new_id(&self) -> Result<u64, Errno> {
         self.ids.lock().allocate(&*self.store).map_err(io)

@@ -127,8 +127,7 @@ impl Giraffa {
         let path = NsPath::parse(&row.path)?;
         let mut b = Batch::new();
         b.put(DIRS, key.to_vec(), keys::encode(row));
-        let now = core.now_ns();
-        let times = canopy_proto::msg::DirTimes { atime: now, mtime: now, ctime: now };
+        let times = core.fresh_dir_times();
         b.put(crate::keys::DIRTIMES, keys::id_key(row.lookup.id).to_vec(), keys::encode(&times));
         core.write(b)?;
         self.rows.lock().insert(giraffa::prefix(&path), key.to_vec());

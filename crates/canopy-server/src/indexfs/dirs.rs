@@ -231,8 +231,8 @@ impl IndexFs {
             self.put_header(&mut b, &Header { lookup: lookup.clone(), ..h.clone() });
         }
         if self.is_home(core, id) {
-            let now = core.now_ns();
-            let times = core.load_dir_times(id)?.map_or(DirTimes { atime: now, mtime: now, ctime: now }, |t| DirTimes { ctime: now, ..t });
+            let fresh = core.fresh_dir_times();
+            let times = core.load_dir_times(id)?.map_or(fresh, |t| DirTimes { ctime: fresh.ctime, ..t });
             b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
         }
         self.commit(core, b)?;

@@ -33,7 +33,7 @@ use crate::ROOT_ID;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::giga::{self, PartMap};
-use canopy_proto::msg::{DirLookup, DirTimes, FsckReport};
+use canopy_proto::msg::{DirLookup, FsckReport};
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
 use canopy_store::Batch;
 use lease::{LeasePolicy, Leases};
@@ -182,11 +182,10 @@ impl IndexFs {
     }
 
     fn make_header(&self, core: &Core, lookup: DirLookup, parent: u64, depth: u32) -> Result<(), Errno> {
-        let now = core.now_ns();
         let id = lookup.id;
         let mut b = Batch::new();
         self.put_header(&mut b, &Header { lookup, parent, depth, subdirs: 0, sealed: false, part: 0, parts: PartMap::new(), splitting: None });
-        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&core.fresh_dir_times()));
         self.commit(core, b)?;
         self.headers.fetch_add(1, Ordering::AcqRel);
         Ok(())

@@ -15,11 +15,6 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, SetAttr};
 use canopy_store::Batch;
 
-fn fresh_times(core: &Core) -> Vec<u8> {
-    let now = core.now_ns();
-    keys::encode(&DirTimes { atime: now, mtime: now, ctime: now })
-}
-
 impl ShardFs {
     pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, path: &NsPath, mode: u32, assign: Option<DirLookup>) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
@@ -46,8 +41,7 @@ impl ShardFs {
         let mut b = Batch::new();
         b.put(DIRS, keys::entry_key(parent, &name), keys::encode(&lookup));
         let primary = self.is_primary(core, path);
-        let now = core.now_ns();
-        let times = DirTimes { atime: now, mtime: now, ctime: now };
+        let times = core.fresh_dir_times();
         if primary {
             b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(&times));
         }
@@ -153,7 +147,7 @@ impl ShardFs {
                 }
                 b.put(DIRS, key, keys::encode(&l));
                 if self.is_primary(core, path) && core.load_dir_times(l.id)?.is_none() {
-                    b.put(DIRTIMES, keys::id_key(l.id).to_vec(), fresh_times(core));
+                    b.put(DIRTIMES, keys::id_key(l.id).to_vec(), keys::encode(&core.fresh_dir_times()));
                 }
                 core.write(b)?;
                 self.table.write().insert(parent, &name, l);

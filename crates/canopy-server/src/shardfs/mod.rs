@@ -22,7 +22,7 @@ use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::{Located, Mode, Target};
 use canopy_posix::perm::Owner;
-use canopy_proto::msg::{DirLookup, DirTimes, FsckReport};
+use canopy_proto::msg::{DirLookup, FsckReport};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
@@ -265,11 +265,10 @@ fn load_table(core: &Core) -> Result<DirTable, String> {
 
 fn init_root(core: &Core) -> Result<DirLookup, String> {
     let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
-    let now = core.now_ns();
     let mut b = Batch::new();
     b.put(DIRS, keys::entry_key(0, ""), keys::encode(&root));
     if placement::primary(&NsPath::root(), core.cfg.servers) == core.cfg.index {
-        b.put(DIRTIMES, keys::id_key(ROOT_ID).to_vec(), keys::encode(&DirTimes { atime: now, mtime: now, ctime: now }));
+        b.put(DIRTIMES, keys::id_key(ROOT_ID).to_vec(), keys::encode(&core.fresh_dir_times()));
     }
     core.store.write(b).map_err(|e| e.to_string())?;
     Ok(root)
