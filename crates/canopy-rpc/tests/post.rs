@@ -7,6 +7,7 @@ use canopy_proto::auth::{Identity, Key};
 use canopy_proto::msg::At;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::server::{ConnLimits, ServeOpts};
+use canopy_rpc::socket::Listener;
 use canopy_rpc::transport::Target;
 use canopy_rpc::{ClientAuth, Handled, InProcTransport, Service, TcpTransport, Transport};
 use parking_lot::Mutex;
@@ -44,13 +45,27 @@ async fn each_stat_follows_the_touches_before_it(t: &dyn Transport) {
     assert_eq!(t.post(Target::Server(9), &root, Request::Ping).await, Err(Errno::EINVAL), "an unknown server");
 }
 
+/// Serves a fresh `Counter` on `listener`; how a client proves the cluster
+/// key to it.
+fn serve_counter(listener: Listener) -> ClientAuth {
+    let key = Key::from_bytes([7; 32]);
+    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
+    ClientAuth { identity: Identity::Cluster, key }
+}
+
+/// A Unix socket address in `dir` and a listener on it.
+fn unix_listener(dir: &tempfile::TempDir) -> (String, Listener) {
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let listener = Listener::bind(&addr).unwrap();
+    (addr, listener)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tcp_a_posted_request_is_served_before_later_ones() {
-    let key = Key::from_bytes([7; 32]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(canopy_rpc::server::serve(listener.into(), Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
-    let t = TcpTransport::new(std::slice::from_ref(&addr), &addr, ClientAuth { identity: Identity::Cluster, key }, Duration::from_secs(20));
+    let me = serve_counter(listener.into());
+    let t = TcpTransport::new(std::slice::from_ref(&addr), &addr, me, Duration::from_secs(20));
     each_stat_follows_the_touches_before_it(&t).await;
 }
 
@@ -67,12 +82,10 @@ async fn in_process_a_posted_request_is_served_before_later_ones() {
 /// burst sees every touch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
-    let key = Key::from_bytes([7; 32]);
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let listener = canopy_rpc::socket::Listener::bind(&addr).unwrap();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
-    let t = Arc::new(TcpTransport::new(std::slice::from_ref(&addr), &addr, ClientAuth { identity: Identity::Cluster, key }, Duration::from_secs(20)));
+    let (addr, listener) = unix_listener(&dir);
+    let me = serve_counter(listener);
+    let t = Arc::new(TcpTransport::new(std::slice::from_ref(&addr), &addr, me, Duration::from_secs(20)));
     let root = Creds::root();
     let long = format!("/{}", "d".repeat(3000));
     t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()) }).await.unwrap();
@@ -102,12 +115,9 @@ fn open_fds() -> usize {
 /// a client ever made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_closes_its_socket() {
-    let key = Key::from_bytes([7; 32]);
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let listener = canopy_rpc::socket::Listener::bind(&addr).unwrap();
-    tokio::spawn(canopy_rpc::server::serve(listener, Arc::new(Counter::default()), ServeOpts { key: key.clone(), limits: ConnLimits::default() }));
-    let me = ClientAuth { identity: Identity::Cluster, key };
+    let (addr, listener) = unix_listener(&dir);
+    let me = serve_counter(listener);
     let root = Creds::root();
     // The server's first connection opens what it keeps for good (a spare
     // descriptor): counted before.
