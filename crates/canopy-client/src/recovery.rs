@@ -24,9 +24,13 @@
 use crate::namespace::Res;
 use crate::shardfs::ShardFs;
 use crate::txn::Txn;
-use canopy_proto::msg::{DirLookup, Intent};
+use canopy_proto::msg::{DirLookup, Intent, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
+
+/// A directory rename's apply step as recovery sends it: the directory's times
+/// and every fence are left to the migration and the unfence that follow.
+const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None };
 
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
     match r? {
@@ -88,7 +92,7 @@ impl ShardFs {
         if committed {
             for (i, l) in at_src.iter().enumerate() {
                 if l.as_ref().is_some_and(|l| l.id == moved) {
-                    let req = Request::RenameDir { src: src.to_string(), dst: dst.to_string(), check_only: false };
+                    let req = Request::RenameDir { src: src.to_string(), dst: dst.to_string(), step: APPLY };
                     self.rpc(i as u32, &root, req).await?;
                 }
             }
@@ -99,7 +103,7 @@ impl ShardFs {
         let victim = at_dst[prim].clone();
         for (i, l) in at_dst.iter().enumerate() {
             if l.as_ref().is_some_and(|l| l.id == moved) {
-                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), check_only: false };
+                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), step: APPLY };
                 self.rpc(i as u32, &root, back).await?;
                 if victim.is_some() {
                     self.rpc(i as u32, &root, Request::DirSync { path: dst.to_string(), want: victim.clone() }).await?;

@@ -32,12 +32,12 @@ use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::msg::{At, DirLookup, IfExists, Intent, LockMode, MovedItem, NewKind, Record, ServerStats};
+use canopy_proto::msg::{At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, Record, RenameDirStep, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::Transport;
-use futures::future::BoxFuture;
+use futures::future::{join_all, BoxFuture};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -380,7 +380,13 @@ impl ShardFs {
             None => body.await,
         };
         // Only where fences went up (a file rename fences two servers, not N).
-        match self.unfence_on(servers.into_iter(), txn).await {
+        self.unfenced_after(servers.into_iter(), txn, r).await
+    }
+
+    /// Lifts transaction `txn`'s fences on `servers` once its work ended with
+    /// `r`, and answers `r` (or why a fence may still stand).
+    async fn unfenced_after<T>(&self, servers: impl Iterator<Item = u32>, txn: u64, r: Res<T>) -> Res<T> {
+        match self.unfence_on(servers, txn).await {
             Ok(()) => r,
             // Already left to recovery, which lifts the fences too.
             Err(_) if r.as_ref().is_err_and(outcome_unknown) => r,
@@ -406,38 +412,65 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn do_rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
+    /// A directory rename under transaction `txn`'s locks. One fan-out fences
+    /// both names on every server and checks the rename there; the
+    /// destination's primary applies it first (the commit point recovery rolls
+    /// forward from), then the others; then the objects below whose primary
+    /// changed migrate. When no server holds anything below the directory (a
+    /// leaf without files: nothing to migrate), its times travel with the
+    /// apply steps and each server lifts its fences as it applies, so the
+    /// whole rename is the lock, the stat, and three parallel steps.
+    async fn rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
+        let r = self.rename_dir_steps(c, src, dst, txn).await;
+        match r {
+            Ok(Fences::Lifted) => Ok(()),
+            Ok(Fences::Up) => self.unfenced_after(0..self.n, txn.id, Ok(())).await,
+            Err(e) => self.unfenced_after(0..self.n, txn.id, Err(e)).await,
+        }
+    }
+
+    async fn rename_dir_steps(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Fences> {
         let (s, d) = (src.to_string(), dst.to_string());
-        let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: true }).await;
-        if let Some(e) = pick_error(&checks, self.primary(dst)) {
+        let prim = self.primary(dst);
+        let check = RenameDirStep::Check { txn: txn.id };
+        let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
+        if let Some(e) = pick_error(&checks, prim) {
             return Err(e);
         }
+        let found: Vec<(u32, Checked)> = checks.into_iter().map(|(i, r)| Ok((i, checked(r?)?))).collect::<Res<_>>()?;
+        let below = found.iter().any(|(_, k)| k.below);
+        // The directory's times, where they are kept now (its old primary).
+        let times = found.iter().find(|(i, _)| *i == self.primary(src)).and_then(|(_, k)| k.times);
+        let apply = RenameDirStep::Apply { times, unfence: (!below).then_some(txn.id) };
+        let req = || Request::RenameDir { src: s.clone(), dst: d.clone(), step: apply };
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(|| Step::Locked(intent())).await?;
-        // The destination's primary first: its change is the commit point that
-        // recovery rolls forward from.
-        let prim = self.primary(dst);
-        self.rpc(prim, c, Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await?;
+        let at_prim = checked(self.rpc(prim, c, req()).await?)?;
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let applied = self.on_replicas(prim, c, &intent(), |_| Request::RenameDir { src: s.clone(), dst: d.clone(), check_only: false }).await?;
+        let applied = self.on_replicas(prim, c, &intent(), |_| req()).await?;
         if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
-        self.migrate_all(dst, txn).await.map_err(|e| after_commit("directory rename", e))
-    }
-
-    /// Moves the objects below `root` whose primary changed, from every server.
-    /// Idempotent: recovery runs it again after a coordinator died mid-way.
-    pub(crate) async fn migrate_all(&self, root: &NsPath, txn: Txn) -> Res<()> {
-        for server in 0..self.n {
-            self.migrate_from(server, root, txn).await?;
+        // A server that found something below after all kept its fence.
+        let found_below = at_prim.below || applied.into_iter().any(|(_, r)| r.ok().and_then(|r| checked(r).ok()).is_some_and(|k| k.below));
+        if !below && !found_below {
+            return Ok(Fences::Lifted);
         }
-        Ok(())
+        self.migrate_all(dst, txn).await.map_err(|e| after_commit("directory rename", e))?;
+        Ok(Fences::Up)
     }
 
-    /// Moves the objects below `root` on `server` whose primary changed.
+    /// Moves the objects below `root` whose primary changed, from every server
+    /// at once. Idempotent: recovery runs it again after a coordinator died
+    /// mid-way.
+    pub(crate) async fn migrate_all(&self, root: &NsPath, txn: Txn) -> Res<()> {
+        join_all((0..self.n).map(|server| self.migrate_from(server, root, txn))).await.into_iter().collect()
+    }
+
+    /// Moves the objects below `root` on `server` whose primary changed: each
+    /// batch is copied to its new primaries at once, then dropped here.
     async fn migrate_from(&self, server: u32, root: &NsPath, txn: Txn) -> Res<()> {
         let root_s = root.to_string();
         loop {
@@ -446,16 +479,24 @@ impl ShardFs {
                 Reply::Moved(m) => m,
                 other => return Err(unexpected(other)),
             };
+            // The server lists up to the limit: fewer means it listed all.
+            let last = moved.len() < MIGRATE_BATCH as usize;
             if moved.is_empty() {
                 return Ok(());
             }
             let mut by_target: HashMap<u32, Vec<MovedItem>> = HashMap::new();
-            for m in moved {
-                by_target.entry(m.target).or_default().push(m.item);
+            for m in &moved {
+                by_target.entry(m.target).or_default().push(m.item.clone());
             }
-            for (target, items) in by_target {
-                self.rpc(target, &Creds::root(), Request::Adopt { items: items.clone() }).await?;
-                self.rpc(server, &Creds::root(), Request::Release { items }).await?;
+            let root = Creds::root();
+            let adopted = join_all(by_target.into_iter().map(|(target, items)| self.rpc(target, &root, Request::Adopt { items }))).await;
+            for r in adopted {
+                r?;
+            }
+            let items = moved.into_iter().map(|m| m.item).collect();
+            self.rpc(server, &Creds::root(), Request::Release { items }).await?;
+            if last {
+                return Ok(());
             }
         }
     }
@@ -495,8 +536,9 @@ impl ShardFs {
         let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
         let kind = self.attr_or_follow(reply).await?.kind;
         if kind == FileKind::Dir {
-            // Non-monotonic: everything below both names changes its path.
-            self.fenced(txn.id, &[src, dst], self.do_rename_dir(c, src, dst, txn)).await
+            // Non-monotonic: everything below both names changes its path
+            // (the check step fences them).
+            self.rename_dir(c, src, dst, txn).await
         } else {
             let (a, b) = (self.primary(src), self.primary(dst));
             if a == b {
@@ -548,6 +590,28 @@ impl ShardFs {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Whether a directory rename's fences are still up when its steps end.
+enum Fences {
+    /// Each server lifted them as it applied (nothing migrated).
+    Lifted,
+    Up,
+}
+
+/// One server's answer to a directory rename's step.
+struct Checked {
+    below: bool,
+    times: Option<DirTimes>,
+}
+
+fn checked(r: Reply) -> Res<Checked> {
+    match r {
+        Reply::RenameChecked { below, times } => Ok(Checked { below, times }),
+        // The destination already names the moved directory: nothing to do.
+        Reply::Unit => Ok(Checked { below: false, times: None }),
+        other => Err(unexpected(other)),
     }
 }
 

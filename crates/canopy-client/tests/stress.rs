@@ -55,6 +55,66 @@ async fn dir_churner(c: Client) {
     }
 }
 
+/// Runs `op` on `name` in whichever of /q/a and /q/b the directory is now.
+async fn in_moving_dir<T>(c: &Client, name: &str, op: impl AsyncFn(&Client, &str) -> Result<T, canopy_proto::Errno>) -> String {
+    for attempt in 0..1000 {
+        let path = format!("/q/{}/{name}", if attempt % 2 == 0 { "a" } else { "b" });
+        match op(c, &path).await {
+            Ok(_) => return name.to_string(),
+            Err(canopy_proto::Errno::ENOENT) => continue,
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+    panic!("{name}: the directory was never found");
+}
+
+/// Makes files in a directory that is being renamed, removing every other one,
+/// so it is often empty: renames then migrate nothing and lift their fences as
+/// they apply, and must still see a create that raced their check.
+async fn mover_creator(c: Client, id: usize) -> Vec<String> {
+    let mut kept = Vec::new();
+    for i in 0..OPS {
+        let name = format!("w{id}-{i}");
+        in_moving_dir(&c, &name, async |c, p| c.create(p, 0o644).await).await;
+        if i % 2 == 0 {
+            in_moving_dir(&c, &name, async |c, p| c.unlink(p).await).await;
+        } else {
+            kept.push(name);
+        }
+    }
+    kept
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_racing_renames_of_their_directory() {
+    let cluster = Arc::new(InProcCluster::memory(SERVERS));
+    let root = cluster.client();
+    root.mkdir("/q", 0o755).await.unwrap();
+    root.mkdir("/q/a", 0o755).await.unwrap();
+    let creators: Vec<_> = (0..2).map(|id| tokio::spawn(mover_creator(cluster.fresh_client(), id))).collect();
+    let renames = {
+        let c = cluster.fresh_client();
+        tokio::spawn(async move {
+            for i in 0..OPS {
+                let (from, to) = if i % 2 == 0 { ("/q/a", "/q/b") } else { ("/q/b", "/q/a") };
+                c.rename(from, to).await.unwrap_or_else(|e| panic!("rename {from} {to}: {e}"));
+            }
+        })
+    };
+    let mut kept = Vec::new();
+    for t in creators {
+        kept.extend(t.await.expect("creator"));
+    }
+    renames.await.expect("renamer");
+    let dir = if root.stat("/q/a").await.is_ok() { "/q/a" } else { "/q/b" };
+    for name in &kept {
+        assert_eq!(root.stat(&format!("{dir}/{name}")).await.map(|a| a.kind), Ok(FileKind::File), "{name}");
+    }
+    assert_eq!(root.readdir(dir).await.unwrap().len(), kept.len());
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_file_ops_under_directory_mutations() {
     let cluster = Arc::new(InProcCluster::memory(SERVERS));

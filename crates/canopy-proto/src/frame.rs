@@ -25,7 +25,7 @@ use bytes::{Buf, BufMut, BytesMut};
 pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 2: the key handshake (`crate::auth`) and lock sets that name paths only.
 /// Version 3: requests name an entry by path or by (directory id, name) (`msg::At`).
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 pub const HANDSHAKE_LEN: usize = 6;
 pub const HANDSHAKE_REPLY_LEN: usize = 8;
 /// Bytes after the length field that every frame has.

@@ -139,6 +139,21 @@ pub struct DirTimes {
     pub ctime: i64,
 }
 
+/// A directory rename's step on one server (`Request::RenameDir`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenameDirStep {
+    /// Fence both names for transaction `txn` (as `Fence` does, waiting for
+    /// the operations already admitted below them), then check the rename
+    /// could be applied here; nothing changes. Answers `RenameChecked`.
+    Check { txn: u64 },
+    /// Apply it. `times`: the moved directory's times, which the
+    /// destination's primary keeps from now on and the source's drops (none
+    /// from recovery, whose migration moves them). `unfence`: lift that
+    /// transaction's fences here once applied, if nothing below the directory
+    /// here is left to migrate. Answers `RenameChecked` (its `times` none).
+    Apply { times: Option<DirTimes>, unfence: Option<u64> },
+}
+
 /// An object moved between servers when a directory rename changes primaries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MovedItem {
@@ -379,8 +394,9 @@ requests! {
     Rmdir { path: String } = 0x0102,
     /// Change a directory's mode or ownership (replicated lookup state).
     DirSetAttr { path: String, set: SetAttr } = 0x0103,
-    /// Rename a directory in the replicated state; with `check_only` nothing changes.
-    RenameDir { src: String, dst: String, check_only: bool } = 0x0104,
+    /// Rename a directory in the replicated state: `step` says which of the
+    /// transaction's steps on this server.
+    RenameDir { src: String, dst: String, step: RenameDirStep } = 0x0104,
     /// Up to `limit` local objects below directory `root` whose primary changed.
     Migrate { root: String, limit: u32 } = 0x0105,
     /// The directory at `path` on this server, if any (no permission checks): what
@@ -648,6 +664,10 @@ pub enum Reply {
     /// BatchFS: what an apply did: files made, files an earlier apply had
     /// made already (same name, same FID), and each staged file refused.
     BatchApplied { inserted: u64, landed: u64, rejected: Vec<crate::batch::Rejected> },
+    /// A directory rename's step on one server: whether this server holds
+    /// anything below the directory that migration may move (a subdirectory
+    /// anywhere, a file entry here), and the directory's times kept here.
+    RenameChecked { below: bool, times: Option<DirTimes> },
 }
 
 #[cfg(test)]
@@ -791,6 +811,7 @@ mod tests {
             Reply::GfRows { .. } => 27,
             Reply::Batches(_) => 28,
             Reply::BatchApplied { .. } => 29,
+            Reply::RenameChecked { .. } => 30,
         }
     }
 
@@ -830,6 +851,7 @@ mod tests {
             Reply::GfRows { rows: vec![], more: false },
             Reply::Batches(vec![]),
             Reply::BatchApplied { inserted: 0, landed: 0, rejected: vec![] },
+            Reply::RenameChecked { below: false, times: None },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -15,6 +15,10 @@ use canopy_proto::path::{check_name, NsPath};
 use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
 use canopy_rpc::BlockingCaller;
 
+/// What an admitted single-RPC operation holds while it runs (see
+/// [`Mode::admit`]).
+pub(crate) type Admission<'a> = Option<parking_lot::RwLockReadGuard<'a, ()>>;
+
 /// Where a target led on this server.
 #[derive(Debug, Clone)]
 pub(crate) enum Located {
@@ -106,8 +110,12 @@ pub(crate) trait Mode: Send + Sync {
     fn checks_ancestors(&self) -> bool;
 
     /// `EAGAIN` if `at` may not be served now (ShardFS: a transaction fenced
-    /// it off; the client retries under locks).
-    fn admit(&self, at: &Target) -> Result<(), Errno>;
+    /// it off; the client retries under locks). What it answers is held while
+    /// the operation runs (ShardFS: a new fence waits for the operations
+    /// admitted before it).
+    fn admit(&self, _at: &Target) -> Result<Admission<'_>, Errno> {
+        Ok(None)
+    }
 
     /// `EAGAIN` if a mutation of `targets` may not go on now that it holds
     /// their directories' stripes (Giraffa: a directory rename froze a row;

@@ -8,7 +8,7 @@
 //! mutations in different directories run at once.
 
 use crate::core::{Core, MutationHook, ServerConfig};
-use crate::mode::{Located, Mode, Named, Target};
+use crate::mode::{Admission, Located, Mode, Named, Target};
 use crate::mutlock::MutGuard;
 use canopy_posix::perm::Owner;
 use canopy_proto::auth::Identity;
@@ -159,18 +159,18 @@ impl MetaServer {
     fn dispatch(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         match req {
             Request::Ping => Ok(Reply::Pong { server: self.cfg.index, servers: self.cfg.servers }),
-            Request::Stat { at } => self.stat(creds, &self.admitted(&at)?),
-            Request::Create { at, mode, kind, if_exists } => self.create(creds, &self.admitted(&at)?, mode, kind, if_exists),
-            Request::Unlink { at } => self.unlink(creds, &self.admitted(&at)?),
-            Request::SetAttr { at, set } => self.set_attr(creds, &self.admitted(&at)?, &set),
-            Request::Readlink { at } => self.readlink(creds, &self.admitted(&at)?),
-            Request::Access { at, mask } => self.access(creds, &self.admitted(&at)?, mask),
+            Request::Stat { at } => self.stat(creds, &*self.admitted(&at)?),
+            Request::Create { at, mode, kind, if_exists } => self.create(creds, &*self.admitted(&at)?, mode, kind, if_exists),
+            Request::Unlink { at } => self.unlink(creds, &*self.admitted(&at)?),
+            Request::SetAttr { at, set } => self.set_attr(creds, &*self.admitted(&at)?, &set),
+            Request::Readlink { at } => self.readlink(creds, &*self.admitted(&at)?),
+            Request::Access { at, mask } => self.access(creds, &*self.admitted(&at)?, mask),
             Request::ReadDir { at, after, limit, with_dirs } => {
-                self.read_dir(creds, &self.admitted(&at)?, after.as_deref(), limit, with_dirs)
+                self.read_dir(creds, &*self.admitted(&at)?, after.as_deref(), limit, with_dirs)
             }
-            Request::TouchDir { at } => self.touch_dir(creds, &self.admitted(&at)?),
-            Request::LinkShare { at } => self.link_share(creds, &self.admitted(&at)?),
-            Request::LinkInsert { at, ino, home } => self.link_insert(creds, &self.admitted(&at)?, ino, home),
+            Request::TouchDir { at } => self.touch_dir(creds, &*self.admitted(&at)?),
+            Request::LinkShare { at } => self.link_share(creds, &*self.admitted(&at)?),
+            Request::LinkInsert { at, ino, home } => self.link_insert(creds, &*self.admitted(&at)?, ino, home),
             Request::InodeStat { ino } => self.inode_stat(ino),
             Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
             Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
@@ -225,10 +225,10 @@ impl MetaServer {
     /// Checks a single-RPC operation's target and asks the mode whether it may
     /// be served now (`EAGAIN`: a ShardFS transaction fenced it off; the client
     /// retries under locks, which waits for that transaction to end).
-    fn admitted(&self, at: &At) -> Result<Target, Errno> {
-        let t = Target::parse(at)?;
-        self.mode.admit(&t)?;
-        Ok(t)
+    fn admitted(&self, at: &At) -> Result<Admitted<'_>, Errno> {
+        let target = Target::parse(at)?;
+        let _running = self.mode.admit(&target)?;
+        Ok(Admitted { target, _running })
     }
 
     /// O(1): counters, the mode's directory count and the entry count kept by
@@ -282,6 +282,21 @@ impl MetaServer {
     pub(crate) fn dir_attr(&self, id: u64) -> Result<Attr, Errno> {
         let Some((lookup, Some(nlink))) = self.mode.dir(&self.core, id)? else { return Err(Errno::EREMOTE) };
         self.core.dir_attr(&lookup, nlink)
+    }
+}
+
+/// A single-RPC operation's target, admitted: it holds what the mode asked it
+/// to hold while it runs (dropped with it, once the handler has answered).
+struct Admitted<'a> {
+    target: Target,
+    _running: Admission<'a>,
+}
+
+impl std::ops::Deref for Admitted<'_> {
+    type Target = Target;
+
+    fn deref(&self) -> &Target {
+        &self.target
     }
 }
 

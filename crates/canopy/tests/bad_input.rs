@@ -7,7 +7,7 @@
 use bytes::BytesMut;
 use canopy_proto::auth::{Identity, Key};
 use canopy_proto::frame::{self, Frame};
-use canopy_proto::msg::{DirLookup, Intent, LockMode};
+use canopy_proto::msg::{DirLookup, Intent, LockMode, RenameDirStep};
 use canopy_proto::{Creds, Errno, Reply, Request, SetAttr};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
@@ -251,7 +251,8 @@ async fn internal_requests_need_the_cluster_key() {
         Request::Mkdir { path: "/x".into(), mode: 0o777, assign: None },
         Request::Rmdir { path: "/x".into() },
         Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) },
-        Request::RenameDir { src: "/a".into(), dst: "/b".into(), check_only: false },
+        Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None } },
+        Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Check { txn: 1 } },
         Request::Fence { txn: 1, paths: vec!["/".into()] },
         Request::Unfence { txn: 1 },
         Request::Migrate { root: "/".into(), limit: 10 },

@@ -284,10 +284,6 @@ impl Mode for Giraffa {
     }
 
     /// Reads go on during a directory rename (its rows are held still).
-    fn admit(&self, _at: &Target) -> Result<(), Errno> {
-        Ok(())
-    }
-
     /// `EAGAIN` for a mutation of a row a directory rename holds frozen.
     fn admit_locked(&self, targets: &[&Target]) -> Result<(), Errno> {
         for t in targets {

@@ -281,10 +281,6 @@ impl Mode for IndexFs {
         false
     }
 
-    fn admit(&self, _at: &Target) -> Result<(), Errno> {
-        Ok(())
-    }
-
     /// Directories with a partition here; their attributes only on their
     /// home (elsewhere the caller answers `EREMOTE`).
     fn dir(&self, core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {

@@ -3,10 +3,14 @@
 //! below one answers `EAGAIN` and the client retries it under locks, which waits
 //! for the transaction to end. In memory only: the lock service's record outlives
 //! a restart and its recovery ends the transaction.
+//!
+//! A fence, once up, also waits for the operations admitted before it to end:
+//! when it answers, nothing below it is being changed (a check that follows,
+//! such as "does anything below this directory live here", stays true).
 
 use canopy_proto::path::NsPath;
 use canopy_proto::{Errno, Reply};
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Default)]
@@ -14,9 +18,17 @@ pub(crate) struct Fences {
     by_txn: RwLock<Vec<(u64, NsPath)>>,
     /// How many fences there are, read without the lock on every request.
     count: AtomicUsize,
+    /// Held shared by each admitted operation while it runs; a new fence
+    /// takes it once exclusively, to wait for those admitted before it.
+    running: RwLock<()>,
 }
 
 impl Fences {
+    /// Held by an operation from before its admission until it ends.
+    pub(crate) fn running(&self) -> RwLockReadGuard<'_, ()> {
+        self.running.read()
+    }
+
     pub(crate) fn any(&self) -> bool {
         self.count.load(Ordering::Acquire) > 0
     }
@@ -38,6 +50,9 @@ impl Fences {
             }
         }
         self.count.store(fences.len(), Ordering::Release);
+        drop(fences);
+        // Every operation admitted before the fence went up has ended.
+        drop(self.running.write());
         Ok(Reply::Unit)
     }
 
@@ -70,5 +85,27 @@ mod tests {
         assert!(!f.any());
         assert_eq!(f.admit(&p("/a/b")), Ok(()));
         assert_eq!(f.fence(9, &["rel".into()]), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn a_fence_waits_for_the_operations_admitted_before_it() {
+        let f = std::sync::Arc::new(Fences::default());
+        let admitted = f.running();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fencer = {
+            let (f, up) = (f.clone(), up.clone());
+            std::thread::spawn(move || {
+                f.fence(3, &["/a".into()]).unwrap();
+                up.store(true, Ordering::Release);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!up.load(Ordering::Acquire), "the fence answered while an operation admitted before it ran");
+        drop(admitted);
+        fencer.join().unwrap();
+        assert!(up.load(Ordering::Acquire));
+        let later = f.running();
+        assert_eq!(f.admit(&NsPath::parse("/a/x").unwrap()), Err(Errno::EAGAIN));
+        drop(later);
     }
 }

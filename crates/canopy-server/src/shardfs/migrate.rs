@@ -66,7 +66,13 @@ impl ShardFs {
         for item in items {
             match item {
                 MovedItem::File { parent, name, record } => b.put(ENTRIES, keys::entry_key(parent, &name), keys::encode(&record)),
-                MovedItem::DirTimes { id, times } => b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode::<DirTimes>(&times)),
+                // Times already here are as new or newer: a rename's apply
+                // step carried them here, and they may have changed since.
+                MovedItem::DirTimes { id, times } => {
+                    if core.load_dir_times(id)?.is_none() {
+                        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode::<DirTimes>(&times))
+                    }
+                }
             }
         }
         core.write(b)?;

@@ -20,7 +20,7 @@ pub mod resolve;
 
 use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
-use crate::mode::{Located, Mode, Target};
+use crate::mode::{Admission, Located, Mode, Target};
 use canopy_posix::perm::Owner;
 use canopy_proto::msg::{DirLookup, FsckReport};
 use canopy_proto::path::NsPath;
@@ -148,11 +148,14 @@ impl Mode for ShardFs {
         true
     }
 
-    fn admit(&self, at: &Target) -> Result<(), Errno> {
-        if !self.fences.any() {
-            return Ok(());
+    fn admit(&self, at: &Target) -> Result<Admission<'_>, Errno> {
+        // Running before the fence check: a fence put up from now on waits
+        // for this operation, or this operation sees it.
+        let running = self.fences.running();
+        if self.fences.any() {
+            self.fences.admit(&self.target_path(at)?)?;
         }
-        self.fences.admit(&self.target_path(at)?)
+        Ok(Some(running))
     }
 
     fn dir(&self, _core: &Core, id: u64) -> Result<Option<(DirLookup, Option<u32>)>, Errno> {
@@ -205,7 +208,7 @@ impl Mode for ShardFs {
             Request::Mkdir { path, mode, assign } => self.mkdir(core, creds, &parse(&path)?, mode, assign),
             Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
             Request::DirSetAttr { path, set } => self.dir_set_attr(core, creds, &parse(&path)?, &set),
-            Request::RenameDir { src, dst, check_only } => self.rename_dir(core, creds, &parse(&src)?, &parse(&dst)?, check_only),
+            Request::RenameDir { src, dst, step } => self.rename_dir(core, creds, &parse(&src)?, &parse(&dst)?, step),
             Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
             Request::DirSync { path, want } => self.dir_sync(core, &parse(&path)?, want),
             Request::Migrate { root, limit } => self.migrate(core, &parse(&root)?, limit),

@@ -1,6 +1,9 @@
 //! Directory rename: the replicated table changes on every server (`RenameDir`,
-//! first as a check on all, then applied); the client then migrates the objects
-//! below whose primary changed (`migrate.rs`).
+//! first a check on all that also fences both names, then applied); the client
+//! then migrates the objects below whose primary changed (`migrate.rs`). A
+//! directory with nothing below it anywhere (a leaf without files) needs no
+//! migration: its own times move with the apply steps, and each server lifts
+//! its fences as it applies.
 
 use super::ShardFs;
 use crate::core::{io, Core};
@@ -9,13 +12,19 @@ use crate::mode::Located;
 use canopy_posix::perm;
 use canopy_proto::attr::access;
 use canopy_proto::path::{NsPath, NS_PATH_MAX};
+use canopy_proto::msg::{DirTimes, RenameDirStep};
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
 impl ShardFs {
-    pub(crate) fn rename_dir(&self, core: &Core, creds: &Creds, src: &NsPath, dst: &NsPath, check_only: bool) -> Result<Reply, Errno> {
+    pub(crate) fn rename_dir(&self, core: &Core, creds: &Creds, src: &NsPath, dst: &NsPath, step: RenameDirStep) -> Result<Reply, Errno> {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
+        }
+        if let RenameDirStep::Check { txn } = step {
+            // Up before the check: what it finds below both names stays so
+            // until the transaction lifts the fences.
+            self.fences.fence(txn, &[src.to_string(), dst.to_string()])?;
         }
         let _g = core.lock_structure();
         let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
@@ -59,22 +68,51 @@ impl ShardFs {
         if grows > 0 && self.longest_below(core, sid)? + grows > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        if check_only {
-            return Ok(Reply::Unit);
-        }
+        let (times, unfence) = match step {
+            RenameDirStep::Check { .. } => {
+                return Ok(Reply::RenameChecked { below: self.anything_below(core, sid)?, times: core.load_dir_times(sid)? });
+            }
+            RenameDirStep::Apply { times, unfence } => (times, unfence),
+        };
         let mut b = Batch::new();
         b.delete(DIRS, keys::entry_key(sp, &sname));
         if let Some(did) = replaced {
             b.delete(DIRTIMES, keys::id_key(did).to_vec());
         }
         b.put(DIRS, keys::entry_key(dp, &dname), keys::encode(&moved));
+        if let Some(times) = times {
+            self.move_times(core, &mut b, sid, times, src, dst);
+        }
         core.write(b)?;
         let mut table = self.table.write();
         if let Some(did) = replaced {
             table.remove(did);
         }
         table.move_dir(sid, dp, &dname);
-        Ok(Reply::Unit)
+        drop(table);
+        let below = self.anything_below(core, sid)?;
+        if let (Some(txn), false) = (unfence, below) {
+            self.fences.unfence(txn)?;
+        }
+        Ok(Reply::RenameChecked { below, times: None })
+    }
+
+    /// Whether this server may hold objects below directory `id` that a
+    /// rename of it would migrate: any subdirectory (whose times or entries
+    /// may live here), or a file entry of its own here. Two lookups, whatever
+    /// the directory holds.
+    fn anything_below(&self, core: &Core, id: u64) -> Result<bool, Errno> {
+        Ok(self.has_subdirs(id) || !core.no_local_entries(id)?)
+    }
+
+    /// The moved directory `id`'s times, carried by the apply step rather than
+    /// migrated: its new primary keeps them, its old one drops them.
+    fn move_times(&self, core: &Core, b: &mut Batch, id: u64, times: DirTimes, src: &NsPath, dst: &NsPath) {
+        match (self.is_primary(core, src), self.is_primary(core, dst)) {
+            (false, true) => b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times)),
+            (true, false) => b.delete(DIRTIMES, keys::id_key(id).to_vec()),
+            _ => {}
+        }
     }
 
     /// The length of the longest path this server holds at or below directory
