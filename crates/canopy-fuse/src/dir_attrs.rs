@@ -12,8 +12,9 @@
 //! What it trades, the same as the kernel's attribute cache: a change made
 //! through another client is seen here up to the attribute timeout after this
 //! mount fetched the attributes (never later: an answer from here carries only
-//! the time left). A change to the directory's link count (a subdirectory
-//! made, removed or moved) drops the entry, so the next GETATTR asks a server.
+//! the time left). A subdirectory made or removed here changes the link count
+//! as the server does (where it counts them); a rename drops the entry, so the
+//! next GETATTR asks a server.
 
 use canopy_proto::{Attr, FileKind};
 use std::collections::HashMap;
@@ -62,8 +63,21 @@ impl DirAttrs {
     /// and ctime are now that (they never go back).
     pub(crate) fn touched(&mut self, node: u64, now_ns: i64) {
         if let Some((attr, _)) = self.map.get_mut(&node) {
-            attr.mtime = attr.mtime.max(now_ns);
-            attr.ctime = attr.ctime.max(now_ns);
+            set_times(attr, now_ns);
+        }
+    }
+
+    /// A subdirectory was made in (`added`) or removed from directory `node`:
+    /// its link count follows where it is counted (2 and up; 1 says "not
+    /// counted", as a split IndexFS directory answers, and stays), and with
+    /// `now_ns` (directory times kept) its mtime and ctime are now that.
+    pub(crate) fn subdir_changed(&mut self, node: u64, added: bool, now_ns: Option<i64>) {
+        let Some((attr, _)) = self.map.get_mut(&node) else { return };
+        if attr.nlink >= 2 {
+            attr.nlink = if added { attr.nlink.saturating_add(1) } else { attr.nlink.saturating_sub(1).max(2) };
+        }
+        if let Some(now_ns) = now_ns {
+            set_times(attr, now_ns);
         }
     }
 
@@ -71,6 +85,12 @@ impl DirAttrs {
     pub(crate) fn forget(&mut self, node: u64) {
         self.map.remove(&node);
     }
+}
+
+/// A change at `now_ns`: mtime and ctime move to it, never back.
+fn set_times(attr: &mut Attr, now_ns: i64) {
+    attr.mtime = attr.mtime.max(now_ns);
+    attr.ctime = attr.ctime.max(now_ns);
 }
 
 #[cfg(test)]
@@ -117,5 +137,27 @@ mod tests {
         assert!(c.get(9, t0).is_none(), "nothing is made up for a directory not held");
         c.forget(5);
         assert!(c.get(5, t0).is_none());
+    }
+
+    #[test]
+    fn a_subdirectory_counts_where_links_are_counted() {
+        let t0 = Instant::now();
+        let mut c = DirAttrs::new(Duration::from_secs(1));
+        c.remember(&dir(5), t0);
+        c.subdir_changed(5, true, Some(40));
+        c.subdir_changed(5, true, None);
+        let (a, _) = c.get(5, t0).unwrap();
+        assert_eq!((a.nlink, a.mtime, a.ctime, a.atime), (4, 40, 40, 10));
+        c.subdir_changed(5, false, Some(30));
+        c.subdir_changed(5, false, None);
+        c.subdir_changed(5, false, None);
+        let (a, _) = c.get(5, t0).unwrap();
+        assert_eq!((a.nlink, a.mtime), (2, 40), "never below 2, times never back");
+        c.remember(&Attr { nlink: 1, ..dir(6) }, t0);
+        c.subdir_changed(6, true, Some(50));
+        let (a, _) = c.get(6, t0).unwrap();
+        assert_eq!((a.nlink, a.mtime), (1, 50), "an uncounted directory stays uncounted");
+        c.subdir_changed(9, true, Some(50));
+        assert!(c.get(9, t0).is_none());
     }
 }

@@ -124,6 +124,13 @@ impl Core {
         }
     }
 
+    /// A subdirectory was made in (`added`) or removed from directory
+    /// `parent` by this mount.
+    fn subdir_changed_in(&self, parent: INodeNo, added: bool) {
+        let now = self.opts.dir_times.then(|| self.clock.wall_ns());
+        self.dir_attrs.lock().subdir_changed(parent.0, added, now);
+    }
+
     fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
@@ -344,7 +351,7 @@ impl Core {
             let path = self.child(parent, name)?;
             // mkdir answers the whole new directory, times included.
             let attr = self.run(self.caller(req).mkdir(&path, mode & 0o7777))?;
-            self.dir_attrs.lock().forget(parent.0);
+            self.subdir_changed_in(parent, true);
             Ok((attr, path))
         })();
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
@@ -368,7 +375,7 @@ impl Core {
         let done = (|| {
             let path = self.child(parent, name)?;
             self.run(self.caller(req).rmdir(&path))?;
-            self.dir_attrs.lock().forget(parent.0);
+            self.subdir_changed_in(parent, false);
             self.nodes.lock().unlinked(&path);
             Ok(())
         })();
