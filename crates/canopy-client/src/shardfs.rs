@@ -80,16 +80,24 @@ impl ShardFs {
         Fut: std::future::Future<Output = Res<T>>,
     {
         let r = match attempt().await {
-            Err(e) if may_be_transient(&e) => {
-                self.counters.retried();
-                let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
-                let r = attempt().await;
-                self.unlock(txn).await;
-                r
-            }
+            Err(e) if may_be_transient(&e) => self.under_read_locks(path, attempt).await,
             other => other,
         };
         self.settle(c, path, r).await
+    }
+
+    /// Runs `attempt` again holding read locks on `path`, so after any
+    /// directory mutation on it ended (a counted retry).
+    async fn under_read_locks<T, F, Fut>(&self, path: &NsPath, attempt: F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        self.counters.retried();
+        let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
+        let r = attempt().await;
+        self.unlock(txn).await;
+        r
     }
 
     /// One request to the primary of `path`, optimistically.
@@ -160,7 +168,14 @@ impl ShardFs {
     async fn classify_missing(&self, c: &Creds, path: &NsPath) -> Errno {
         let mut cur = path.split().map(|(p, _)| p);
         while let Some(p) = cur {
-            match self.rpc(self.primary(&p), c, Request::Stat { at: p.to_string().into() }).await {
+            // A fence (a rename of an ancestor in flight) is waited out, not
+            // answered: EAGAIN is no error of the caller's operation.
+            let stat = || self.rpc(self.primary(&p), c, Request::Stat { at: p.to_string().into() });
+            let r = match stat().await {
+                Err(Errno::EAGAIN) => self.under_read_locks(&p, stat).await,
+                r => r,
+            };
+            match r {
                 Ok(Reply::Attr(a)) if a.kind == FileKind::Dir => return Errno::ENOENT,
                 Ok(Reply::Attr(_)) | Ok(Reply::Redirect { .. }) => return Errno::ENOTDIR,
                 Err(Errno::ENOENT) | Err(Errno::EREMOTE) => cur = p.split().map(|(q, _)| q),
@@ -609,8 +624,9 @@ struct Checked {
 fn checked(r: Reply) -> Res<Checked> {
     match r {
         Reply::RenameChecked { below, times } => Ok(Checked { below, times }),
-        // The destination already names the moved directory: nothing to do.
-        Reply::Unit => Ok(Checked { below: false, times: None }),
+        // The destination already names the moved directory: the server
+        // changed nothing, its fences included, so they are lifted after.
+        Reply::Unit => Ok(Checked { below: true, times: None }),
         other => Err(unexpected(other)),
     }
 }
