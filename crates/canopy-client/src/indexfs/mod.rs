@@ -59,8 +59,8 @@ mod parts;
 
 const ROOT_ID: u64 = 1;
 
-/// How many redirects one operation follows before giving up (`EIO`): a
-/// directory splits at most 16 levels deep.
+/// How many times a bulk insertion's shares are redirected before it gives
+/// up (`EIO`): a directory splits at most 16 levels deep.
 const MAX_REDIRECTS: u32 = 64;
 
 /// Names per bulk insertion batch once the directory has spread: each
@@ -174,14 +174,13 @@ impl IndexFs {
         }
         // A split about to move the entry is waited out, and a redirect
         // followed, here: no caller (recovery among them) sees either.
-        let (mut split, mut redirects) = (SplitWait::new(), 0);
+        let mut split = SplitWait::new();
         loop {
             let server = self.server_of_entry(dir, name);
             match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await {
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 // Moved: the bitmap it taught names the server to ask next.
-                Err(Errno::EREMCHG) if redirects < MAX_REDIRECTS => redirects += 1,
-                Err(Errno::EREMCHG) => return Err(Errno::EIO),
+                Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,
                 Ok(Reply::IxEntry { lookup, lease_ms, depth, .. }) => {
                     self.cache_entry(key, &lookup, depth, lease_ms, now);
                     return Ok(lookup);
@@ -320,11 +319,10 @@ impl IndexFs {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
-        let (mut split, mut redirects) = (SplitWait::new(), 0);
+        let mut split = SplitWait::new();
         loop {
             match attempt().await {
-                Err(Errno::EREMCHG) if redirects < MAX_REDIRECTS => redirects += 1,
-                Err(Errno::EREMCHG) => return Err(Errno::EIO),
+                Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,
                 // Pauses are bounded by their own clock, not the redirect count.
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 other => return other,

@@ -70,11 +70,10 @@ impl IndexFs {
     /// after each redirect and after a pause while a split is about to move
     /// the name.
     pub(super) async fn entry_rpc(&self, dir: u64, name: &str, c: &Creds, req: Request) -> Res<Reply> {
-        let (mut split, mut redirects) = (SplitWait::new(), 0);
+        let mut split = SplitWait::new();
         loop {
             match self.rpc_ix(self.server_for(dir, name), c, req.clone()).await {
-                Err(Errno::EREMCHG) if redirects < super::MAX_REDIRECTS => redirects += 1,
-                Err(Errno::EREMCHG) => return Err(Errno::EIO),
+                Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 r => return r,
             }
@@ -259,14 +258,33 @@ impl IndexFs {
 pub(super) struct SplitWait {
     since: std::time::Instant,
     pause: std::time::Duration,
+    redirects: u32,
 }
+
+/// Redirects one operation follows at once; past these it pauses before each
+/// (see [`SplitWait::redirected`]).
+const FAST_REDIRECTS: u32 = 16;
 
 const SPLIT_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(128);
 const SPLIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl SplitWait {
     pub(super) fn new() -> SplitWait {
-        SplitWait { since: std::time::Instant::now(), pause: std::time::Duration::from_millis(1) }
+        SplitWait { since: std::time::Instant::now(), pause: std::time::Duration::from_millis(1), redirects: 0 }
+    }
+
+    /// After a redirect: the first [`FAST_REDIRECTS`] are followed at once.
+    /// More mean this client learnt of a split's new partition before the
+    /// server that takes it finished installing it (each answer sends it back
+    /// to the same server), so they wait as a split does; `EIO` once that
+    /// bound is spent. (Followed without a pause, 64 redirects came and went
+    /// within one split on a busy machine, and a stat failed `EIO`.)
+    pub(super) async fn redirected(&mut self, counters: &ClientCounters) -> Res<()> {
+        self.redirects += 1;
+        if self.redirects <= FAST_REDIRECTS {
+            return Ok(());
+        }
+        self.pause(counters).await.map_err(|_| Errno::EIO)
     }
 
     /// Waits before the next resend (counted as a retry); `EAGAIN` once the
