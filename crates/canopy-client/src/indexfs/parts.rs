@@ -274,10 +274,10 @@ impl SplitWait {
     }
 
     /// After a redirect: the first [`FAST_REDIRECTS`] are followed at once.
-    /// More mean this client learnt of a split's new partition before the
-    /// server that takes it finished installing it (each answer sends it back
-    /// to the same server), so they wait as a split does; `EIO` once that
-    /// bound is spent. (Followed without a pause, 64 redirects came and went
+    /// More most likely mean this client learnt of a split's new partition
+    /// before the server that takes it finished installing it (inferred, not
+    /// traced: each answer would send it back to the same server), so they
+    /// wait as a split does; `EIO` once that bound is spent. (Followed without a pause, 64 redirects came and went
     /// within one split on a busy machine, and a stat failed `EIO`.)
     pub(super) async fn redirected(&mut self, counters: &ClientCounters) -> Res<()> {
         self.redirects += 1;

@@ -283,8 +283,9 @@ impl Mode for Giraffa {
         false
     }
 
-    /// Reads go on during a directory rename (its rows are held still).
     /// `EAGAIN` for a mutation of a row a directory rename holds frozen.
+    /// Reads go on during the rename (its rows are held still), so Giraffa
+    /// keeps the default `admit`, which turns nothing away.
     fn admit_locked(&self, targets: &[&Target]) -> Result<(), Errno> {
         for t in targets {
             if let Target::Path(p) = t {
