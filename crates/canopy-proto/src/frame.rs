@@ -25,6 +25,8 @@ use bytes::{Buf, BufMut, BytesMut};
 pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 2: the key handshake (`crate::auth`) and lock sets that name paths only.
 /// Version 3: requests name an entry by path or by (directory id, name) (`msg::At`).
+/// Version 5: a directory rename's steps (`msg::RenameDirStep`): its check fences,
+/// its apply may carry the directory's times and lift the fences.
 pub const VERSION: u16 = 5;
 pub const HANDSHAKE_LEN: usize = 6;
 pub const HANDSHAKE_REPLY_LEN: usize = 8;
