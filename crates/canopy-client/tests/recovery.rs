@@ -46,6 +46,9 @@ enum Op {
     ChownDir,
     RenameDir,
     RenameDirOverEmpty,
+    /// Nothing below it: its times travel with the apply steps, which lift
+    /// the fences; to a name on another primary, so the times move.
+    RenameEmptyDir,
     RenameFile,
 }
 
@@ -57,6 +60,7 @@ impl Op {
             Op::ChmodDir | Op::ChmodDirAdd | Op::ChownDir => return Intent::DirSetAttr { path: "/a/sub".into() },
             Op::RenameDir => ("/a", "/moved"),
             Op::RenameDirOverEmpty => ("/a/sub", "/b/victim"),
+            Op::RenameEmptyDir => return Intent::Rename { src: "/empty".into(), dst: other_primary("/empty", "/b/moved") },
             Op::RenameFile => return Intent::Rename { src: "/a/f3".into(), dst: cross_server_dst() },
         };
         Intent::Rename { src: s.into(), dst: d.into() }
@@ -71,6 +75,7 @@ impl Op {
             Op::ChownDir => c.chown("/a/sub", Some(1000), Some(1000)).await.map(|_| ()),
             Op::RenameDir => c.rename("/a", "/moved").await,
             Op::RenameDirOverEmpty => c.rename("/a/sub", "/b/victim").await,
+            Op::RenameEmptyDir => c.rename("/empty", &other_primary("/empty", "/b/moved")).await,
             Op::RenameFile => c.rename("/a/f3", &cross_server_dst()).await,
         }
     }
@@ -78,9 +83,14 @@ impl Op {
 
 /// A new name for /a/f3 on another server, so the rename takes three steps.
 fn cross_server_dst() -> String {
-    let src = primary(&NsPath::parse("/a/f3").unwrap(), SERVERS);
+    other_primary("/a/f3", "/b/renamed")
+}
+
+/// The first of `stem`0, `stem`1, ... whose primary is not `src`'s.
+fn other_primary(src: &str, stem: &str) -> String {
+    let src = primary(&NsPath::parse(src).unwrap(), SERVERS);
     (0..100)
-        .map(|i| format!("/b/renamed{i}"))
+        .map(|i| format!("{stem}{i}"))
         .find(|d| primary(&NsPath::parse(d).unwrap(), SERVERS) != src)
         .expect("some name lands elsewhere")
 }
@@ -141,6 +151,13 @@ async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
     assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}");
     let fsck = root.fsck().await.unwrap();
     assert!(fsck.is_clean(), "{op:?} died at {step:?}: {:?}", fsck.problems);
+    if let Intent::Rename { src, dst } = op.intent() {
+        // A directory's times are kept on one server: whichever name it has
+        // now, its primary has them (a server keeping none answers zero).
+        if let Ok(a) = root.stat(&src).await.or(root.stat(&dst).await) {
+            assert!(a.kind != FileKind::Dir || a.mtime > 0, "{op:?} died at {step:?}: the directory's times were lost");
+        }
+    }
     // No fence is left behind: a walk that stats every object needs no retry.
     let reader = cluster.fresh_client();
     tree(&reader).await;
@@ -149,7 +166,7 @@ async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_step_of_every_transaction_recovers_to_all_or_nothing() {
-    for op in [Op::Mkdir, Op::Rmdir, Op::ChmodDir, Op::ChmodDirAdd, Op::ChownDir, Op::RenameDir, Op::RenameDirOverEmpty, Op::RenameFile] {
+    for op in [Op::Mkdir, Op::Rmdir, Op::ChmodDir, Op::ChmodDirAdd, Op::ChownDir, Op::RenameDir, Op::RenameDirOverEmpty, Op::RenameEmptyDir, Op::RenameFile] {
         let (before, after) = expected_trees(op).await;
         assert_ne!(before, after, "{op:?} changes something");
         for step in steps(op) {
