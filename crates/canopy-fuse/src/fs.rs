@@ -15,16 +15,17 @@ use canopy_client::Client;
 use canopy_proto::clock::{SharedClock, SystemClock};
 use canopy_proto::{Attr, DirEntry, Errno, SetAttr};
 use fuser::{
-    AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
+    AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 pub(crate) type R<T> = Result<T, fuser::Errno>;
 
@@ -89,7 +90,9 @@ impl Core {
         Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), groups: GroupCache::default(), opts }
     }
 
-    pub(crate) fn run<T>(&self, f: impl std::future::Future<Output = Result<T, Errno>>) -> R<T> {
+    /// Waits here for a client call: for handlers that run off the runtime
+    /// (file data, `file_io.rs`).
+    pub(crate) fn run<T>(&self, f: impl Future<Output = Result<T, Errno>>) -> R<T> {
         self.rt.block_on(f).map_err(errno)
     }
 
@@ -131,20 +134,20 @@ impl Core {
         self.dir_attrs.lock().subdir_changed(parent.0, added, now);
     }
 
-    fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
+    async fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
             // fstat needs no search permission: the descriptor was already opened.
-            Some(p) if fh.is_some() => self.run(self.client.stat(&p)),
-            Some(p) => self.run(self.caller(req).stat(&p)),
+            Some(p) if fh.is_some() => call(self.client.stat(&p)).await,
+            Some(p) => call(self.caller(req).stat(&p)).await,
             None => self.handles.orphan_attr(ino.0).ok_or_else(enoent),
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn setattr_of(&self, req: &Caller, ino: INodeNo, set: SetAttr, fh: Option<FileHandle>) -> R<Attr> {
+    async fn setattr_of(&self, req: &Caller, ino: INodeNo, set: SetAttr, fh: Option<FileHandle>) -> R<Attr> {
         let Some(path) = self.nodes.lock().path(ino.0).map(str::to_string) else {
-            return self.truncate_orphan(ino.0, fh, set.size);
+            return blocking(|| self.truncate_orphan(ino.0, fh, set.size));
         };
         // ftruncate on a descriptor open for writing needs no write permission
         // now, so it runs as root, telling the server whether the caller may keep
@@ -155,23 +158,23 @@ impl Core {
         } else {
             (self.caller(req), set)
         };
-        let attr = self.run(who.setattr(&path, &set))?;
+        let attr = call(who.setattr(&path, &set)).await?;
         if let Some(size) = set.size {
-            self.truncate_backend(&path, size)?;
+            blocking(|| self.truncate_backend(&path, size))?;
         }
         Ok(attr)
     }
 
     /// Before a name goes away: if this mount has the file open, its contents move
     /// to back-end storage, so the open handles outlive the entry that held them.
-    fn keep_open_contents(&self, path: &str) -> R<Option<(u64, Attr)>> {
+    async fn keep_open_contents(&self, path: &str) -> R<Option<(u64, Attr)>> {
         let Some(node) = self.nodes.lock().find(path) else { return Ok(None) };
         if !self.handles.is_open(node) {
             return Ok(None);
         }
-        let attr = self.run(self.client.stat(path))?;
+        let attr = call(self.client.stat(path)).await?;
         if attr.kind == canopy_proto::FileKind::File {
-            self.spill_now(node, path)?;
+            blocking(|| self.spill_now(node, path))?;
         }
         Ok(Some((node, attr)))
     }
@@ -189,7 +192,7 @@ impl Core {
         }
     }
 
-    fn rename_of(&self, req: &Caller, from: &str, to: &str, flags: RenameFlags) -> R<()> {
+    async fn rename_of(&self, req: &Caller, from: &str, to: &str, flags: RenameFlags) -> R<()> {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.intersects(!(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)) {
             return Err(fuser::Errno::from_i32(libc::EINVAL));
         }
@@ -197,23 +200,23 @@ impl Core {
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             // Checked, then renamed: not atomic against another client creating
             // the destination in between.
-            match self.run(who.stat(to)) {
+            match call(who.stat(to)).await {
                 Ok(_) => return Err(fuser::Errno::from_i32(libc::EEXIST)),
                 Err(e) if e.code() == libc::ENOENT => {}
                 Err(e) => return Err(e),
             }
         }
-        let open = self.keep_open_contents(to)?;
-        self.run(who.rename(from, to))?;
+        let open = self.keep_open_contents(to).await?;
+        call(who.rename(from, to)).await?;
         self.name_removed(open, |nodes| {
             nodes.renamed(from, to);
         });
         Ok(())
     }
 
-    fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
+    async fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
         let path = self.path(ino)?;
-        self.run(self.caller(req).access(&path, convert::open_access(flags.0)))?;
+        call(self.caller(req).access(&path, convert::open_access(flags.0))).await?;
         // Where the contents are is learnt at the first read or write (an inline
         // request answers `Backend` for a spilled file), saving an RPC per open.
         Ok(self.handles.open(ino.0, Contents::Inline))
@@ -223,26 +226,26 @@ impl Core {
     /// treats the file it gets as one it made (checking no permission), so a file
     /// that appeared meanwhile is checked by the server as open(2) would, and
     /// truncated here if the open asks for that.
-    fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
+    async fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
         let who = self.caller(req);
         let mut attr = if flags & libc::O_EXCL != 0 {
-            self.run(who.create(&path, mode & 0o7777))?
+            call(who.create(&path, mode & 0o7777)).await?
         } else {
-            self.run(who.open_create(&path, mode & 0o7777, convert::open_access(flags)))?
+            call(who.open_create(&path, mode & 0o7777, convert::open_access(flags))).await?
         };
         // A new file is empty: only an existing one can need truncating.
         if flags & libc::O_TRUNC != 0 && attr.size > 0 {
-            attr = self.run(who.truncate(&path, 0))?;
-            self.truncate_backend(&path, 0)?;
+            attr = call(who.truncate(&path, 0)).await?;
+            blocking(|| self.truncate_backend(&path, 0))?;
         }
         let fh = self.handles.open(attr.ino, Contents::Inline);
         Ok((path, attr, fh))
     }
 
-    fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
+    async fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
         let path = self.path(ino)?;
-        let entries = self.run(self.caller(req).readdir(&path))?;
+        let entries = call(self.caller(req).readdir(&path)).await?;
         let mut dirs = self.dirs.lock();
         dirs.next += 1;
         let fh = dirs.next;
@@ -269,13 +272,29 @@ macro_rules! answer {
     };
 }
 
-/// The handlers, each run on the FUSE thread that read its request or on the
-/// blocking pool (`dispatch.rs`). Their
-/// parameters mirror `fuser::Filesystem`'s, hence the long lists.
+/// Awaits a client call, its error as the kernel's errno.
+async fn call<T>(f: impl Future<Output = Result<T, Errno>>) -> R<T> {
+    f.await.map_err(errno)
+}
+
+/// Runs `f`, which reads or writes back-end files, without holding up the
+/// runtime's other tasks (rare in the handlers below: an open file's spill
+/// before its name goes, a truncate).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// The namespace handlers: futures that `dispatch.rs` runs to completion on
+/// the FUSE thread that read their request, or as tasks on the runtime when
+/// that thread is needed for reading. Their parameters mirror
+/// `fuser::Filesystem`'s, hence the long lists.
 #[allow(clippy::too_many_arguments)]
 impl Core {
-    pub(crate) fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let found = self.child(parent, name).and_then(|p| Ok((self.run(self.caller(req).stat(&p))?, p)));
+    pub(crate) async fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let found = match self.child(parent, name) {
+            Ok(p) => call(self.caller(req).stat(&p)).await.map(|a| (a, p)),
+            Err(e) => Err(e),
+        };
         match found {
             Ok((attr, path)) => self.entry(reply, &path, &attr),
             // An absent name is remembered as absent for the entry timeout, as
@@ -287,16 +306,17 @@ impl Core {
         }
     }
 
-    pub(crate) fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    pub(crate) async fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         // A directory's attributes this mount holds (see `dir_attrs.rs`),
         // trusted for the time they have left.
-        if let Some((attr, left)) = self.dir_attrs.lock().get(ino.0, Instant::now()) {
+        let held = self.dir_attrs.lock().get(ino.0, Instant::now());
+        if let Some((attr, left)) = held {
             return reply.attr(&left, &file_attr(&attr));
         }
-        answer!(reply, self.getattr_of(req, ino, fh), |a| self.attr(reply, &a))
+        answer!(reply, self.getattr_of(req, ino, fh).await, |a| self.attr(reply, &a))
     }
 
-    pub(crate) fn setattr(
+    pub(crate) async fn setattr(
         &self,
         req: &Caller,
         ino: INodeNo,
@@ -306,12 +326,7 @@ impl Core {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let set = SetAttr {
@@ -323,77 +338,85 @@ impl Core {
             mtime: mtime.map(convert::time_set),
             kill_suid: false,
         };
-        answer!(reply, self.setattr_of(req, ino, set, fh), |a| self.attr(reply, &a))
+        answer!(reply, self.setattr_of(req, ino, set, fh).await, |a| self.attr(reply, &a))
     }
 
-    pub(crate) fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
-        let target = self.path(ino).and_then(|p| self.run(self.caller(req).readlink(&p)));
+    pub(crate) async fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
+        let target = match self.path(ino) {
+            Ok(p) => call(self.caller(req).readlink(&p)).await,
+            Err(e) => Err(e),
+        };
         answer!(reply, target, |t| reply.data(t.as_bytes()))
     }
 
-    pub(crate) fn mknod(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
-        let made = (|| {
+    pub(crate) async fn mknod(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, rdev: u32, reply: ReplyEntry) {
+        let made: R<_> = async {
             let path = self.child(parent, name)?;
             let kind = convert::mknod_kind(mode).ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
             let who = self.caller(req);
             let attr = match kind {
-                canopy_proto::FileKind::File => self.run(who.create(&path, mode & 0o7777))?,
-                special => self.run(who.mknod(&path, mode & 0o7777, special, rdev as u64))?,
+                canopy_proto::FileKind::File => call(who.create(&path, mode & 0o7777)).await?,
+                special => call(who.mknod(&path, mode & 0o7777, special, rdev as u64)).await?,
             };
             self.file_changed_in(parent);
             Ok((path, attr))
-        })();
+        }
+        .await;
         answer!(reply, made, |v| self.entry(reply, &v.0, &v.1))
     }
 
-    pub(crate) fn mkdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let made = (|| {
+    pub(crate) async fn mkdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, reply: ReplyEntry) {
+        let made: R<_> = async {
             let path = self.child(parent, name)?;
             // mkdir answers the whole new directory, times included.
-            let attr = self.run(self.caller(req).mkdir(&path, mode & 0o7777))?;
+            let attr = call(self.caller(req).mkdir(&path, mode & 0o7777)).await?;
             self.subdir_changed_in(parent, true);
             Ok((attr, path))
-        })();
+        }
+        .await;
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    pub(crate) fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let done = (|| {
+    pub(crate) async fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done: R<_> = async {
             let path = self.child(parent, name)?;
-            let open = self.keep_open_contents(&path)?;
-            self.run(self.caller(req).unlink(&path))?;
+            let open = self.keep_open_contents(&path).await?;
+            call(self.caller(req).unlink(&path)).await?;
             self.file_changed_in(parent);
             self.name_removed(open, |nodes| {
                 nodes.unlinked(&path);
             });
             Ok(())
-        })();
+        }
+        .await;
         answer!(reply, done, |_v| reply.ok())
     }
 
-    pub(crate) fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let done = (|| {
+    pub(crate) async fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done: R<_> = async {
             let path = self.child(parent, name)?;
-            self.run(self.caller(req).rmdir(&path))?;
+            call(self.caller(req).rmdir(&path)).await?;
             self.subdir_changed_in(parent, false);
             self.nodes.lock().unlinked(&path);
             Ok(())
-        })();
+        }
+        .await;
         answer!(reply, done, |_v| reply.ok())
     }
 
-    pub(crate) fn symlink(&self, req: &Caller, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let made = (|| {
+    pub(crate) async fn symlink(&self, req: &Caller, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let made: R<_> = async {
             let path = self.child(parent, link_name)?;
             let target = convert::utf8(target.as_os_str())?;
-            let attr = self.run(self.caller(req).symlink(target, &path))?;
+            let attr = call(self.caller(req).symlink(target, &path)).await?;
             self.file_changed_in(parent);
             Ok((attr, path))
-        })();
+        }
+        .await;
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    pub(crate) fn rename(
+    pub(crate) async fn rename(
         &self,
         req: &Caller,
         parent: INodeNo,
@@ -403,9 +426,9 @@ impl Core {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let done = (|| {
+        let done: R<_> = async {
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
-            let r = self.rename_of(req, &from, &to, flags);
+            let r = self.rename_of(req, &from, &to, flags).await;
             // Whether a directory moved (link counts change, and its own
             // ctime) is not known here without a stat: all are asked again.
             let moved = self.nodes.lock().find(&to);
@@ -416,98 +439,33 @@ impl Core {
                 dir_attrs.forget(node);
             }
             r
-        })();
+        }
+        .await;
         answer!(reply, done, |_v| reply.ok())
     }
 
-    pub(crate) fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let made = (|| {
+    pub(crate) async fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let made: R<_> = async {
             let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
-            let attr = self.run(self.caller(req).link(&src, &dst))?;
+            let attr = call(self.caller(req).link(&src, &dst)).await?;
             self.file_changed_in(newparent);
             Ok((attr, dst))
-        })();
+        }
+        .await;
         answer!(reply, made, |v| self.entry(reply, &v.1, &v.0))
     }
 
-    pub(crate) fn open(&self, req: &Caller, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.open_file(req, ino, flags), |fh| reply.opened(FileHandle(fh), FILE_OPEN_FLAGS))
+    pub(crate) async fn open(&self, req: &Caller, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        answer!(reply, self.open_file(req, ino, flags).await, |fh| reply.opened(FileHandle(fh), FILE_OPEN_FLAGS))
     }
 
-    pub(crate) fn read(
-        &self,
-        _req: &Caller,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        answer!(reply, self.read_at(ino.0, fh.0, offset, size), |data| reply.data(&data))
-    }
-
-    pub(crate) fn write(
-        &self,
-        req: &Caller,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !req.privileged()), |n| reply.written(n))
-    }
-
-    pub(crate) fn flush(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // Every write already reached the metadata service and the back-end file.
-        reply.ok();
-    }
-
-    pub(crate) fn release(
-        &self,
-        _req: &Caller,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.handles.release(fh.0);
-        reply.ok();
-    }
-
-    pub(crate) fn fsync(&self, _req: &Caller, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        answer!(reply, self.sync_handle(fh.0), |_v| reply.ok())
-    }
-
-    pub(crate) fn opendir(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.opendir_of(req, ino), |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
-    }
-
-    pub(crate) fn readdir(&self, _req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.listing(fh) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        let dots = [(ino.0, FileType::Directory, "."), (ROOT, FileType::Directory, "..")];
-        let named = entries.iter().map(|e| (e.ino, convert::file_type(e.kind), e.name.as_str()));
-        for (i, (id, kind, name)) in dots.into_iter().chain(named).enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(id), i as u64 + 1, kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+    pub(crate) async fn opendir(&self, req: &Caller, ino: INodeNo, reply: ReplyOpen) {
+        answer!(reply, self.opendir_of(req, ino).await, |fh| reply.opened(FileHandle(fh), FopenFlags::empty()))
     }
 
     /// Every child is stat'ed as the caller: the kernel keeps what it is told
     /// here for the timeouts and may serve it to any user.
-    pub(crate) fn readdirplus(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    pub(crate) async fn readdirplus(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -516,7 +474,7 @@ impl Core {
         let ttl = self.opts.attr_ttl;
         // "." and ".." come first; the kernel does not count them as lookups.
         if offset < 2 {
-            let here = match self.run(who.stat(&dir)) {
+            let here = match call(who.stat(&dir)).await {
                 Ok(a) => a,
                 Err(e) => return reply.error(e),
             };
@@ -528,7 +486,7 @@ impl Core {
         }
         for (i, e) in entries.iter().enumerate().skip((offset as usize).saturating_sub(2)) {
             let path = child_path(&dir, &e.name);
-            let (attr, ttl) = match self.run(who.stat(&path)) {
+            let (attr, ttl) = match call(who.stat(&path)).await {
                 Ok(attr) => (attr, ttl),
                 // A name removed since opendir is skipped, as a fresh listing would.
                 Err(err) if err.code() == libc::ENOENT => continue,
@@ -545,36 +503,16 @@ impl Core {
         reply.ok();
     }
 
-    pub(crate) fn releasedir(&self, _req: &Caller, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.dirs.lock().open.remove(&fh.0);
-        reply.ok();
-    }
-
-    pub(crate) fn fsyncdir(&self, _req: &Caller, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Metadata is durable when the servers answer (per their durability setting).
-        reply.ok();
-    }
-
-    pub(crate) fn statfs(&self, _req: &Caller, _ino: INodeNo, reply: ReplyStatfs) {
-        answer!(reply, self.statfs_of(), |s| reply.statfs(
-            s.f_blocks,
-            s.f_bfree,
-            s.f_bavail,
-            u64::MAX >> 1,
-            u64::MAX >> 1,
-            s.f_bsize as u32,
-            canopy_proto::path::NAME_MAX as u32,
-            s.f_frsize as u32
-        ))
-    }
-
-    pub(crate) fn access(&self, req: &Caller, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let ok = self.path(ino).and_then(|p| self.run(self.caller(req).access(&p, mask.bits() as u32 & 7)));
+    pub(crate) async fn access(&self, req: &Caller, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ok = match self.path(ino) {
+            Ok(p) => call(self.caller(req).access(&p, mask.bits() as u32 & 7)).await,
+            Err(e) => Err(e),
+        };
         answer!(reply, ok, |_v| reply.ok())
     }
 
-    pub(crate) fn create(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
-        match self.create_file(req, parent, name, mode, flags) {
+    pub(crate) async fn create(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32, reply: ReplyCreate) {
+        match self.create_file(req, parent, name, mode, flags).await {
             Ok((path, attr, fh)) => {
                 if flags & libc::O_EXCL != 0 {
                     self.file_changed_in(parent);
@@ -588,5 +526,59 @@ impl Core {
             }
             Err(e) => reply.error(e),
         }
+    }
+}
+
+/// The handlers that wait on nothing or read and write back-end files: run on
+/// the FUSE thread that read their request, or on the blocking pool.
+impl Core {
+    pub(crate) fn read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        answer!(reply, self.read_at(ino.0, fh.0, offset, size), |data| reply.data(&data))
+    }
+
+    pub(crate) fn write(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
+        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !req.privileged()), |n| reply.written(n))
+    }
+
+    pub(crate) fn release(&self, fh: FileHandle, reply: ReplyEmpty) {
+        self.handles.release(fh.0);
+        reply.ok();
+    }
+
+    pub(crate) fn fsync(&self, fh: FileHandle, reply: ReplyEmpty) {
+        answer!(reply, self.sync_handle(fh.0), |_v| reply.ok())
+    }
+
+    pub(crate) fn readdir(&self, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.listing(fh) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let dots = [(ino.0, FileType::Directory, "."), (ROOT, FileType::Directory, "..")];
+        let named = entries.iter().map(|e| (e.ino, convert::file_type(e.kind), e.name.as_str()));
+        for (i, (id, kind, name)) in dots.into_iter().chain(named).enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(id), i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    pub(crate) fn releasedir(&self, fh: FileHandle, reply: ReplyEmpty) {
+        self.dirs.lock().open.remove(&fh.0);
+        reply.ok();
+    }
+
+    pub(crate) fn statfs(&self, reply: ReplyStatfs) {
+        answer!(reply, self.statfs_of(), |s| reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            u64::MAX >> 1,
+            u64::MAX >> 1,
+            s.f_bsize as u32,
+            canopy_proto::path::NAME_MAX as u32,
+            s.f_frsize as u32
+        ))
     }
 }
