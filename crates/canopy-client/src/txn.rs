@@ -125,13 +125,21 @@ impl ClientCore {
         }
     }
 
+    /// Unlocks `txn` without waiting for the lock service's answer (one round
+    /// trip less per directory mutation): the request is written before this
+    /// ends, and this client's later lock requests go on the same connection,
+    /// so they are served after it. A conflicting transaction of another
+    /// client is granted as soon as the service reads it. An unlock lost with
+    /// its connection, or refused (a lease that ran out), is what a dead
+    /// coordinator leaves: the lease expires and recovery decides from what
+    /// the servers hold, which is the complete transaction.
     pub(crate) async fn unlock(&self, txn: Txn) {
         self.forget_lease(txn.id);
         if self.is_dead() {
             return;
         }
         self.counters.sent_to_lockd();
-        if let Err(e) = self.t.call(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
+        if let Err(e) = self.t.post(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
             eprintln!("canopy-client: unlock of transaction {} failed: {e}; its lease will expire", txn.id);
         }
     }

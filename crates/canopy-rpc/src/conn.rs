@@ -42,7 +42,7 @@ impl Connection {
         }
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
-        let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
+        let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), drained: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
         tokio::spawn(out.clone().write_queued());
         let reader_pending = pending.clone();
         let reader_broken = broken.clone();
@@ -60,17 +60,21 @@ impl Connection {
         self.broken.load(Ordering::Acquire)
     }
 
-    /// Queues one request without waiting for its response (the reader drops
-    /// it: no caller waits on its id). Frames go out in the order they are
+    /// Sends one request without waiting for its response (the reader drops
+    /// it: no caller waits on its id): ends once it is written to the socket,
+    /// so a process may exit after it. Frames go out in the order they are
     /// queued, so this client's later requests are served after it; if the
-    /// connection breaks first, it is lost. `ECONNREFUSED`: nothing was sent.
-    pub fn post(&self, creds: &Creds, req: &Request) -> Result<(), Errno> {
+    /// connection breaks before the peer reads it, it is lost.
+    /// `ECONNREFUSED`: nothing was sent; `ENOTCONN` and `ETIMEDOUT` (not
+    /// written within `timeout`): it may or may not have been.
+    pub async fn post(&self, creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let alone = self.pending.lock().is_empty();
-        with_frame(id, creds, req, |frame| self.out.send(frame, alone))
+        with_frame(id, creds, req, |frame| self.out.send(frame, alone))?;
+        tokio::time::timeout(timeout, self.out.written()).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 
     /// Sends one request and waits for its response, at most `timeout`.
@@ -147,6 +151,8 @@ struct Outbox {
     sock: WriteHalf,
     queued: Mutex<BytesMut>,
     more: Notify,
+    /// The writer task emptied the queue, or found the socket broken.
+    drained: Notify,
     /// The connection was dropped: the writer task sends what is queued,
     /// then ends, and the socket closes with it.
     closing: AtomicBool,
@@ -187,6 +193,30 @@ impl Outbox {
         Ok(())
     }
 
+    /// Ends once everything queued so far is written to the socket (at once
+    /// when the caller wrote its frame itself); `ENOTCONN` if the socket broke.
+    async fn written(&self) -> Result<(), Errno> {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the checks: a drain between them still wakes it.
+            drained.as_mut().enable();
+            if self.broken.load(Ordering::Acquire) {
+                return Err(Errno::ENOTCONN);
+            }
+            if self.queued.lock().is_empty() {
+                return Ok(());
+            }
+            drained.await;
+        }
+    }
+
+    /// The writer task ends: the socket broke.
+    fn break_off(&self) {
+        self.broken.store(true, Ordering::Release);
+        self.drained.notify_waiters();
+    }
+
     /// The writer task: sends what is queued whenever there is some, until
     /// the socket fails or the connection is dropped and all is sent.
     async fn write_queued(self: Arc<Self>) {
@@ -194,10 +224,11 @@ impl Outbox {
             self.more.notified().await;
             loop {
                 if self.queued.lock().is_empty() {
+                    self.drained.notify_waiters();
                     break;
                 }
                 if self.sock.writable().await.is_err() {
-                    self.broken.store(true, Ordering::Release);
+                    self.break_off();
                     return;
                 }
                 let mut queued = self.queued.lock();
@@ -205,7 +236,8 @@ impl Outbox {
                     Ok(n) => queued.advance(n),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(_) => {
-                        self.broken.store(true, Ordering::Release);
+                        drop(queued);
+                        self.break_off();
                         return;
                     }
                 }

@@ -23,12 +23,13 @@ pub trait Transport: Send + Sync + 'static {
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
 
     /// Sends `req` without waiting for its answer, for an update the caller
-    /// does not act on. Ends once `req` is queued on the connection, in order
-    /// with this client's other requests to `target`: a later one is served
-    /// after it. `Err`: it could not be queued. If the connection breaks
-    /// before it goes out, it is lost unnoticed (a later request goes on a
-    /// new connection). By default, the call is awaited and its answer
-    /// dropped (in-process transports answer at once anyway).
+    /// does not act on. Ends once `req` is written to the connection (so the
+    /// process may exit after it), in order with this client's other requests
+    /// to `target`: a later one is served after it. `Err`: it may not have
+    /// been sent. If the connection breaks before the peer reads it, it is
+    /// lost unnoticed (a later request goes on a new connection). By default,
+    /// the call is awaited and its answer dropped (in-process transports
+    /// answer at once anyway).
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move { self.call(target, creds, req).await.map(drop) })
     }
@@ -89,7 +90,7 @@ impl Transport for TcpTransport {
     }
 
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
-        Box::pin(async move { self.connection(target).await?.post(creds, &req) })
+        Box::pin(async move { self.connection(target).await?.post(creds, &req, self.timeout).await })
     }
 }
 

@@ -128,7 +128,7 @@ async fn a_dropped_connection_closes_its_socket() {
     let before = open_fds();
     for _ in 0..20 {
         let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
-        c.post(&root, &Request::TouchDir { at: At::Path("/d".into()) }).unwrap();
+        c.post(&root, &Request::TouchDir { at: At::Path("/d".into()) }, Duration::from_secs(5)).await.unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while open_fds() > before && std::time::Instant::now() < deadline {
@@ -138,4 +138,37 @@ async fn a_dropped_connection_closes_its_socket() {
     let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
     let seen = c.call(&root, &Request::Stat { at: At::Path("/d".into()) }, Duration::from_secs(5)).await;
     assert_eq!(seen, Ok(Reply::Redirect { ino: 20, home: 0 }), "what each had posted was sent before it closed");
+}
+
+/// A post ends only once its frame is written to the socket, so a process
+/// may exit after it: to a peer that accepts but stops reading, posts go
+/// through until the socket buffers are full, then one times out rather than
+/// end with its frame still queued in this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_ends_when_written_not_when_queued() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let key = Key::from_bytes([7; 32]);
+    let (server_key, (accepted, stuck)) = (key.clone(), tokio::sync::oneshot::channel::<tokio::net::TcpStream>());
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        canopy_rpc::handshake::accept(&mut s, &server_key).await.unwrap();
+        let _ = accepted.send(s);
+    });
+    let me = ClientAuth { identity: Identity::Cluster, key };
+    let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
+    // Kept open, never read.
+    let stuck = stuck.await.unwrap();
+    let long = format!("/{}", "d".repeat(3000));
+    let mut written = 0;
+    let outcome = loop {
+        match c.post(&Creds::root(), &Request::TouchDir { at: At::Path(long.clone()) }, Duration::from_millis(300)).await {
+            Ok(()) => written += 1,
+            Err(e) => break e,
+        }
+        assert!(written < 100_000, "posts never stopped: they end when queued, not when written");
+    };
+    assert_eq!(outcome, Errno::ETIMEDOUT);
+    assert!(written > 0, "the socket buffers took some before filling");
+    drop(stuck);
 }
