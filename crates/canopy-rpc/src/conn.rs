@@ -42,7 +42,7 @@ impl Connection {
         }
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
-        let out = Arc::new(Outbox { sock: wr, queued: Mutex::new(BytesMut::new()), more: Notify::new(), drained: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
+        let out = Arc::new(Outbox { sock: wr, queued: Mutex::default(), more: Notify::new(), drained: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
         tokio::spawn(out.clone().write_queued());
         let reader_pending = pending.clone();
         let reader_broken = broken.clone();
@@ -73,8 +73,8 @@ impl Connection {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let alone = self.pending.lock().is_empty();
-        with_frame(id, creds, req, |frame| self.out.send(frame, alone))?;
-        tokio::time::timeout(timeout, self.out.written()).await.map_err(|_| Errno::ETIMEDOUT)?
+        let end = with_frame(id, creds, req, |frame| self.out.send(frame, alone))?;
+        tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 
     /// Sends one request and waits for its response, at most `timeout`.
@@ -123,7 +123,7 @@ thread_local! {
 }
 
 /// Encodes request `id` and hands the frame to `send`.
-fn with_frame(id: u64, creds: &Creds, req: &Request, send: impl FnOnce(&[u8]) -> Result<(), Errno>) -> Result<(), Errno> {
+fn with_frame<T>(id: u64, creds: &Creds, req: &Request, send: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
     ENCODE.with_borrow_mut(|buf| {
         buf.clear();
         frame::encode_request(buf, id, creds, req)?;
@@ -149,14 +149,37 @@ fn with_frame(id: u64, creds: &Creds, req: &Request, send: impl FnOnce(&[u8]) ->
 /// later frame after it, until the writer task has sent it all.
 struct Outbox {
     sock: WriteHalf,
-    queued: Mutex<BytesMut>,
+    queued: Mutex<Queue>,
     more: Notify,
-    /// The writer task emptied the queue, or found the socket broken.
+    /// The writer task wrote some of the queue, or found the socket broken.
     drained: Notify,
     /// The connection was dropped: the writer task sends what is queued,
     /// then ends, and the socket closes with it.
     closing: AtomicBool,
     broken: Arc<AtomicBool>,
+}
+
+/// The bytes waiting for the writer task, and how far it has come: a frame
+/// queued when `ever` was E is written once `written` reaches E.
+#[derive(Default)]
+struct Queue {
+    bytes: BytesMut,
+    /// Bytes ever queued.
+    ever: u64,
+    /// Bytes ever queued that the writer task has written.
+    written: u64,
+}
+
+impl Queue {
+    fn push(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+        self.ever += bytes.len() as u64;
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.bytes.advance(n);
+        self.written += n as u64;
+    }
 }
 
 /// Bytes queued at most before callers are refused (`EAGAIN`): a server that
@@ -165,16 +188,17 @@ const MAX_QUEUED: usize = 64 << 20;
 
 impl Outbox {
     /// Sends `frame` now if `alone` (see above), else queues it; what the
-    /// socket does not take is queued. An error means none of it was sent.
-    fn send(&self, frame: &[u8], alone: bool) -> Result<(), Errno> {
+    /// socket does not take is queued. Answers the queue's mark for
+    /// [`Outbox::written`]. An error means none of it was sent.
+    fn send(&self, frame: &[u8], alone: bool) -> Result<u64, Errno> {
         let mut queued = self.queued.lock();
-        if !queued.is_empty() {
-            if queued.len() + frame.len() > MAX_QUEUED {
+        if !queued.bytes.is_empty() {
+            if queued.bytes.len() + frame.len() > MAX_QUEUED {
                 return Err(Errno::EAGAIN);
             }
             // The writer task was told when the queue began.
-            queued.extend_from_slice(frame);
-            return Ok(());
+            queued.push(frame);
+            return Ok(queued.ever);
         }
         let sent = match alone.then(|| self.sock.try_write(frame)) {
             None => 0,
@@ -186,26 +210,30 @@ impl Outbox {
             }
         };
         if sent < frame.len() {
-            queued.extend_from_slice(&frame[sent..]);
+            queued.push(&frame[sent..]);
+            let end = queued.ever;
             drop(queued);
             self.more.notify_one();
+            return Ok(end);
         }
-        Ok(())
+        Ok(queued.ever)
     }
 
-    /// Ends once everything queued so far is written to the socket (at once
-    /// when the caller wrote its frame itself); `ENOTCONN` if the socket broke.
-    async fn written(&self) -> Result<(), Errno> {
+    /// Ends once the queue's bytes up to mark `end` (from [`Outbox::send`])
+    /// are written to the socket: at once when the caller wrote its frame
+    /// itself. Later frames queued behind it are not waited for. `ENOTCONN`
+    /// if the socket broke first.
+    async fn written(&self, end: u64) -> Result<(), Errno> {
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
-            // Registered before the checks: a drain between them still wakes it.
+            // Registered before the checks: progress between them still wakes it.
             drained.as_mut().enable();
+            if self.queued.lock().written >= end {
+                return Ok(());
+            }
             if self.broken.load(Ordering::Acquire) {
                 return Err(Errno::ENOTCONN);
-            }
-            if self.queued.lock().is_empty() {
-                return Ok(());
             }
             drained.await;
         }
@@ -223,8 +251,7 @@ impl Outbox {
         loop {
             self.more.notified().await;
             loop {
-                if self.queued.lock().is_empty() {
-                    self.drained.notify_waiters();
+                if self.queued.lock().bytes.is_empty() {
                     break;
                 }
                 if self.sock.writable().await.is_err() {
@@ -232,8 +259,12 @@ impl Outbox {
                     return;
                 }
                 let mut queued = self.queued.lock();
-                match self.sock.try_write(&queued) {
-                    Ok(n) => queued.advance(n),
+                match self.sock.try_write(&queued.bytes) {
+                    Ok(n) => {
+                        queued.advance(n);
+                        drop(queued);
+                        self.drained.notify_waiters();
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(_) => {
                         drop(queued);
@@ -272,5 +303,28 @@ async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
                 Err(_) => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Queue;
+
+    /// A frame's mark is reached when the bytes before and of it are written,
+    /// whatever was queued behind it since.
+    #[test]
+    fn a_mark_is_reached_by_its_own_bytes_not_by_an_empty_queue() {
+        let mut q = Queue::default();
+        q.push(b"first frame");
+        let first = q.ever;
+        q.push(b"second");
+        q.advance(5);
+        assert!(q.written < first);
+        q.advance(6);
+        assert!(q.written >= first, "the first frame is out");
+        q.push(b"third");
+        assert!(!q.bytes.is_empty(), "later frames are still queued");
+        q.advance(q.bytes.len());
+        assert_eq!((q.written, q.ever), (22, 22));
     }
 }
