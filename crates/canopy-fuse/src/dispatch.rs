@@ -74,8 +74,7 @@ impl CanopyFs {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let (core, who) = (self.core.clone(), Caller::of(req));
-        let rt = core.rt.clone();
+        let (core, who, rt) = (self.core.clone(), Caller::of(req), &self.core.rt);
         match self.in_place.claim() {
             Some(_busy) => survive(|| rt.block_on(handler(core, who))),
             // A task that panics drops its reply, which answers EIO.
