@@ -494,8 +494,8 @@ impl ShardFs {
                 Reply::Moved(m) => m,
                 other => return Err(unexpected(other)),
             };
-            // The server lists up to the limit: fewer means it listed all.
-            let last = moved.len() < MIGRATE_BATCH as usize;
+            // A server also stops short of the limit by bytes (inline file
+            // contents): only an empty answer says it has listed all.
             if moved.is_empty() {
                 return Ok(());
             }
@@ -510,9 +510,6 @@ impl ShardFs {
             }
             let items = moved.into_iter().map(|m| m.item).collect();
             self.rpc(server, &Creds::root(), Request::Release { items }).await?;
-            if last {
-                return Ok(());
-            }
         }
     }
 

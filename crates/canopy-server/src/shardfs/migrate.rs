@@ -11,15 +11,24 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
+/// Stored bytes of the objects one `Migrate` answer lists at most: files
+/// carry their inline contents (up to 64 KiB each by default), so 1,024 of
+/// them would not fit in a frame; the answer, and the `Adopt` and `Release`
+/// made of it, stay well inside [`canopy_proto::frame::MAX_FRAME`].
+const MIGRATE_BYTES: usize = canopy_proto::frame::MAX_FRAME / 4;
+
 impl ShardFs {
     /// Up to `limit` objects below directory `root` (its current path) held here
-    /// whose primary is now another server.
+    /// whose primary is now another server, and no more than about
+    /// [`MIGRATE_BYTES`] of them: fewer than `limit` does not mean all.
     pub(crate) fn migrate(&self, core: &Core, root: &NsPath, limit: u32) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
         let limit = limit.clamp(1, crate::ops_readdir::MAX_PAGE) as usize;
         let table = self.table.read();
         let root_id = super::resolve::resolve_dir(&table, &Creds::root(), root).map_err(|_| Errno::ENOENT)?;
         let mut out = Vec::new();
+        let mut bytes = 0;
+        let full = |n: usize, bytes: usize| n >= limit || bytes >= MIGRATE_BYTES;
         for id in table.subtree(root_id) {
             let dir_path = table.path_of(id).ok_or(Errno::EIO)?;
             if let Some(times) = core.load_dir_times(id)? {
@@ -31,7 +40,7 @@ impl ShardFs {
             let mut failed = None;
             core.store
                 .for_each(ENTRIES, &id.to_be_bytes(), &mut |k, v| {
-                    if out.len() >= limit {
+                    if full(out.len(), bytes) {
                         return false;
                     }
                     let Some(((_, name), record)) = super::decode_entry(k, v) else {
@@ -42,6 +51,7 @@ impl ShardFs {
                         Ok(p) => {
                             let target = self.primary_of(core, &p);
                             if target != core.cfg.index {
+                                bytes += k.len() + v.len();
                                 out.push(Moved { target, item: MovedItem::File { parent: id, name, record } });
                             }
                         }
@@ -53,7 +63,7 @@ impl ShardFs {
             if let Some(e) = failed {
                 return Err(e);
             }
-            if out.len() >= limit {
+            if full(out.len(), bytes) {
                 break;
             }
         }
