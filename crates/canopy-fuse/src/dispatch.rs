@@ -21,6 +21,7 @@
 use crate::fs::{Caller, Core};
 use crate::handles::Handles;
 use crate::options::MountOptions;
+use crate::timings::{Kind, RequestTimes};
 use canopy_client::Client;
 use fuser::{
     AccessFlags, BsdFileFlags, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// Handlers run in place at most at once: enough for one or two callers with
 /// a request each in flight; past it, handlers run as tasks and the FUSE
@@ -45,41 +46,70 @@ const IN_PLACE_MAX: usize = 2;
 pub struct CanopyFs {
     core: Arc<Core>,
     in_place: InPlace,
+    times: Arc<RequestTimes>,
 }
 
 impl CanopyFs {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> CanopyFs {
         let in_place = InPlace::new(IN_PLACE_MAX.min(opts.threads.saturating_sub(1)));
-        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place }
+        let times = Arc::new(RequestTimes::default());
+        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place, times }
     }
 
     pub fn options(&self) -> &MountOptions {
         &self.core.opts
     }
 
+    /// How long this mount's handlers have taken, by kind of request.
+    pub fn times(&self) -> Arc<RequestTimes> {
+        self.times.clone()
+    }
+
     /// Runs a blocking `handler` with the core and the caller: in place when
     /// it may, else on the blocking pool.
-    fn spawn(&self, req: &Request, handler: impl FnOnce(&Core, &Caller) + Send + 'static) {
-        let (core, who) = (self.core.clone(), Caller::of(req));
+    fn spawn(&self, kind: Kind, req: &Request, handler: impl FnOnce(&Core, &Caller) + Send + 'static) {
+        let (core, who, times, start) = (self.core.clone(), Caller::of(req), self.times.clone(), Instant::now());
+        let timed = move || {
+            handler(&core, &who);
+            times.record(kind, start.elapsed());
+        };
         match self.in_place.claim() {
-            Some(_busy) => survive(|| handler(&core, &who)),
-            None => drop(self.core.rt.spawn_blocking(move || handler(&core, &who))),
+            Some(_busy) => survive(timed),
+            None => {
+                self.times.ran_as_task();
+                drop(self.core.rt.spawn_blocking(timed));
+            }
         }
     }
 
     /// Runs the future `handler` makes: to completion in place when it may,
     /// else as a task on the runtime.
-    fn spawn_async<F>(&self, req: &Request, handler: impl FnOnce(Arc<Core>, Caller) -> F)
+    fn spawn_async<F>(&self, kind: Kind, req: &Request, handler: impl FnOnce(Arc<Core>, Caller) -> F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let (core, who, rt) = (self.core.clone(), Caller::of(req), &self.core.rt);
+        let (times, start, handled) = (self.times.clone(), Instant::now(), handler(core, who));
+        let timed = async move {
+            handled.await;
+            times.record(kind, start.elapsed());
+        };
         match self.in_place.claim() {
-            Some(_busy) => survive(|| rt.block_on(handler(core, who))),
+            Some(_busy) => survive(|| rt.block_on(timed)),
             // A task that panics drops its reply, which answers EIO.
-            None => drop(rt.spawn(handler(core, who))),
+            None => {
+                self.times.ran_as_task();
+                drop(rt.spawn(timed));
+            }
         }
+    }
+
+    /// Runs a cheap `handler` in place, timed.
+    fn answer(&self, kind: Kind, handler: impl FnOnce(&Core)) {
+        let start = Instant::now();
+        handler(&self.core);
+        self.times.record(kind, start.elapsed());
     }
 }
 
@@ -145,7 +175,7 @@ impl Filesystem for CanopyFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.lookup(&who, parent, &name, reply).await });
+        self.spawn_async(Kind::Lookup, req, move |c, who| async move { c.lookup(&who, parent, &name, reply).await });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -153,7 +183,7 @@ impl Filesystem for CanopyFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn_async(req, move |c, who| async move { c.getattr(&who, ino, fh, reply).await });
+        self.spawn_async(Kind::Getattr, req, move |c, who| async move { c.getattr(&who, ino, fh, reply).await });
     }
 
     fn setattr(
@@ -174,38 +204,38 @@ impl Filesystem for CanopyFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.spawn_async(req, move |c, who| async move {
+        self.spawn_async(Kind::Setattr, req, move |c, who| async move {
             c.setattr(&who, ino, mode, uid, gid, size, atime, mtime, fh, reply).await
         });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn_async(req, move |c, who| async move { c.readlink(&who, ino, reply).await });
+        self.spawn_async(Kind::Readlink, req, move |c, who| async move { c.readlink(&who, ino, reply).await });
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.mknod(&who, parent, &name, mode, rdev, reply).await });
+        self.spawn_async(Kind::Mknod, req, move |c, who| async move { c.mknod(&who, parent, &name, mode, rdev, reply).await });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.mkdir(&who, parent, &name, mode, reply).await });
+        self.spawn_async(Kind::Mkdir, req, move |c, who| async move { c.mkdir(&who, parent, &name, mode, reply).await });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.unlink(&who, parent, &name, reply).await });
+        self.spawn_async(Kind::Unlink, req, move |c, who| async move { c.unlink(&who, parent, &name, reply).await });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.rmdir(&who, parent, &name, reply).await });
+        self.spawn_async(Kind::Rmdir, req, move |c, who| async move { c.rmdir(&who, parent, &name, reply).await });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let (name, target) = (owned(link_name), target.to_path_buf());
-        self.spawn_async(req, move |c, who| async move { c.symlink(&who, parent, &name, &target, reply).await });
+        self.spawn_async(Kind::Symlink, req, move |c, who| async move { c.symlink(&who, parent, &name, &target, reply).await });
     }
 
     fn rename(
@@ -219,18 +249,18 @@ impl Filesystem for CanopyFs {
         reply: ReplyEmpty,
     ) {
         let (name, newname) = (owned(name), owned(newname));
-        self.spawn_async(req, move |c, who| async move {
+        self.spawn_async(Kind::Rename, req, move |c, who| async move {
             c.rename(&who, parent, &name, newparent, &newname, flags, reply).await
         });
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let newname = owned(newname);
-        self.spawn_async(req, move |c, who| async move { c.link(&who, ino, newparent, &newname, reply).await });
+        self.spawn_async(Kind::Link, req, move |c, who| async move { c.link(&who, ino, newparent, &newname, reply).await });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn_async(req, move |c, who| async move { c.open(&who, ino, flags, reply).await });
+        self.spawn_async(Kind::Open, req, move |c, who| async move { c.open(&who, ino, flags, reply).await });
     }
 
     fn read(
@@ -244,7 +274,7 @@ impl Filesystem for CanopyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(req, move |c, _who| c.read(ino, fh, offset, size, reply));
+        self.spawn(Kind::Read, req, move |c, _who| c.read(ino, fh, offset, size, reply));
     }
 
     fn write(
@@ -260,12 +290,12 @@ impl Filesystem for CanopyFs {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(req, move |c, who| c.write(who, ino, fh, offset, &data, reply));
+        self.spawn(Kind::Write, req, move |c, who| c.write(who, ino, fh, offset, &data, reply));
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Every write already reached the metadata service and the back-end file.
-        reply.ok();
+        self.answer(Kind::Flush, |_| reply.ok());
     }
 
     fn release(
@@ -278,46 +308,46 @@ impl Filesystem for CanopyFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh, reply);
+        self.answer(Kind::Release, |c| c.release(fh, reply));
     }
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn(req, move |c, _who| c.fsync(fh, reply));
+        self.spawn(Kind::Fsync, req, move |c, _who| c.fsync(fh, reply));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn_async(req, move |c, who| async move { c.opendir(&who, ino, reply).await });
+        self.spawn_async(Kind::Opendir, req, move |c, who| async move { c.opendir(&who, ino, reply).await });
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
         // The listing was read at opendir: this only copies from it.
-        self.core.readdir(ino, fh, offset, reply);
+        self.answer(Kind::Readdir, |c| c.readdir(ino, fh, offset, reply));
     }
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
-        self.spawn_async(req, move |c, who| async move { c.readdirplus(&who, ino, fh, offset, reply).await });
+        self.spawn_async(Kind::Readdirplus, req, move |c, who| async move { c.readdirplus(&who, ino, fh, offset, reply).await });
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.core.releasedir(fh, reply);
+        self.answer(Kind::Releasedir, |c| c.releasedir(fh, reply));
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // Metadata is durable when the servers answer (per their durability setting).
-        reply.ok();
+        self.answer(Kind::Fsyncdir, |_| reply.ok());
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(req, move |c, _who| c.statfs(reply));
+        self.spawn(Kind::Statfs, req, move |c, _who| c.statfs(reply));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.spawn_async(req, move |c, who| async move { c.access(&who, ino, mask, reply).await });
+        self.spawn_async(Kind::Access, req, move |c, who| async move { c.access(&who, ino, mask, reply).await });
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
         let name = owned(name);
-        self.spawn_async(req, move |c, who| async move { c.create(&who, parent, &name, mode, flags, reply).await });
+        self.spawn_async(Kind::Create, req, move |c, who| async move { c.create(&who, parent, &name, mode, flags, reply).await });
     }
 }
 

@@ -10,6 +10,7 @@
 //!   place, or on a pool when the other reading threads are busy).
 //! - `fs` and `file_io`: the request handlers.
 //! - [`options`]: the mount's settings and their defaults.
+//! - [`timings`]: counts and latencies of each kind of kernel request.
 //! - [`mount`]: mounting, serving and unmounting.
 //!
 //! Hard rule: no namespace logic here. Every decision about names, permissions
@@ -31,8 +32,10 @@ pub mod handles;
 pub mod mount;
 pub mod nodes;
 pub mod options;
+pub mod timings;
 
 pub use backend::Backends;
 pub use dispatch::CanopyFs;
 pub use handles::Handles;
 pub use options::MountOptions;
+pub use timings::RequestTimes;

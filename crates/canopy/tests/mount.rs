@@ -510,3 +510,34 @@ fn renaming_a_directory_of_inline_files_larger_than_a_frame() {
         assert_eq!(fs::read(moved.join(format!("f{i}"))).unwrap(), body(i), "f{i}");
     }
 }
+
+/// `--timings FILE` counts the kernel requests the mount answered, by kind:
+/// one CREATE per exclusive create and one MKDIR per mkdir, also in the
+/// table written as the mount ends.
+#[test]
+fn timings_count_the_kernel_requests_answered() {
+    let mut m = up();
+    let table = m.home.path().join("timings.txt");
+    let mnt = m.mount("mnt", &["--timings", table.to_str().unwrap()]);
+    fs::create_dir(mnt.join("d")).unwrap();
+    for i in 0..25 {
+        fs::OpenOptions::new().write(true).create_new(true).open(mnt.join("d").join(format!("f{i}"))).unwrap();
+    }
+    m.umount(&mnt);
+    let count_of = |text: &str, kind: &str| -> Option<u64> {
+        let row = text.lines().find(|l| l.split_whitespace().next() == Some(kind))?;
+        row.split_whitespace().nth(1)?.parse().ok()
+    };
+    // The last table is written once the kernel has let go of the mount.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = fs::read_to_string(&table).unwrap_or_default();
+        if count_of(&text, "CREATE") == Some(25) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(count_of(&text, "CREATE"), Some(25), "{text}");
+    assert_eq!(count_of(&text, "MKDIR"), Some(1), "{text}");
+    assert!(count_of(&text, "LOOKUP").is_some_and(|n| n >= 25), "{text}");
+}
