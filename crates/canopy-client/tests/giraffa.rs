@@ -274,3 +274,24 @@ async fn a_directory_of_large_inline_files_is_renamed_with_their_contents() {
     }
     assert!(c.fsck().await.unwrap().is_clean());
 }
+
+/// A directory chmod waits out the live proofs of the old permissions only
+/// when it takes a right from someone: `cp -a` widens each directory it
+/// made once it has filled it, and waited 250 ms per directory for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chmod_waits_out_old_proofs_only_when_it_narrows() {
+    let cluster = cluster();
+    let c = cluster.fresh_client();
+    let waits = || async { canopy_proto::msg::ServerStats::total(&c.server_stats().await.unwrap(), "proof_waits") };
+    c.mkdir("/d", 0o700).await.unwrap();
+    c.create("/d/f", 0o644).await.unwrap();
+    let before = waits().await;
+    c.chmod("/d", 0o755).await.unwrap();
+    c.create("/d/g", 0o644).await.unwrap();
+    assert_eq!(waits().await, before, "a widening chmod waited");
+    c.chmod("/d", 0o750).await.unwrap();
+    assert_eq!(waits().await, before + 1, "a narrowing chmod did not wait");
+    c.create("/d/h", 0o644).await.unwrap();
+    c.chmod("/d", 0o2750).await.unwrap();
+    assert_eq!(waits().await, before + 2, "setting setgid changes what new entries inherit");
+}

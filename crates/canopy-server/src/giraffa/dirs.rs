@@ -5,9 +5,9 @@
 //! directory and waits out the live ones (`GfRmdirBegin`), so once the
 //! entries' server finds none (`GfEmpty`) none can appear, then removes the
 //! row (`GfRmdirEnd`). A permission change rewrites the row and waits out the
-//! proofs of the old permissions.
+//! proofs of the old permissions, unless it takes nothing from anyone.
 
-use super::{row_key_of, Giraffa};
+use super::{proofs, row_key_of, Giraffa};
 use crate::core::{dir_attr_of, io, Core, NO_TIMES};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
 use crate::mode::{Mode, Target};
@@ -155,13 +155,15 @@ impl Giraffa {
             let times = core.load_dir_times(row.lookup.id)?.unwrap_or(NO_TIMES);
             let mut attr = dir_attr_of(&row.lookup, 2 + row.subdirs.min(u32::MAX as u64 - 2) as u32, times);
             setattr::apply(creds, &mut attr, set, core.now_ns())?;
-            let narrowed = (attr.mode, attr.uid, attr.gid) != (row.lookup.mode, row.lookup.uid, row.lookup.gid);
-            row.lookup = DirLookup { id: row.lookup.id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
+            let changed = DirLookup { id: row.lookup.id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
+            let narrowed = !proofs::widens(&row.lookup, &changed);
+            row.lookup = changed;
             let mut b = Batch::new();
             b.put(DIRS, key, keys::encode(&row));
             b.put(DIRTIMES, keys::id_key(row.lookup.id).to_vec(), keys::encode(&DirTimes { atime: attr.atime, mtime: attr.mtime, ctime: attr.ctime }));
             // Under the proofs' lock: a proof issued from here on carries the
-            // new permissions, every earlier one is waited out below.
+            // new permissions, every earlier one is waited out below unless
+            // the change only widens them.
             let proofs = self.proofs.lock();
             core.write(b)?;
             (attr, if narrowed { proofs.live_until(row.lookup.id) } else { 0 })

@@ -8,8 +8,9 @@
 //! it on; the proof is signed with a key only servers hold, so a client can
 //! carry one but not make or alter one, and it expires [`PROOF_LIFE_MS`] after
 //! it was issued. The issuer remembers, per directory, when its last proof
-//! expires: a chmod or chown returns only after that, so no proof of the old
-//! permissions is honoured once it has returned; an rmdir waits out the
+//! expires: a chmod or chown that takes a right from anyone returns only
+//! after that, so no proof of the old permissions is honoured once it has
+//! returned (one that only adds rights need not wait: [`widens`]); an rmdir waits out the
 //! proofs good for adding entries (a create's, not an unlink's), so no entry
 //! appears once it found the directory empty. Like leases, this assumes the servers' clocks agree to well
 //! within a proof's life.
@@ -31,6 +32,22 @@ const MAX_ISSUED: usize = 65_536;
 struct Issued {
     any: u64,
     adds: u64,
+}
+
+/// Whether every caller may do under `new` at least what it could under
+/// `old`: the same owner and group, no permission bit taken away, the sticky
+/// bit not newly set, the other bits (setgid, which new entries inherit by)
+/// as they were. A proof of `old` then lets nobody do what `new` refuses, so
+/// a chmod that only widens (as `cp -a` does to each directory it made) need
+/// not wait the old proofs out.
+pub(crate) fn widens(old: &DirLookup, new: &DirLookup) -> bool {
+    const RWX: u32 = 0o777;
+    const STICKY: u32 = 0o1000;
+    let same_owners = (old.uid, old.gid) == (new.uid, new.gid);
+    let no_bit_taken = new.mode & old.mode & RWX == old.mode & RWX;
+    let sticky_not_set = new.mode & STICKY & !old.mode == 0;
+    let rest_kept = old.mode & !(RWX | STICKY) == new.mode & !(RWX | STICKY);
+    same_owners && no_bit_taken && sticky_not_set && rest_kept
 }
 
 pub(crate) struct Proofs {
@@ -181,5 +198,21 @@ mod tests {
         let restarted = Proofs::new(k, 5_000, false);
         assert_eq!(restarted.live_until(9), 5_000 + PROOF_LIFE_MS);
         assert_eq!(restarted.adds_live_until(9), 5_000 + PROOF_LIFE_MS);
+    }
+
+    #[test]
+    fn only_a_change_that_takes_nothing_from_anyone_widens() {
+        let dir = |mode: u32, uid: u32, gid: u32| DirLookup { id: 7, mode, uid, gid };
+        let old = dir(0o700, 1, 2);
+        assert!(widens(&old, &old), "no change");
+        assert!(widens(&old, &dir(0o755, 1, 2)), "bits added");
+        assert!(!widens(&old, &dir(0o600, 1, 2)), "the owner's search bit taken");
+        assert!(!widens(&dir(0o755, 1, 2), &dir(0o750, 1, 2)), "others' bits taken");
+        assert!(!widens(&old, &dir(0o777, 3, 2)), "another owner");
+        assert!(!widens(&old, &dir(0o777, 1, 3)), "another group");
+        assert!(!widens(&old, &dir(0o1777, 1, 2)), "sticky set: unlinks narrowed");
+        assert!(widens(&dir(0o1777, 1, 2), &dir(0o777, 1, 2)), "sticky cleared");
+        assert!(!widens(&old, &dir(0o2700, 1, 2)), "setgid set: new entries' group changes");
+        assert!(!widens(&dir(0o2700, 1, 2), &dir(0o777, 1, 2)), "setgid cleared");
     }
 }
