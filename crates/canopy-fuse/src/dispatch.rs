@@ -77,7 +77,7 @@ impl CanopyFs {
         match self.in_place.claim() {
             Some(_busy) => survive(timed),
             None => {
-                self.times.ran_as_task();
+                self.times.handed_off();
                 drop(self.core.rt.spawn_blocking(timed));
             }
         }
@@ -99,7 +99,7 @@ impl CanopyFs {
             Some(_busy) => survive(|| rt.block_on(timed)),
             // A task that panics drops its reply, which answers EIO.
             None => {
-                self.times.ran_as_task();
+                self.times.handed_off();
                 drop(rt.spawn(timed));
             }
         }

@@ -183,12 +183,13 @@ impl Latencies {
     }
 }
 
-/// Latencies of each kind of kernel request, and how many handlers ran as
-/// tasks rather than on the FUSE thread that read their request.
+/// Latencies of each kind of kernel request, and how many handlers were
+/// handed off (a task on the runtime, or the blocking pool) rather than run
+/// on the FUSE thread that read their request.
 #[derive(Default)]
 pub struct RequestTimes {
     kinds: [Latencies; Kind::ALL.len()],
-    as_tasks: AtomicU64,
+    handed_off_count: AtomicU64,
 }
 
 impl RequestTimes {
@@ -196,8 +197,8 @@ impl RequestTimes {
         self.kinds[kind as usize].record(took);
     }
 
-    pub fn ran_as_task(&self) {
-        self.as_tasks.fetch_add(1, Ordering::Relaxed);
+    pub fn handed_off(&self) {
+        self.handed_off_count.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn of(&self, kind: Kind) -> &Latencies {
@@ -215,7 +216,7 @@ impl RequestTimes {
             let (mean, p50, p99) = (l.mean_us(), l.quantile_us(0.5), l.quantile_us(0.99));
             let _ = writeln!(out, "{:<11} {:>7} {:>10.1} {:>9.0} {:>9.0}", kind.name(), l.count(), mean, p50, p99);
         }
-        let _ = writeln!(out, "handlers run as tasks: {}", self.as_tasks.load(Ordering::Relaxed));
+        let _ = writeln!(out, "handlers handed off (runtime tasks or the blocking pool): {}", self.handed_off_count.load(Ordering::Relaxed));
         out
     }
 }
@@ -264,12 +265,12 @@ mod tests {
         t.record(Kind::Create, Duration::from_micros(300));
         t.record(Kind::Create, Duration::from_micros(500));
         t.record(Kind::Lookup, Duration::from_micros(100));
-        t.ran_as_task();
+        t.handed_off();
         let r = t.report();
         assert!(r.contains("CREATE"), "{r}");
         assert!(r.contains("LOOKUP"), "{r}");
         assert!(!r.contains("MKDIR"), "{r}");
-        assert!(r.contains("handlers run as tasks: 1"), "{r}");
+        assert!(r.contains("handed off (runtime tasks or the blocking pool): 1"), "{r}");
         let create = r.lines().find(|l| l.starts_with("CREATE")).unwrap();
         assert!(create.split_whitespace().nth(1) == Some("2"), "{create}");
     }
