@@ -71,34 +71,9 @@ impl Kind {
         Kind::Create,
     ];
 
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Lookup => "LOOKUP",
-            Kind::Getattr => "GETATTR",
-            Kind::Setattr => "SETATTR",
-            Kind::Readlink => "READLINK",
-            Kind::Mknod => "MKNOD",
-            Kind::Mkdir => "MKDIR",
-            Kind::Unlink => "UNLINK",
-            Kind::Rmdir => "RMDIR",
-            Kind::Symlink => "SYMLINK",
-            Kind::Rename => "RENAME",
-            Kind::Link => "LINK",
-            Kind::Open => "OPEN",
-            Kind::Read => "READ",
-            Kind::Write => "WRITE",
-            Kind::Flush => "FLUSH",
-            Kind::Release => "RELEASE",
-            Kind::Fsync => "FSYNC",
-            Kind::Opendir => "OPENDIR",
-            Kind::Readdir => "READDIR",
-            Kind::Readdirplus => "READDIRPLUS",
-            Kind::Releasedir => "RELEASEDIR",
-            Kind::Fsyncdir => "FSYNCDIR",
-            Kind::Statfs => "STATFS",
-            Kind::Access => "ACCESS",
-            Kind::Create => "CREATE",
-        }
+    /// As the kernel names it: LOOKUP, GETATTR, ...
+    fn name(self) -> String {
+        format!("{self:?}").to_uppercase()
     }
 }
 
@@ -257,6 +232,14 @@ mod tests {
         let mean = samples.iter().sum::<u64>() as f64 / 1000.0;
         assert!((l.mean_us() - mean).abs() < 1e-6);
         assert_eq!(Latencies::default().quantile_us(0.5), 0.0);
+    }
+
+    #[test]
+    fn every_kind_is_listed_at_its_own_index() {
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, i, "{kind:?}");
+        }
+        assert_eq!(Kind::Readdirplus.name(), "READDIRPLUS");
     }
 
     #[test]
