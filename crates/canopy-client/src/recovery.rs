@@ -9,9 +9,10 @@
 //!
 //! - mkdir, rmdir, chmod/chown of a directory: the primary's state is the truth. In
 //!   Procedure 1 the primary applies first (the commit point), in Procedure 2 last
-//!   (so its change is the commit point too). Making every replica's entry for the
-//!   path equal the primary's rolls a committed transaction forward and an
-//!   uncommitted one back.
+//!   (so its change is the commit point too); a mkdir applies on all at once, each
+//!   replica fencing the new directory until the primary's answer is known.
+//!   Making every replica's entry for the path equal the primary's rolls a
+//!   committed transaction forward and an uncommitted one back.
 //! - directory rename: the destination's primary applies first; if it has the
 //!   directory at the new name the rename committed: finish applying it on the
 //!   others and run the migration again; otherwise move it back where a server
@@ -45,8 +46,8 @@ impl ShardFs {
     /// under its original id `was`.
     pub(crate) async fn recover(&self, txn: Txn, was: u64, intent: &Intent) -> Res<()> {
         match intent {
-            Intent::Mkdir { path } | Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
-            Intent::DirSetAttr { path } => {
+            Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
+            Intent::Mkdir { path } | Intent::DirSetAttr { path } => {
                 self.sync_replicas(&NsPath::parse(path)?).await?;
                 self.unfence(was).await?;
             }

@@ -32,7 +32,7 @@ use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::msg::{At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, Record, RenameDirStep, ServerStats};
+use canopy_proto::msg::{dir_id_of_txn, At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, Record, RenameDirStep, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -95,9 +95,27 @@ impl ShardFs {
     {
         self.counters.retried();
         let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
-        let r = attempt().await;
+        let r = match attempt().await {
+            // Holding a read lock on `path`, no transaction that fenced it is
+            // still running: the fence is stale (a mkdir's unfence is posted).
+            Err(Errno::EAGAIN) => {
+                self.clear_fences(path).await;
+                attempt().await
+            }
+            r => r,
+        };
         self.unlock(txn).await;
         r
+    }
+
+    /// Lifts the stale fences covering `path` on every server (see `under_read_locks`).
+    async fn clear_fences(&self, path: &NsPath) {
+        let clear = |_| Request::ClearFences { path: path.to_string() };
+        for (i, r) in self.fan_out(0..self.n, &Creds::root(), clear).await {
+            if let Err(e) = r {
+                eprintln!("canopy-client: could not clear the stale fences over {path} on server {i}: {e}");
+            }
+        }
     }
 
     /// One request to the primary of `path`, optimistically.
@@ -221,26 +239,66 @@ impl ShardFs {
         Ok((entries, more))
     }
 
-    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
+    /// mkdir as transaction `txn` (Procedure 1 with the primary and the replicas
+    /// at once): the new directory's id comes from `txn`, so every server can
+    /// apply it in the same round trip; each replica fences it until the
+    /// primary's answer (the commit point) is known, so no file is made below
+    /// a directory that may yet be rolled back.
+    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32, txn: u64) -> Res<Attr> {
         let prim = self.primary(p);
+        let id = dir_id_of_txn(txn).ok_or(Errno::ENOSPC)?;
         let path = p.to_string();
         let intent = || Intent::Mkdir { path: p.to_string() };
         self.step(|| Step::Locked(intent())).await?;
-        // The primary answers the new directory's attributes, times and all.
-        let attr = match self.rpc(prim, c, Request::Mkdir { path: path.clone(), mode, assign: None }).await? {
-            Reply::Attr(a) if a.kind == FileKind::Dir => a,
-            other => return Err(unexpected(other)),
+        let req = |i: u32| Request::Mkdir { path: path.clone(), mode, id, fence: (i != prim).then_some(txn) };
+        let results = if self.hook.is_none() {
+            self.fan_out(0..self.n, c, req).await
+        } else {
+            // A test hook sees the replicas' steps one by one, then the primary's.
+            let mut results = self.on_replicas(prim, c, &intent(), req).await?;
+            results.push((prim, self.rpc(prim, c, req(prim)).await));
+            results
         };
-        let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
-        // Commit point passed: the replicas must now succeed.
+        let applied: Vec<u32> = results.iter().filter(|(i, r)| *i != prim && r.is_ok()).map(|(i, _)| *i).collect();
+        let made = match results.iter().find(|(i, _)| *i == prim).map(|(_, r)| r) {
+            Some(Ok(Reply::Attr(a))) if a.kind == FileKind::Dir => a.clone(),
+            Some(Ok(other)) => return Err(unexpected(other.clone())),
+            _ => return self.mkdir_refused(p, prim, txn, results, applied).await,
+        };
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let results = self.on_replicas(prim, c, &intent(), |_| Request::Mkdir { path: path.clone(), mode, assign: Some(lookup.clone()) }).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
         self.step(|| Step::ReplicasDone(intent())).await?;
-        Ok(attr)
+        self.post_unfence(applied, txn).await;
+        Ok(made)
+    }
+
+    /// A mkdir the primary did not apply: the replicas that did are put back
+    /// and their fences lifted, and the primary's error answered; if an answer
+    /// was lost, recovery decides.
+    async fn mkdir_refused(&self, p: &NsPath, prim: u32, txn: u64, results: Vec<(u32, Res<Reply>)>, applied: Vec<u32>) -> Res<Attr> {
+        if let Some((i, e)) = first_unknown(&results) {
+            return Err(self.undecided(p, i, e));
+        }
+        let err = pick_error(&results, prim).unwrap_or(Errno::EIO);
+        let err = self.roll_back(p, applied.iter().map(|i| (*i, None)), err).await;
+        if !outcome_unknown(&err) {
+            self.post_unfence(applied, txn).await;
+        }
+        Err(err)
+    }
+
+    /// Lifts transaction `txn`'s fences on `servers` without waiting: this
+    /// client's later requests to them are served after it. Another client
+    /// may still meet such a fence for a moment (or for good, if the post is
+    /// lost with its connection): it retries under read locks, which prove
+    /// the transaction over, and clears it then (`under_read_locks`).
+    async fn post_unfence(&self, servers: Vec<u32>, txn: u64) {
+        for i in servers {
+            self.post(i, &Creds::root(), Request::Unfence { txn }, || format!("the unfence of transaction {txn} to server {i}")).await;
+        }
     }
 
     async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
@@ -265,7 +323,7 @@ impl ShardFs {
             err = self.rmdir_absent(c, p).await;
         }
         let removed = results.iter().filter_map(|(i, r)| match r {
-            Ok(Reply::Dir(l)) => Some((*i, l.clone())),
+            Ok(Reply::Dir(l)) => Some((*i, Some(l.clone()))),
             _ => None,
         });
         Err(self.roll_back(p, removed, err).await)
@@ -284,9 +342,9 @@ impl ShardFs {
     /// its old lookup state, and answers `err`. If an undo fails, the outcome is
     /// uncertain: EIO, so the transaction is left to recovery (which makes the
     /// replicas equal the unchanged primary) instead of being unlocked.
-    async fn roll_back(&self, p: &NsPath, applied: impl Iterator<Item = (u32, DirLookup)>, err: Errno) -> Errno {
+    async fn roll_back(&self, p: &NsPath, applied: impl Iterator<Item = (u32, Option<DirLookup>)>, err: Errno) -> Errno {
         for (i, old) in applied {
-            let undo = Request::DirSync { path: p.to_string(), want: Some(old) };
+            let undo = Request::DirSync { path: p.to_string(), want: old };
             if let Err(e) = self.rpc(i, &Creds::root(), undo).await {
                 eprintln!("canopy-client: rollback of {p} on server {i} failed: {e}; left to recovery");
                 return Errno::EIO;
@@ -369,7 +427,7 @@ impl ShardFs {
             return Err(self.undecided(p, i, e));
         }
         let Some(err) = pick_error(&results, prim) else { return Err(Errno::EIO) };
-        let applied = results.iter().filter(|(_, r)| r.is_ok()).map(|(i, _)| (*i, old.clone()));
+        let applied = results.iter().filter(|(_, r)| r.is_ok()).map(|(i, _)| (*i, Some(old.clone())));
         Err(self.roll_back(p, applied, err).await)
     }
 
@@ -635,7 +693,14 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EEXIST);
             }
-            let r = self.locked(&[&p], Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode)).await;
+            let r = match self.lock(&[&p], Intent::Mkdir { path: p.to_string() }).await {
+                Ok(txn) => {
+                    let r = self.do_mkdir(c, &p, mode, txn.id).await;
+                    self.finish(txn, &r).await;
+                    r
+                }
+                Err(e) => Err(e),
+            };
             let attr = self.settle(c, &p, r).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)

@@ -8,7 +8,8 @@ use canopy_proto::msg::Intent;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
-use canopy_proto::{Creds, Errno};
+use canopy_proto::{Creds, Errno, Request};
+use canopy_rpc::Target;
 use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -58,7 +59,7 @@ fn retries(c: &Client) -> u64 {
 type Held = tokio::task::JoinHandle<Result<canopy_proto::Attr, Errno>>;
 
 /// A cluster with /d, and a mkdir of /d/x held just past its commit point (the
-/// primary has it, the replicas not); release it with one permit.
+/// primary has it, the replicas too, fenced); release it with one permit.
 async fn mkdir_held_at_commit() -> (InProcCluster, Held, Arc<Semaphore>) {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/d", 0o755).await.unwrap();
@@ -72,7 +73,8 @@ async fn mkdir_held_at_commit() -> (InProcCluster, Held, Arc<Semaphore>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
     let (cluster, mkdir, release) = mkdir_held_at_commit().await;
-    // The primary of the new file is a replica that has not seen /d/x yet.
+    // The primary of the new file is a replica, which holds /d/x fenced until
+    // the coordinator knows the primary's answer.
     let other = cluster.fresh_client();
     let path = name_where("/d/x", false);
     let create = tokio::spawn({
@@ -193,4 +195,42 @@ async fn a_directory_chmod_that_meets_a_fence_still_runs_its_transaction() {
     assert_eq!(retries(&user), 1);
     assert_eq!(root.stat("/p/mine").await.unwrap().mode, 0o700);
     assert!(root.fsck().await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_fence_is_cleared_by_the_retry_under_read_locks() {
+    let cluster = InProcCluster::memory(SERVERS);
+    cluster.client().mkdir("/d", 0o755).await.unwrap();
+    // A fence whose unfence never came, and no transaction holding its locks.
+    let path = name_where("/d", false);
+    let server = primary(&NsPath::parse(&path).unwrap(), SERVERS);
+    let fence = Request::Fence { txn: 424_242, paths: vec!["/d".into()] };
+    cluster.transport().call(Target::Server(server), &Creds::root(), fence).await.unwrap();
+    let other = cluster.fresh_client();
+    other.create(&path, 0o644).await.unwrap();
+    assert_eq!(retries(&other), 1, "one retry, which cleared the fence");
+    other.create(&name_where("/d", false).replace("/f", "/g"), 0o644).await.unwrap();
+    other.stat(&path).await.unwrap();
+    assert_eq!(retries(&other), 1, "the fence is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mkdir_the_primary_refuses_is_undone_on_the_replicas_and_unfenced() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.create("/d/f", 0o644).await.unwrap();
+    // Only the primary of /d/f knows the file: the replicas apply the mkdir,
+    // the primary refuses it.
+    assert_eq!(c.mkdir("/d/f", 0o755).await.map(|_| ()), Err(Errno::EEXIST));
+    assert!(c.fsck().await.unwrap().is_clean());
+    let t = cluster.transport();
+    for i in 0..SERVERS {
+        let probe = t.call(Target::Server(i), &Creds::root(), Request::DirProbe { path: "/d/f".into() }).await;
+        assert_eq!(probe, Ok(canopy_proto::Reply::Probe(None)), "server {i} kept the directory");
+        let below = t.call(Target::Server(i), &Creds::root(), Request::Stat { at: "/d/f/x".into() }).await;
+        assert!(matches!(below, Err(Errno::EREMOTE | Errno::ENOENT | Errno::ENOTDIR)), "server {i} kept a fence: {below:?}");
+    }
+    assert_eq!(c.stat("/d/f/x").await.map(|_| ()), Err(Errno::ENOTDIR));
+    assert_eq!(c.stat("/d/f").await.map(|a| a.kind), Ok(canopy_proto::FileKind::File));
 }

@@ -101,6 +101,8 @@ fn committed_after(op: Op, step: &Step) -> bool {
         (_, Step::Locked(_)) => false,
         // Procedure 2: the replicas go first; the primary is the commit point.
         (Op::Rmdir | Op::ChmodDir, Step::ReplicasDone(_) | Step::ReplicaDone(..)) => false,
+        // mkdir: all at once, the replicas (fenced) before the primary under a hook.
+        (Op::Mkdir, Step::ReplicaDone(..)) => false,
         _ => true,
     }
 }
@@ -181,15 +183,17 @@ async fn the_next_conflicting_operation_triggers_recovery() {
     let root = cluster.client();
     populate(&root).await;
     let intent = Intent::Mkdir { path: "/a/new".into() };
-    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
+    let (replica, _) = replica_and_primary(&intent);
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::ReplicaDone(intent, replica))), LEASE_MS);
     assert_eq!(dying.mkdir("/a/new", 0o755).await.map(|_| ()), Err(Errno::ENOTCONN));
-    // Half applied: only the primary has it, and the lock service holds the record.
+    // Half applied: one replica has it (fenced), not the primary, and the lock
+    // service holds the record.
     assert!(!root.fsck().await.unwrap().is_clean());
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
     let next = cluster.fresh_client();
-    next.rmdir("/a/new").await.unwrap();
+    assert_eq!(next.mkdir("/a/new", 0o700).await.map(|a| a.mode & 0o777), Ok(0o700), "rolled back, then made anew");
     assert_eq!(next.counters().snapshot().recoveries, 1);
-    assert_eq!(root.stat("/a/new").await.map(|_| ()), Err(Errno::ENOENT));
+    next.create("/a/new/f", 0o644).await.unwrap();
     assert!(root.fsck().await.unwrap().is_clean());
 }
 

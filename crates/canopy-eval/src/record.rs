@@ -36,6 +36,9 @@ pub struct Rpc {
     pub work: Work,
     /// RPCs of one operation with the same stage were in flight together.
     pub stage: u32,
+    /// Sent without waiting for its answer (`Transport::post`): it loads its
+    /// server but holds up nothing.
+    pub posted: bool,
 }
 
 /// The work an RPC of `req` does.
@@ -85,15 +88,21 @@ impl Recorder {
     }
 
     fn sent(&self, dest: Dest, work: Work) {
+        self.record(dest, work, false);
+    }
+
+    fn record(&self, dest: Dest, work: Work, posted: bool) {
         let mut log = self.log.lock();
         // An RPC sent while none is in flight starts a new stage.
         if log.in_flight == 0 && log.stage_open {
             log.stage += 1;
         }
         log.stage_open = true;
-        log.in_flight += 1;
+        if !posted {
+            log.in_flight += 1;
+        }
         let stage = log.stage;
-        log.rpcs.push(Rpc { dest, work, stage });
+        log.rpcs.push(Rpc { dest, work, stage, posted });
     }
 
     fn answered(&self) {
@@ -108,16 +117,24 @@ impl Transport for Recorder {
     }
 
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
-        let dest = match target {
-            Target::Server(i) => Dest::Server(i),
-            Target::Lockd => Dest::Lockd,
-        };
-        self.sent(dest, work_of(&req));
+        self.sent(dest_of(target), work_of(&req));
         Box::pin(async move {
             let r = self.inner.call(target, creds, req).await;
             self.answered();
             r
         })
+    }
+
+    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), canopy_proto::Errno>> {
+        self.record(dest_of(target), work_of(&req), true);
+        self.inner.post(target, creds, req)
+    }
+}
+
+fn dest_of(target: Target) -> Dest {
+    match target {
+        Target::Server(i) => Dest::Server(i),
+        Target::Lockd => Dest::Lockd,
     }
 }
 
@@ -155,8 +172,19 @@ mod tests {
         r.answered();
         r.sent(Dest::Lockd, Work::Lock);
         r.answered();
-        let stages: Vec<(Dest, u32)> = r.take().iter().map(|x| (x.dest, x.stage)).collect();
-        assert_eq!(stages, vec![(Dest::Server(0), 0), (Dest::Server(1), 1), (Dest::Server(2), 1), (Dest::Lockd, 2)]);
+        // Posted: each alone (nothing waits on it), then a call alone.
+        r.record(Dest::Server(3), Work::Write, true);
+        r.record(Dest::Lockd, Work::Lock, true);
+        r.sent(Dest::Server(0), Work::Read);
+        r.answered();
+        let stages: Vec<(Dest, u32, bool)> = r.take().iter().map(|x| (x.dest, x.stage, x.posted)).collect();
+        let want = [(0, 0), (1, 1), (2, 1), (9, 2), (3, 3), (9, 4), (0, 5)];
+        let want: Vec<(Dest, u32, bool)> = want
+            .iter()
+            .enumerate()
+            .map(|(i, &(d, st))| (if d == 9 { Dest::Lockd } else { Dest::Server(d) }, st, i == 4 || i == 5))
+            .collect();
+        assert_eq!(stages, want);
         assert!(r.take().is_empty());
     }
 }

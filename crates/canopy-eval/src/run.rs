@@ -220,8 +220,11 @@ mod tests {
         let bar = ProgressBar::hidden();
         let m = sim.run(&mkdirs(&ns, 4), &bar).await;
         assert_eq!((m.ops, m.errors), (11, 0), "{:?}", m.error_samples);
-        // A mkdir: lock, every server, unlock.
-        assert_eq!(m.structure(8).rpc_amplification, 10.0);
+        // A mkdir: lock, every server at once, then posted: the 7 replicas'
+        // unfences and the unlock.
+        assert_eq!(m.structure(8).rpc_amplification, 17.0);
+        let mkdir = &m.waves[0][0][0];
+        assert_eq!(mkdir.rpcs.iter().filter(|r| !r.posted).map(|r| r.stage).max(), Some(1), "two waits: the lock, the servers");
         let c = sim.run(&creates(&ns, 4), &bar).await;
         assert_eq!((c.ops, c.errors), (400, 0));
         let s = sim.run(&stats(&ns, 4, 100, Choice::Uniform, 1), &bar).await;

@@ -51,6 +51,8 @@ errnos! {
     ECONNREFUSED = 111, "Connection refused";
     EINPROGRESS = 115, "Operation now in progress";
     ESTALE = 116, "Stale file handle";
+    // Appended: the wire names an error by its position in this list.
+    ENOSPC = 28, "No space left on device";
 }
 
 impl std::fmt::Display for Errno {

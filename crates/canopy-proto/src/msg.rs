@@ -388,9 +388,14 @@ requests! {
     RenameIn { src: At, dst: At, record: Record } = 0x0010,
     /// ...on the source's primary: remove the source entry if it is still `ino`.
     RenameOutCommit { src: At, ino: u64 } = 0x0011,
-    /// Directory mutation applied on every server. `assign` is None on the primary
-    /// (which allocates the id) and the primary's answer on the replicas.
-    Mkdir { path: String, mode: u32, assign: Option<DirLookup> } = 0x0101,
+    /// Make directory `path` with id `id` (see [`dir_id_of_txn`]), sent to every
+    /// server at once: each derives the owner, group and mode from its own
+    /// replica of the parent, so all agree. A replica's step carries
+    /// `fence: Some(txn)`: until `Unfence`, single-RPC operations on the new
+    /// directory and below are answered EAGAIN there, for the primary (the
+    /// commit point) may still refuse. The primary answers `Attr`, times and
+    /// all; a replica `Dir`.
+    Mkdir { path: String, mode: u32, id: u64, fence: Option<u64> } = 0x0101,
     Rmdir { path: String } = 0x0102,
     /// Change a directory's mode or ownership (replicated lookup state).
     DirSetAttr { path: String, set: SetAttr } = 0x0103,
@@ -591,7 +596,27 @@ requests! {
     BatchApply { batch: u64 } = 0x0504,
     /// BatchFS: forget batch `batch` here, with whatever it staged.
     BatchClose { batch: u64 } = 0x0505,
+    /// ShardFS: lift every fence that covers `path`. Sent only by a client
+    /// holding a read lock on `path`, which no transaction that fenced it can
+    /// still hold: such a fence is stale (its `Unfence`, posted, not yet
+    /// read, or lost with its connection).
+    ClearFences { path: String } = 0x010D,
 }
+
+/// The id of the directory a ShardFS mkdir makes as transaction `txn`: the lock
+/// service never hands out a transaction id twice, so no two mkdirs share one,
+/// and no id a server allocates (its index + 1 in the top 16 bits) is ever one.
+/// `None` past the 2^47 transactions this leaves room for.
+pub fn dir_id_of_txn(txn: u64) -> Option<u64> {
+    (txn < DIR_ID_FROM_TXN).then_some(DIR_ID_FROM_TXN | txn)
+}
+
+/// Whether `id` is one [`dir_id_of_txn`] makes.
+pub fn is_txn_dir_id(id: u64) -> bool {
+    id >> 47 == 1
+}
+
+const DIR_ID_FROM_TXN: u64 = 1 << 47;
 
 /// The most entries one `IxRenew` may name.
 pub const MAX_RENEW: usize = 1024;
@@ -674,6 +699,19 @@ pub enum Reply {
 mod tests {
     use super::*;
 
+    #[test]
+    fn directory_ids_from_transactions_never_meet_server_allocated_ones() {
+        let server_ids = [1u64 << 48, (1 << 48) | ((1 << 48) - 1), (0xFFFF << 48) | 5];
+        for txn in [1, 2, 12_345, (1 << 47) - 1] {
+            let id = dir_id_of_txn(txn).unwrap();
+            assert!(is_txn_dir_id(id) && id != 1 && !server_ids.contains(&id));
+            assert_ne!(dir_id_of_txn(txn + 1), Some(id));
+        }
+        assert!(server_ids.iter().all(|id| !is_txn_dir_id(*id)));
+        assert!(!is_txn_dir_id(1), "the root");
+        assert_eq!(dir_id_of_txn(1 << 47), None);
+    }
+
     /// The wire's request table. Append new requests at the end (of the enum and
     /// of this list); never change or reuse a line.
     const PINNED: &[(&str, u16)] = &[
@@ -753,6 +791,7 @@ mod tests {
         ("BatchStage", 0x0503),
         ("BatchApply", 0x0504),
         ("BatchClose", 0x0505),
+        ("ClearFences", 0x010D),
     ];
 
     #[test]

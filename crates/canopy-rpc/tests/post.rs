@@ -14,6 +14,10 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Held by every test here while it runs: one of them counts this process's
+/// open descriptors, which the others' sockets would change under it.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Counts `TouchDir`s; a `Stat` answers how many it has seen (as the inode
 /// number), so a stat sent after a touch must see it.
 #[derive(Default)]
@@ -62,6 +66,7 @@ fn unix_listener(dir: &tempfile::TempDir) -> (String, Listener) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tcp_a_posted_request_is_served_before_later_ones() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let me = serve_counter(listener.into());
@@ -71,6 +76,7 @@ async fn over_tcp_a_posted_request_is_served_before_later_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_a_posted_request_is_served_before_later_ones() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let counter = Arc::new(Counter::default());
     let t = InProcTransport::new(vec![counter.clone()], counter);
     each_stat_follows_the_touches_before_it(&t).await;
@@ -82,6 +88,7 @@ async fn in_process_a_posted_request_is_served_before_later_ones() {
 /// burst sees every touch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (addr, listener) = unix_listener(&dir);
     let me = serve_counter(listener);
@@ -115,6 +122,7 @@ fn open_fds() -> usize {
 /// a client ever made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_closes_its_socket() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (addr, listener) = unix_listener(&dir);
     let me = serve_counter(listener);
@@ -146,6 +154,7 @@ async fn a_dropped_connection_closes_its_socket() {
 /// end with its frame still queued in this process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_ends_when_written_not_when_queued() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let key = Key::from_bytes([7; 32]);

@@ -1,7 +1,7 @@
 //! Requests that would break a server's invariants are refused, and nothing a
 //! request carries reaches a panic.
 
-use canopy_proto::msg::DirLookup;
+use canopy_proto::msg::{dir_id_of_txn, DirLookup};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_server::keys::ALL_CFS;
 use canopy_server::{MetaServer, ServerConfig};
@@ -20,12 +20,15 @@ fn dir(id: u64) -> Option<DirLookup> {
 fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
     let s = server();
     let root = Creds::root();
-    assert!(s.handle(&root, Request::DirSync { path: "/a".into(), want: dir(77) }).is_ok());
-    assert_eq!(s.handle(&root, Request::DirSync { path: "/b".into(), want: dir(77) }), Err(Errno::EEXIST));
-    assert_eq!(s.handle(&root, Request::DirSync { path: "/a/a".into(), want: dir(77) }), Err(Errno::EEXIST), "its own child");
+    let id = dir_id_of_txn(77).unwrap();
+    assert!(s.handle(&root, Request::DirSync { path: "/a".into(), want: dir(id) }).is_ok());
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/b".into(), want: dir(id) }), Err(Errno::EEXIST));
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/a/a".into(), want: dir(id) }), Err(Errno::EEXIST), "its own child");
     assert_eq!(s.handle(&root, Request::DirSync { path: "/c".into(), want: dir(1) }), Err(Errno::EEXIST), "the root's id");
-    let mkdir = Request::Mkdir { path: "/d".into(), mode: 0o755, assign: dir(77) };
-    assert_eq!(s.handle(&root, mkdir), Err(Errno::EEXIST));
+    let mkdir = |id| Request::Mkdir { path: "/d".into(), mode: 0o755, id, fence: None };
+    assert_eq!(s.handle(&root, mkdir(id)), Err(Errno::EIO), "an id the lock service handed out twice");
+    assert_eq!(s.handle(&root, mkdir(1)), Err(Errno::EINVAL), "not a transaction's id");
+    assert_eq!(s.handle(&root, mkdir(1 << 48)), Err(Errno::EINVAL), "a server's id space");
     // Resolution through every name still works, and fsck sees one tree.
     for p in ["/a/x", "/b/x", "/c/x", "/d/x", "/a/a/x"] {
         let r = s.handle(&root, Request::Stat { at: p.into() });
@@ -34,6 +37,26 @@ fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
     let Ok(Reply::Fsck(report)) = s.handle(&root, Request::Fsck) else { panic!("fsck") };
     assert_eq!(report.dirs, 2);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A replica's mkdir step fences the new directory until its transaction's
+/// unfence; a step that applied nothing leaves no fence.
+#[test]
+fn a_replicas_mkdir_fences_the_new_directory_until_unfenced() {
+    let s = server();
+    let root = Creds::root();
+    let mkdir = |path: &str, txn| Request::Mkdir { path: path.into(), mode: 0o755, id: dir_id_of_txn(txn).unwrap(), fence: Some(txn) };
+    let stat_below = |p: &str| s.handle(&root, Request::Stat { at: format!("{p}/f").as_str().into() });
+    assert!(matches!(s.handle(&root, mkdir("/x", 5)), Ok(Reply::Dir(_) | Reply::Attr(_))));
+    assert_eq!(stat_below("/x"), Err(Errno::EAGAIN));
+    assert_eq!(s.handle(&root, mkdir("/x", 5)).map(|_| ()), Ok(()), "a step sent again is answered again");
+    assert_eq!(s.handle(&root, Request::Unfence { txn: 5 }), Ok(Reply::Unit));
+    assert!(matches!(stat_below("/x"), Err(Errno::ENOENT | Errno::EREMOTE)));
+    assert_eq!(s.handle(&root, mkdir("/x", 6)), Err(Errno::EEXIST));
+    assert_eq!(s.handle(&root, mkdir("/none/y", 7)).map(|_| ()), Err(Errno::EREMOTE));
+    for p in ["/x", "/none/y"] {
+        assert!(matches!(stat_below(p), Err(Errno::ENOENT | Errno::EREMOTE)), "{p}: a refused step left its fence");
+    }
 }
 
 /// A data directory of another key layout is refused with a message naming both.
@@ -133,8 +156,8 @@ fn an_entry_is_reached_by_directory_id_and_name_as_by_path() {
     let s = MetaServer::open(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS))).unwrap();
     let root = Creds::root();
     // The primary's mkdir answers the new directory's attributes.
-    let Ok(Reply::Attr(top)) = s.handle(&root, Request::Mkdir { path: "/top".into(), mode: 0o700, assign: None }) else { panic!("mkdir") };
-    let Ok(Reply::Attr(sub)) = s.handle(&root, Request::Mkdir { path: "/top/sub".into(), mode: 0o777, assign: None }) else { panic!("mkdir") };
+    let Ok(Reply::Attr(top)) = s.handle(&root, Request::Mkdir { path: "/top".into(), mode: 0o700, id: dir_id_of_txn(1).unwrap(), fence: None }) else { panic!("mkdir") };
+    let Ok(Reply::Attr(sub)) = s.handle(&root, Request::Mkdir { path: "/top/sub".into(), mode: 0o777, id: dir_id_of_txn(2).unwrap(), fence: None }) else { panic!("mkdir") };
     let Ok(Reply::Attr(sub_stat)) = s.handle(&root, Request::Stat { at: "/top/sub".into() }) else { panic!("stat") };
     assert_eq!(sub, sub_stat, "mkdir answers what a stat then says, times included");
     let entry = |name: &str| At::Entry { dir: sub.ino, name: name.into() };

@@ -181,7 +181,8 @@ async fn hostile_paths_get_errnos() {
         (stat("/x".repeat(2100)), Errno::ENOENT),
         (stat("/x".repeat(canopy_proto::path::NS_PATH_MAX / 2 + 1)), Errno::ENAMETOOLONG),
         (stat("/../../etc/passwd".into()), Errno::ENOENT),
-        (Request::Mkdir { path: "/".into(), mode: 0o777, assign: None }, Errno::EEXIST),
+        (Request::Mkdir { path: "/".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: None }, Errno::EEXIST),
+        (Request::Mkdir { path: "/m".into(), mode: 0o777, id: 77, fence: None }, Errno::EINVAL),
         (Request::LinkInsert { at: "/l".into(), ino: 5, home: 77 }, Errno::EINVAL),
         // Entries named by (directory id, name): an unknown id, and names no path could hold.
         (entry(u64::MAX, "f"), Errno::ENOENT),
@@ -247,8 +248,9 @@ async fn internal_requests_need_the_cluster_key() {
     let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
     let internal = vec![
         Request::DirSync { path: "/x".into(), want: Some(dir.clone()) },
-        Request::Mkdir { path: "/x".into(), mode: 0o777, assign: Some(dir.clone()) },
-        Request::Mkdir { path: "/x".into(), mode: 0o777, assign: None },
+        Request::Mkdir { path: "/x".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: None },
+        Request::Mkdir { path: "/x".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: Some(1) },
+        Request::ClearFences { path: "/".into() },
         Request::Rmdir { path: "/x".into() },
         Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) },
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None } },
@@ -420,7 +422,7 @@ async fn batch_requests_need_the_cluster_key_and_are_bounded() {
         assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
     }
     let owner = Creds::user(1000, 1000);
-    assert_eq!(root.call(&Creds::root(), &Request::Mkdir { path: "/job".into(), mode: 0o777, assign: None }, T).await.map(|_| ()), Ok(()));
+    assert_eq!(root.call(&Creds::root(), &Request::Mkdir { path: "/job".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: None }, T).await.map(|_| ()), Ok(()));
     assert_eq!(root.call(&owner, &Request::BatchOpen { batch: 5, root: "no/slash".into() }, T).await, Err(Errno::EINVAL));
     assert_eq!(root.call(&owner, &Request::BatchOpen { batch: 5, root: "/job".into() }, T).await, Ok(Reply::Unit));
     assert_eq!(root.call(&Creds::user(1001, 1001), &Request::BatchOpen { batch: 5, root: "/job".into() }, T).await, Err(Errno::EEXIST), "another user's number");

@@ -10,49 +10,61 @@ use crate::mode::Located;
 use canopy_posix::perm;
 use canopy_posix::setattr;
 use canopy_proto::attr::S_ISGID;
-use canopy_proto::msg::{DirLookup, DirTimes};
+use canopy_proto::msg::{is_txn_dir_id, DirLookup, DirTimes};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, SetAttr};
 use canopy_store::Batch;
 
 impl ShardFs {
-    pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, path: &NsPath, mode: u32, assign: Option<DirLookup>) -> Result<Reply, Errno> {
+    /// A mkdir's step here (see `Request::Mkdir`). A replica's fence goes up
+    /// before the directory appears, once every operation admitted earlier has
+    /// ended; if nothing was applied, there is nothing to guard, so it comes
+    /// down again at once.
+    pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, path: &NsPath, mode: u32, id: u64, fence: Option<u64>) -> Result<Reply, Errno> {
+        if !is_txn_dir_id(id) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(txn) = fence {
+            self.fences.fence(txn, &[path.to_string()])?;
+        }
+        let made = self.make_dir(core, creds, path, mode, id);
+        if let (Err(_), Some(txn)) = (&made, fence) {
+            self.fences.unfence(txn)?;
+        }
+        made
+    }
+
+    /// Inserts directory `path` as `id`, its owner, group and mode derived from
+    /// this server's replica of the parent (the same on every server).
+    fn make_dir(&self, core: &Core, creds: &Creds, path: &NsPath, mode: u32, id: u64) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        let primary = self.is_primary(core, path);
         let (parent, name) = match self.locate_path(core, creds, path)? {
-            Located::Dir { id, .. } if assign.as_ref().is_some_and(|a| a.id == id) => {
-                // A replayed replica step: already applied.
-                return self.dir_lookup(id).map(Reply::Dir);
+            // A step sent again: already applied.
+            Located::Dir { id: have, .. } if have == id => {
+                let times = if primary { core.load_dir_times(id)?.unwrap_or_else(|| core.fresh_dir_times()) } else { core.fresh_dir_times() };
+                return Ok(made_reply(self.dir_lookup(id)?, primary, times));
             }
             Located::Root | Located::Dir { .. } | Located::File { .. } => return Err(Errno::EEXIST),
             Located::Absent { parent, name } => (parent, name),
         };
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
-        let first = assign.is_none();
-        let lookup = match assign {
-            Some(l) if !self.table.read().can_insert(parent, &name, l.id) => return Err(Errno::EEXIST),
-            Some(l) => l,
-            None => {
-                let id = core.new_id()?;
-                let (gid, setgid) = if dir.mode & S_ISGID != 0 { (dir.gid, S_ISGID) } else { (creds.gid, 0) };
-                DirLookup { id, mode: (mode & 0o7777) | setgid, uid: creds.uid, gid }
-            }
-        };
+        if !self.table.read().can_insert(parent, &name, id) {
+            eprintln!("canopy-server: mkdir {path}: id {id:#x} already names a directory; was the lock service's state lost?");
+            return Err(Errno::EIO);
+        }
+        let (gid, setgid) = if dir.mode & S_ISGID != 0 { (dir.gid, S_ISGID) } else { (creds.gid, 0) };
+        let lookup = DirLookup { id, mode: (mode & 0o7777) | setgid, uid: creds.uid, gid };
         let mut b = Batch::new();
         b.put(DIRS, keys::entry_key(parent, &name), keys::encode(&lookup));
-        let primary = self.is_primary(core, path);
         let times = core.fresh_dir_times();
         if primary {
             b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(&times));
         }
         core.write(b)?;
         self.table.write().insert(parent, &name, lookup.clone());
-        // The primary's first step answers the whole new directory, times
-        // included (they live only here), so the caller needs no stat after.
-        if primary && first {
-            return Ok(Reply::Attr(dir_attr_of(&lookup, 2, times)));
-        }
-        Ok(Reply::Dir(lookup))
+        Ok(made_reply(lookup, primary, times))
     }
 
     pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
@@ -160,5 +172,15 @@ impl ShardFs {
             (Some(_), Some(_)) => return Err(Errno::EEXIST),
         }
         Ok(Reply::Unit)
+    }
+}
+
+/// A mkdir step's answer: the primary's is the whole new directory, times
+/// included (they live only there), so the caller needs no stat after.
+fn made_reply(lookup: DirLookup, primary: bool, times: DirTimes) -> Reply {
+    if primary {
+        Reply::Attr(dir_attr_of(&lookup, 2, times))
+    } else {
+        Reply::Dir(lookup)
     }
 }

@@ -57,8 +57,17 @@ impl Fences {
     }
 
     pub(crate) fn unfence(&self, txn: u64) -> Result<Reply, Errno> {
+        self.lift(|t, _| t == txn)
+    }
+
+    /// Lifts every fence that covers `path` (stale ones: see `Request::ClearFences`).
+    pub(crate) fn clear_covering(&self, path: &NsPath) -> Result<Reply, Errno> {
+        self.lift(|_, f| path.is_within(f))
+    }
+
+    fn lift(&self, which: impl Fn(u64, &NsPath) -> bool) -> Result<Reply, Errno> {
         let mut fences = self.by_txn.write();
-        fences.retain(|(t, _)| *t != txn);
+        fences.retain(|(t, f)| !which(*t, f));
         self.count.store(fences.len(), Ordering::Release);
         Ok(Reply::Unit)
     }
@@ -85,6 +94,19 @@ mod tests {
         assert!(!f.any());
         assert_eq!(f.admit(&p("/a/b")), Ok(()));
         assert_eq!(f.fence(9, &["rel".into()]), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn clearing_a_path_lifts_the_fences_above_it_only() {
+        let f = Fences::default();
+        let p = |s: &str| NsPath::parse(s).unwrap();
+        f.fence(1, &["/a".into()]).unwrap();
+        f.fence(2, &["/a/b".into(), "/c".into()]).unwrap();
+        f.fence(3, &["/a/b/c/d".into()]).unwrap();
+        f.clear_covering(&p("/a/b/c")).unwrap();
+        assert_eq!(f.admit(&p("/a/x")), Ok(()));
+        assert_eq!(f.admit(&p("/c")), Err(Errno::EAGAIN), "the other path of a cleared transaction");
+        assert_eq!(f.admit(&p("/a/b/c/d")), Err(Errno::EAGAIN), "a fence below the path");
     }
 
     #[test]

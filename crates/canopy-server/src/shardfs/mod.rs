@@ -205,7 +205,8 @@ impl Mode for ShardFs {
         match req {
             Request::Fence { txn, paths } => self.fences.fence(txn, &paths),
             Request::Unfence { txn } => self.fences.unfence(txn),
-            Request::Mkdir { path, mode, assign } => self.mkdir(core, creds, &parse(&path)?, mode, assign),
+            Request::ClearFences { path } => self.fences.clear_covering(&parse(&path)?),
+            Request::Mkdir { path, mode, id, fence } => self.mkdir(core, creds, &parse(&path)?, mode, id, fence),
             Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
             Request::DirSetAttr { path, set } => self.dir_set_attr(core, creds, &parse(&path)?, &set),
             Request::RenameDir { src, dst, step } => self.rename_dir(core, creds, &parse(&src)?, &parse(&dst)?, step),
