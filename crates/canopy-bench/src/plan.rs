@@ -29,6 +29,17 @@ fn mkdir_batches(tree: &Tree) -> Vec<Batch> {
     tree.levels.iter().map(|r| (Op::Mkdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect()
 }
 
+/// The tree's directories below its root, children before parents: one batch
+/// per depth, deepest first. Only as the last phase, over a tree with no files
+/// and no renames (each directory must be empty and where mkdir made it).
+fn rmdir_batches(tree: &Tree, phases: &[String]) -> Result<Vec<Batch>, String> {
+    let before = &phases[..phases.len() - 1];
+    if phases.last().map(String::as_str) != Some("rmdir") || (!tree.files.is_empty() && before.iter().any(|p| p == "create" || p == "stat")) || before.iter().any(|p| p == "rename") {
+        return Err("the rmdir phase removes the tree: it comes last, with no files (--files 0, or no create or stat phase) and no rename before it".into());
+    }
+    Ok(tree.levels.iter().skip(1).rev().map(|r| (Op::Rmdir, Arc::new(tree.dirs[r.clone()].to_vec()))).collect())
+}
+
 /// The steps of `phases` over `tree`; the stat phase picks `stats` files uniformly
 /// at random, the same ones for the same `seed`.
 pub fn plan(tree: &Tree, phases: &[String], stats: usize, seed: u64) -> Result<Vec<Step>, String> {
@@ -62,7 +73,8 @@ pub fn plan(tree: &Tree, phases: &[String], stats: usize, seed: u64) -> Result<V
             }
             "chmod" => vec![(Op::Chmod, Arc::new(tree.dirs.clone()))],
             "rename" => vec![(Op::Rename, Arc::new(tree.leaves()))],
-            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat, chmod, rename)")),
+            "rmdir" => rmdir_batches(tree, phases)?,
+            other => return Err(format!("unknown phase {other:?} (phases: mkdir, create, stat, chmod, rename, rmdir)")),
         };
         steps.push(Step { phase: Some(name.clone()), batches });
     }
@@ -106,6 +118,21 @@ mod tests {
         assert_eq!(shape(&plan(&tree, &names(&["chmod"]), 4, 1).unwrap()), vec![setup_dirs.clone(), step("chmod", vec![(Op::Chmod, 3)])]);
         let create_stat = plan(&tree, &names(&["create", "stat"]), 4, 1).unwrap();
         assert_eq!(shape(&create_stat), vec![setup_dirs, step("create", vec![(Op::Create, 5)]), step("stat", vec![(Op::Stat, 4)])]);
+    }
+
+    #[test]
+    fn rmdir_removes_the_tree_below_its_root_deepest_first_and_only_last() {
+        let tree = Tree::new("/b", 25, 0);
+        let steps = plan(&tree, &names(&["mkdir", "chmod", "rmdir"]), 0, 1).unwrap();
+        assert_eq!(shape(&steps)[2], ("rmdir".to_string(), vec![(Op::Rmdir, 14), (Op::Rmdir, 10)]));
+        let deepest = &steps[2].batches[0].1;
+        assert!(deepest.iter().all(|d| tree.dirs[tree.levels[2].clone()].contains(d)));
+        for bad in [&["rmdir", "mkdir"][..], &["mkdir", "rename", "rmdir"]] {
+            assert!(plan(&tree, &names(bad), 0, 1).is_err(), "{bad:?}");
+        }
+        let with_files = Tree::new("/b", 25, 7);
+        assert!(plan(&with_files, &names(&["mkdir", "create", "rmdir"]), 0, 1).is_err());
+        assert!(plan(&with_files, &names(&["mkdir", "rmdir"]), 0, 1).is_ok(), "files never made");
     }
 
     #[test]

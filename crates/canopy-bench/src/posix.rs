@@ -40,6 +40,10 @@ impl Target for Posix {
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         fs::rename(from, to)
     }
+
+    async fn rmdir(&self, path: &str) -> io::Result<()> {
+        fs::remove_dir(path)
+    }
 }
 
 /// A directory made for one run, `DIR/canopy-bench-<pid>`: never one that held

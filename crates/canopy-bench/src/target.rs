@@ -1,4 +1,4 @@
-//! What the bench runs its phases against: anything that can do the five
+//! What the bench runs its phases against: anything that can do the six
 //! operations. A Canopy [`Client`] is one; a directory reached through system calls
 //! ([`crate::posix::Posix`]) is another. Errors are only counted, so both report
 //! them as `io::Error` (a Canopy errno is a Linux errno).
@@ -9,7 +9,7 @@ use canopy_proto::Errno;
 use std::future::Future;
 use std::io;
 
-/// The five operations of the bench's phases. Every worker has its own handle, so
+/// The six operations of the bench's phases. Every worker has its own handle, so
 /// a handle is cheap to clone.
 pub trait Target: Clone + Send + Sync + 'static {
     fn mkdir(&self, path: &str, mode: u32) -> impl Future<Output = io::Result<()>> + Send;
@@ -19,6 +19,7 @@ pub trait Target: Clone + Send + Sync + 'static {
     fn stat(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
     fn chmod(&self, path: &str, mode: u32) -> impl Future<Output = io::Result<()>> + Send;
     fn rename(&self, from: &str, to: &str) -> impl Future<Output = io::Result<()>> + Send;
+    fn rmdir(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
 }
 
 /// Does `op` to `path`.
@@ -29,6 +30,7 @@ pub async fn apply<T: Target>(target: &T, op: Op, path: &str) -> io::Result<()> 
         Op::Stat => target.stat(path).await,
         Op::Chmod => target.chmod(path, CHMOD_MODE).await,
         Op::Rename => target.rename(path, &renamed(path)).await,
+        Op::Rmdir => target.rmdir(path).await,
     }
 }
 
@@ -57,5 +59,9 @@ impl Target for Client {
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         Client::rename(self, from, to).await.map_err(os_error)
+    }
+
+    async fn rmdir(&self, path: &str) -> io::Result<()> {
+        Client::rmdir(self, path).await.map_err(os_error)
     }
 }

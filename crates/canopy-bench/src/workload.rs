@@ -17,6 +17,8 @@ pub enum Op {
     Chmod,
     /// To [`renamed`] of the path.
     Rename,
+    /// Of an empty directory.
+    Rmdir,
 }
 
 pub const DIR_MODE: u32 = 0o755;

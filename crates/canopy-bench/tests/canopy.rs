@@ -39,6 +39,19 @@ async fn every_phase_on_an_in_process_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rmdir_phase_removes_the_tree_below_its_root() {
+    let cluster = InProcCluster::memory(3);
+    let clients = vec![cluster.fresh_client(), cluster.fresh_client()];
+    let cfg = BenchConfig { clients: 2, inflight: 4, dirs: 10, files: 0, phases: vec!["mkdir".into(), "rmdir".into()], ..BenchConfig::default() };
+    let report = run(clients, &cfg).await.unwrap();
+    let rmdir = &report.phases[1];
+    assert_eq!((rmdir.name.as_str(), rmdir.ops, rmdir.errors), ("rmdir", 9, 0));
+    // Procedure 2: the lock, the 2 replicas at once, the primary, the posted unlock.
+    assert_eq!(rmdir.rpc.as_ref().unwrap().rpc_amplification, 5.0);
+    assert!(cluster.client().fsck().await.unwrap().is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bulk_phase_makes_every_file_across_a_splitting_directory() {
     let opts = canopy_server::ModeOptions { split_threshold: 50, ..Default::default() };
     let cluster = InProcCluster::memory_with("indexfs", 3, opts);
