@@ -153,10 +153,13 @@ impl ShardFs {
         self.core.lock_with(locks, intent, &recover).await
     }
 
-    /// Runs `body` holding the path locks of `paths`.
-    async fn locked<T>(&self, paths: &[&NsPath], intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+    /// Runs `body` (given the transaction's id) holding the path locks of `paths`.
+    async fn locked<T, Fut>(&self, paths: &[&NsPath], intent: Intent, body: impl FnOnce(u64) -> Fut) -> Res<T>
+    where
+        Fut: std::future::Future<Output = Res<T>>,
+    {
         let txn = self.lock(paths, intent).await?;
-        let r = body.await;
+        let r = body(txn.id).await;
         self.finish(txn, &r).await;
         r
     }
@@ -693,14 +696,7 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EEXIST);
             }
-            let r = match self.lock(&[&p], Intent::Mkdir { path: p.to_string() }).await {
-                Ok(txn) => {
-                    let r = self.do_mkdir(c, &p, mode, txn.id).await;
-                    self.finish(txn, &r).await;
-                    r
-                }
-                Err(e) => Err(e),
-            };
+            let r = self.locked(&[&p], Intent::Mkdir { path: p.to_string() }, |txn| self.do_mkdir(c, &p, mode, txn)).await;
             let attr = self.settle(c, &p, r).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(attr)
@@ -713,7 +709,7 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EBUSY);
             }
-            let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p)).await;
+            let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, |_| self.do_rmdir(c, &p)).await;
             self.settle(c, &p, r).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(())
@@ -828,7 +824,7 @@ impl Namespace for ShardFs {
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, self.do_link(c, &s, &d)).await;
+            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, |_| self.do_link(c, &s, &d)).await;
             let attr = self.settle_two(c, &s, &d, r).await?;
             self.touch_parents(c, &[&d]).await;
             Ok(attr)

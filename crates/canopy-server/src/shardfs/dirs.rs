@@ -42,8 +42,8 @@ impl ShardFs {
         let (parent, name) = match self.locate_path(core, creds, path)? {
             // A step sent again: already applied.
             Located::Dir { id: have, .. } if have == id => {
-                let times = if primary { core.load_dir_times(id)?.unwrap_or_else(|| core.fresh_dir_times()) } else { core.fresh_dir_times() };
-                return Ok(made_reply(self.dir_lookup(id)?, primary, times));
+                let times = if primary { Some(core.load_dir_times(id)?.unwrap_or_else(|| core.fresh_dir_times())) } else { None };
+                return Ok(made_reply(self.dir_lookup(id)?, times));
             }
             Located::Root | Located::Dir { .. } | Located::File { .. } => return Err(Errno::EEXIST),
             Located::Absent { parent, name } => (parent, name),
@@ -58,13 +58,13 @@ impl ShardFs {
         let lookup = DirLookup { id, mode: (mode & 0o7777) | setgid, uid: creds.uid, gid };
         let mut b = Batch::new();
         b.put(DIRS, keys::entry_key(parent, &name), keys::encode(&lookup));
-        let times = core.fresh_dir_times();
-        if primary {
-            b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(&times));
+        let times = primary.then(|| core.fresh_dir_times());
+        if let Some(t) = &times {
+            b.put(DIRTIMES, keys::id_key(lookup.id).to_vec(), keys::encode(t));
         }
         core.write(b)?;
         self.table.write().insert(parent, &name, lookup.clone());
-        Ok(made_reply(lookup, primary, times))
+        Ok(made_reply(lookup, times))
     }
 
     pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
@@ -175,12 +175,11 @@ impl ShardFs {
     }
 }
 
-/// A mkdir step's answer: the primary's is the whole new directory, times
+/// A mkdir step's answer: the primary's (given its times) is the whole new directory, times
 /// included (they live only there), so the caller needs no stat after.
-fn made_reply(lookup: DirLookup, primary: bool, times: DirTimes) -> Reply {
-    if primary {
-        Reply::Attr(dir_attr_of(&lookup, 2, times))
-    } else {
-        Reply::Dir(lookup)
+fn made_reply(lookup: DirLookup, primary_times: Option<DirTimes>) -> Reply {
+    match primary_times {
+        Some(times) => Reply::Attr(dir_attr_of(&lookup, 2, times)),
+        None => Reply::Dir(lookup),
     }
 }
