@@ -89,6 +89,9 @@ pub(crate) struct Splits {
     /// Splits this server is running now (their moving half is served here
     /// until they end).
     running: Mutex<HashSet<(u64, u32)>>,
+    /// Background passes under way: a directory taken off the queue, or a
+    /// split off the unfinished list, is pending until its pass ends.
+    working: AtomicU64,
     done: AtomicU64,
     hook: Mutex<Option<SplitHook>>,
 }
@@ -104,6 +107,7 @@ impl Splits {
             refused: AtomicU64::new(0),
             last_retry: Mutex::new(None),
             running: Mutex::new(HashSet::new()),
+            working: AtomicU64::new(0),
             done: AtomicU64::new(0),
             hook: Mutex::new(None),
         }
@@ -179,8 +183,25 @@ impl Splits {
     /// (splits finished here, splits recorded and unfinished, directories
     /// waiting to be checked or splitting now).
     pub(crate) fn counts(&self) -> (u64, u64, u64) {
-        let pending = self.queue.lock().0.len() + self.running.lock().len();
+        let pending = self.queue.lock().0.len() + self.running.lock().len() + self.working.load(Ordering::Acquire) as usize;
         (self.done.load(Ordering::Relaxed), self.unfinished.lock().len() as u64, pending as u64)
+    }
+}
+
+/// Counts a background pass as pending work while it lives, so the counters
+/// never show none between taking work off a list and recording its end.
+struct Working<'a>(&'a Splits);
+
+impl<'a> Working<'a> {
+    fn begin(s: &'a Splits) -> Working<'a> {
+        s.working.fetch_add(1, Ordering::AcqRel);
+        Working(s)
+    }
+}
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        self.0.working.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -249,6 +270,7 @@ impl IndexFs {
     /// One round of background work: an unfinished split (every so often), or
     /// a directory that grew. False when there was nothing to do.
     pub(crate) fn split_work(&self, core: &Core, peers: &BlockingCaller) -> bool {
+        let _working = Working::begin(&self.splits);
         if let Some((dir, part)) = self.due_retry() {
             self.try_split(core, peers, dir, part);
             return true;
