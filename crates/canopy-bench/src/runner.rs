@@ -100,6 +100,27 @@ fn figures(sent: &CounterSnapshot, ops: u64, received: &[u64], lease_waits: u64)
 /// (IndexFS: bulk insertion), run after the others.
 pub const BULK_PHASE: &str = "bulk-create";
 
+/// The servers' stats once no directory split is queued, running or
+/// unfinished anywhere (seen twice, 100 ms apart; at most 30 s): IndexFS
+/// splits run in the background after the names land, and the report's
+/// spread and split count are meant as the phases left them. A mode without
+/// splits answers at once.
+async fn settled_stats(client: &Client) -> Result<Vec<ServerStats>, String> {
+    let stats = || async { client.server_stats().await.map_err(|e| format!("stats: {e}")) };
+    let busy = |s: &[ServerStats]| ServerStats::total(s, "splits_pending") + ServerStats::total(s, "splits_unfinished");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut quiet_once = false;
+    loop {
+        let s = stats().await?;
+        let splits = s.iter().any(|x| x.counters.iter().any(|(n, _)| n == "splits_pending"));
+        if !splits || std::time::Instant::now() >= deadline || (busy(&s) == 0 && quiet_once) {
+            return Ok(s);
+        }
+        quiet_once = busy(&s) == 0;
+        tokio::time::sleep(std::time::Duration::from_millis(if quiet_once { 100 } else { 20 })).await;
+    }
+}
+
 /// Makes `files` files in the new directory `dir` with one `bulk_create`, then
 /// stats every one of them with all `workers`, untimed (every name refused
 /// counts as an error). Its latency is the whole call's.
@@ -191,7 +212,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
     if bulk {
         phases.push(bulk_phase(&clients, &workers, &format!("{}/bulk", cfg.root), cfg.files).await?);
     }
-    let stats = first.server_stats().await.map_err(|e| format!("stats: {e}"))?;
+    let stats = settled_stats(&first).await?;
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),
         servers: first.namespace().servers(),
