@@ -17,9 +17,11 @@
 //! Hard rule: nothing outside this crate names RocksDB, so the server and lock
 //! service run unchanged over either store.
 
+mod cached;
 mod mem;
 mod rocks;
 
+pub use cached::{CacheCounts, CachedStore};
 pub use mem::MemStore;
 pub use rocks::RocksStore;
 
@@ -156,6 +158,11 @@ pub trait Store: Send + Sync {
     /// all at once; a key already present takes the table's value. The store
     /// may take the files over (move them in); the caller removes any left.
     fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()>;
+
+    /// Hits and misses of the store's read cache, if it has one.
+    fn cache_counts(&self) -> Option<CacheCounts> {
+        None
+    }
 
     /// A directory for table files on their way into this store (on its own
     /// file system where it has one, so an ingest need not copy across disks).
