@@ -98,6 +98,10 @@ pub struct BenchReport {
     /// RPCs per stat with every client cache dropped first, by the path's
     /// depth (components), after a stat phase.
     pub cold_stat_rpcs: Vec<(usize, f64)>,
+    /// Reads of file records the servers answered from their entry caches,
+    /// and those they read from their stores, over the whole run.
+    pub entry_cache_hits: u64,
+    pub entry_cache_misses: u64,
     /// CPU seconds each daemon spent during the run, by name (`server-0`,
     /// `lockd`): only when the bench started the cluster itself.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -135,7 +139,16 @@ impl BenchReport {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches + &self.spread() + &self.cold() + &self.cpu()
+        s + &caches + &self.spread() + &self.server_cache() + &self.cold() + &self.cpu()
+    }
+
+    fn server_cache(&self) -> String {
+        let reads = self.entry_cache_hits + self.entry_cache_misses;
+        if reads == 0 {
+            return String::new();
+        }
+        let ratio = 100.0 * self.entry_cache_hits as f64 / reads as f64;
+        format!("servers' entry caches over the run: {ratio:.1}% hits ({} hits, {} misses)\n", self.entry_cache_hits, self.entry_cache_misses)
     }
 
     fn cpu(&self) -> String {
@@ -218,11 +231,11 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
         p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0, lockd_rpcs: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], daemon_cpu_seconds: BTreeMap::new() }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, daemon_cpu_seconds: BTreeMap::new() }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
         assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));

@@ -222,6 +222,8 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         entries_per_server: stats.iter().map(|s| s.files).collect(),
         splits: ServerStats::total(&stats, "splits"),
         cold_stat_rpcs,
+        entry_cache_hits: ServerStats::total(&stats, "entry_cache_hits"),
+        entry_cache_misses: ServerStats::total(&stats, "entry_cache_misses"),
         daemon_cpu_seconds: Default::default(),
     })
 }

@@ -38,6 +38,20 @@ async fn every_phase_on_an_in_process_cluster() {
     }
 }
 
+/// Over RocksDB stores the servers read file records through their entry
+/// caches, as daemons do: a stat of a file just made is a hit, and the
+/// report says how many there were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_after_creates_hit_the_servers_entry_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = InProcCluster::rocks(3, dir.path());
+    let clients = vec![cluster.fresh_client(), cluster.fresh_client()];
+    let cfg = BenchConfig { clients: 2, inflight: 4, dirs: 10, files: 200, stats: 400, phases: vec!["mkdir".into(), "create".into(), "stat".into()], ..BenchConfig::default() };
+    let report = run(clients, &cfg).await.unwrap();
+    assert!(report.entry_cache_hits >= 400, "{} hits, {} misses", report.entry_cache_hits, report.entry_cache_misses);
+    assert!(report.table().contains("servers' entry caches over the run"), "{}", report.table());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rmdir_phase_removes_the_tree_below_its_root() {
     let cluster = InProcCluster::memory(3);

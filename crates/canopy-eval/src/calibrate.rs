@@ -161,6 +161,8 @@ mod tests {
             entries_per_server: vec![],
             splits: 0,
             cold_stat_rpcs: vec![],
+            entry_cache_hits: 0,
+            entry_cache_misses: 0,
             daemon_cpu_seconds: Default::default(),
         };
         assert_eq!(lock_cpu_ratio(&report), None, "no CPU times");

@@ -25,6 +25,12 @@ pub const META: &str = "meta";
 /// IndexFS: directory partitions held here (`indexfs::Header`).
 pub const PARTS: &str = "parts";
 pub const ALL_CFS: &[&str] = &[DIRS, ENTRIES, DIRTIMES, INODES, META, PARTS];
+/// The families a server reads by key on the hot path (a stat reads one
+/// file record), worth a read cache in front of the store.
+pub const CACHED_CFS: &[&str] = &[ENTRIES];
+/// A server's read cache by default (MiB): about half a million file
+/// records of the sizes the bench makes.
+pub const DEFAULT_ENTRY_CACHE_MIB: usize = 64;
 
 /// The version of the layout this file describes, recorded in `meta` and checked
 /// at open (`canopy_store::check_layout`). Bump it when a key or value changes

@@ -234,7 +234,11 @@ impl MetaServer {
     /// O(1): counters, the mode's directory count and the entry count kept by
     /// every write.
     pub fn stats(&self) -> ServerStats {
-        let counters = self.mode.counters();
+        let mut counters = self.mode.counters();
+        if let Some(c) = self.core.store.cache_counts() {
+            counters.push(("entry_cache_hits".into(), c.hits));
+            counters.push(("entry_cache_misses".into(), c.misses));
+        }
         ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs: self.mode.dirs(), files: self.entry_count(), counters }
     }
 

@@ -18,9 +18,9 @@ use canopy_proto::auth::Identity;
 use canopy_proto::clock::SystemClock;
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
-use canopy_server::keys::ALL_CFS;
+use canopy_server::keys::{ALL_CFS, CACHED_CFS, DEFAULT_ENTRY_CACHE_MIB};
 use canopy_server::{MetaServer, ModeOptions, ServerConfig};
-use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
+use canopy_store::{CachedStore, Durability, MemStore, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +70,9 @@ impl InProcCluster {
     /// `n` servers of `mode` over RocksDB stores under `dir`, with `opts`.
     pub fn rocks_with(mode: &'static str, n: u32, dir: &Path, opts: ModeOptions) -> InProcCluster {
         let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
-        let stores = (0..n).map(|i| open(format!("server-{i}"), ALL_CFS)).collect();
+        // Cached as a daemon's store is, so the tests read through the cache.
+        let cached = |s| Arc::new(CachedStore::new(s, CACHED_CFS, DEFAULT_ENTRY_CACHE_MIB << 20)) as SharedStore;
+        let stores = (0..n).map(|i| cached(open(format!("server-{i}"), ALL_CFS))).collect();
         InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts)
     }
 
