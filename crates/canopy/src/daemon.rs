@@ -1,6 +1,7 @@
 //! `canopy server` and `canopy lockd`: one daemon each, from a cluster file.
 
 use crate::connect;
+use crate::sched::Sched;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
 use canopy_client::cluster::ClusterFile;
@@ -46,6 +47,9 @@ pub struct ServerArgs {
     pub listen_fd: Option<i32>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// How the kernel schedules the daemon's threads (see docs/performance.md).
+    #[arg(long, value_enum, default_value = "batch")]
+    pub sched: Sched,
 }
 
 #[derive(Args)]
@@ -62,6 +66,9 @@ pub struct LockdArgs {
     pub listen_fd: Option<i32>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// How the kernel schedules the daemon's threads (see docs/performance.md).
+    #[arg(long, value_enum, default_value = "batch")]
+    pub sched: Sched,
 }
 
 /// What one daemon lets its peers hold, and the key it checks them against.
@@ -131,9 +138,12 @@ struct Daemon {
     threads: usize,
     what: String,
     opts: ServeOpts,
+    sched: Sched,
 }
 
 fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result<ExitCode, String> {
+    // Before the runtime starts its threads, so they inherit it.
+    d.sched.apply()?;
     // One thread: a current-thread runtime, with no cross-thread wake-ups.
     let rt = if d.threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
@@ -202,7 +212,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let client = cluster_client(&cluster, &opts)?;
     let delegating = server.clone();
     let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));
-    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what: format!("server {}", args.index), opts };
+    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what: format!("server {}", args.index), opts, sched: args.sched };
     serve(d, server, Some(set_client))
 }
 
@@ -221,6 +231,6 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
             Some(work)
         }
     };
-    let d = Daemon { addr: cluster.lockd.clone(), fd: args.listen_fd, threads: 1, what: "lock service".into(), opts };
+    let d = Daemon { addr: cluster.lockd.clone(), fd: args.listen_fd, threads: 1, what: "lock service".into(), opts, sched: args.sched };
     serve(d, Arc::new(LockDaemon(service)), sweep)
 }
