@@ -56,6 +56,12 @@ fn cost(key: &[u8], value: &[u8]) -> usize {
     2 * key.len() + value.len() + ENTRY_OVERHEAD
 }
 
+/// A change a write made to a cached family.
+enum Touched {
+    Key((u8, Vec<u8>), Option<Vec<u8>>),
+    Range(u8, Vec<u8>, Vec<u8>),
+}
+
 impl State {
     fn insert(&mut self, key: (u8, Vec<u8>), value: Vec<u8>, budget: usize) {
         let added = cost(&key.1, &value);
@@ -102,6 +108,18 @@ impl State {
         });
         self.bytes -= freed;
     }
+
+    /// Applies a write's changes: its values when it is known to be the
+    /// store's latest (`trusted`), else forgets the keys.
+    fn apply(&mut self, touched: Vec<Touched>, trusted: bool, budget: usize) {
+        for t in touched {
+            match t {
+                Touched::Key(key, Some(v)) if trusted => self.insert(key, v, budget),
+                Touched::Key(key, _) => self.remove(&key),
+                Touched::Range(f, from, to) => self.remove_where(|(kf, k)| *kf == f && *k >= from && *k < to),
+            }
+        }
+    }
 }
 
 impl CachedStore {
@@ -145,25 +163,6 @@ impl CachedStore {
             }
         }
         out
-    }
-}
-
-enum Touched {
-    Key((u8, Vec<u8>), Option<Vec<u8>>),
-    Range(u8, Vec<u8>, Vec<u8>),
-}
-
-impl State {
-    /// Applies a write's changes: its values when it is known to be the
-    /// store's latest (`trusted`), else forgets the keys.
-    fn apply(&mut self, touched: Vec<Touched>, trusted: bool, budget: usize) {
-        for t in touched {
-            match t {
-                Touched::Key(key, Some(v)) if trusted => self.insert(key, v, budget),
-                Touched::Key(key, _) => self.remove(&key),
-                Touched::Range(f, from, to) => self.remove_where(|(kf, k)| *kf == f && *k >= from && *k < to),
-            }
-        }
     }
 }
 
