@@ -613,7 +613,7 @@ pub fn dir_id_of_txn(txn: u64) -> Option<u64> {
 
 /// Whether `id` is one [`dir_id_of_txn`] makes.
 pub fn is_txn_dir_id(id: u64) -> bool {
-    id >> 47 == 1
+    id >> DIR_ID_FROM_TXN.trailing_zeros() == 1
 }
 
 const DIR_ID_FROM_TXN: u64 = 1 << 47;

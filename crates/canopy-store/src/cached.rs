@@ -32,13 +32,15 @@ pub struct CachedStore {
     misses: AtomicU64,
 }
 
-#[derive(Default)]
+/// A cached family's place in [`CachedStore::cached`].
+type Family = u8;
+
 struct State {
-    /// (family index, key) → value.
-    map: HashMap<(u8, Vec<u8>), Vec<u8>>,
+    /// For each cached family, key → value.
+    maps: Vec<HashMap<Vec<u8>, Vec<u8>>>,
     /// Insertion order, for eviction (first in, first out); may name keys
-    /// already gone from `map`.
-    order: VecDeque<(u8, Vec<u8>)>,
+    /// already gone from `maps`.
+    order: VecDeque<(Family, Vec<u8>)>,
     bytes: usize,
     /// Advanced as each write begins and as it ends.
     epoch: u64,
@@ -58,51 +60,60 @@ fn cost(key: &[u8], value: &[u8]) -> usize {
 
 /// A change a write made to a cached family.
 enum Touched {
-    Key((u8, Vec<u8>), Option<Vec<u8>>),
-    Range(u8, Vec<u8>, Vec<u8>),
+    Key(Family, Vec<u8>, Option<Vec<u8>>),
+    Range(Family, Vec<u8>, Vec<u8>),
 }
 
 impl State {
-    fn insert(&mut self, key: (u8, Vec<u8>), value: Vec<u8>, budget: usize) {
-        let added = cost(&key.1, &value);
+    fn new(families: usize) -> State {
+        State { maps: vec![HashMap::new(); families], order: VecDeque::new(), bytes: 0, epoch: 0, writing: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.maps.iter().map(HashMap::len).sum()
+    }
+
+    fn insert(&mut self, f: Family, key: Vec<u8>, value: Vec<u8>, budget: usize) {
+        let added = cost(&key, &value);
         if added > budget {
             return;
         }
-        if let Some(old) = self.map.insert(key.clone(), value) {
-            self.bytes -= cost(&key.1, &old);
-        } else {
-            self.order.push_back(key);
-            self.compact_order();
+        match self.maps[f as usize].insert(key.clone(), value) {
+            Some(old) => self.bytes -= cost(&key, &old),
+            None => {
+                self.order.push_back((f, key));
+                self.compact_order();
+            }
         }
         self.bytes += added;
         while self.bytes > budget {
-            let Some(victim) = self.order.pop_front() else { break };
-            if let Some(v) = self.map.remove(&victim) {
-                self.bytes -= cost(&victim.1, &v);
-            }
+            let Some((vf, victim)) = self.order.pop_front() else { break };
+            self.remove(vf, &victim);
         }
     }
 
     /// Keys removed and put back leave stale copies in `order`: rebuilt when
-    /// they outnumber the live ones, so it stays within twice the map.
+    /// they outnumber the live ones, so it stays within twice the maps.
     fn compact_order(&mut self) {
-        if self.order.len() > 2 * self.map.len() + 1024 {
-            self.order = self.map.keys().cloned().collect();
+        let live = self.len();
+        if self.order.len() > 2 * live + 1024 {
+            self.order = self.maps.iter().enumerate().flat_map(|(f, m)| m.keys().map(move |k| (f as Family, k.clone()))).collect();
         }
     }
 
-    fn remove(&mut self, key: &(u8, Vec<u8>)) {
-        if let Some(v) = self.map.remove(key) {
-            self.bytes -= cost(&key.1, &v);
+    fn remove(&mut self, f: Family, key: &[u8]) {
+        if let Some(v) = self.maps[f as usize].remove(key) {
+            self.bytes -= cost(key, &v);
         }
     }
 
-    fn remove_where(&mut self, mut doomed: impl FnMut(&(u8, Vec<u8>)) -> bool) {
+    /// Forgets the keys of family `f` that `doomed` picks.
+    fn remove_where(&mut self, f: Family, doomed: impl Fn(&[u8]) -> bool) {
         let mut freed = 0;
-        self.map.retain(|k, v| {
+        self.maps[f as usize].retain(|k, v| {
             let go = doomed(k);
             if go {
-                freed += cost(&k.1, v);
+                freed += cost(k, v);
             }
             !go
         });
@@ -114,9 +125,9 @@ impl State {
     fn apply(&mut self, touched: Vec<Touched>, trusted: bool, budget: usize) {
         for t in touched {
             match t {
-                Touched::Key(key, Some(v)) if trusted => self.insert(key, v, budget),
-                Touched::Key(key, _) => self.remove(&key),
-                Touched::Range(f, from, to) => self.remove_where(|(kf, k)| *kf == f && *k >= from && *k < to),
+                Touched::Key(f, key, Some(v)) if trusted => self.insert(f, key, v, budget),
+                Touched::Key(f, key, _) => self.remove(f, &key),
+                Touched::Range(f, from, to) => self.remove_where(f, |k| k >= &from[..] && k < &to[..]),
             }
         }
     }
@@ -126,12 +137,13 @@ impl CachedStore {
     /// Caches point reads of the families `cached` of `inner`, at most about
     /// `budget` bytes of keys and values.
     pub fn new(inner: SharedStore, cached: &[&'static str], budget: usize) -> CachedStore {
-        assert!(cached.len() < u8::MAX as usize, "at most 255 cached families");
-        CachedStore { inner, cached: cached.to_vec(), budget, state: Mutex::default(), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+        assert!(cached.len() < Family::MAX as usize, "at most 254 cached families");
+        let state = Mutex::new(State::new(cached.len()));
+        CachedStore { inner, cached: cached.to_vec(), budget, state, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
     }
 
-    fn family(&self, cf: &str) -> Option<u8> {
-        self.cached.iter().position(|c| *c == cf).map(|i| i as u8)
+    fn family(&self, cf: &str) -> Option<Family> {
+        self.cached.iter().position(|c| *c == cf).map(|i| i as Family)
     }
 
     /// Marks a write as begun; returns the epoch it began at.
@@ -152,13 +164,13 @@ impl CachedStore {
         update(&mut s, alone);
     }
 
-    /// The changes of `batch` to cached families, as (key, new value or none).
+    /// The changes of `batch` to cached families.
     fn touched(&self, batch: &Batch) -> Vec<Touched> {
         let mut out = Vec::new();
         for change in &batch.changes {
             match change {
-                Change::Put(cf, k, v) => out.extend(self.family(cf).map(|f| Touched::Key((f, k.clone()), Some(v.clone())))),
-                Change::Delete(cf, k) => out.extend(self.family(cf).map(|f| Touched::Key((f, k.clone()), None))),
+                Change::Put(cf, k, v) => out.extend(self.family(cf).map(|f| Touched::Key(f, k.clone(), Some(v.clone())))),
+                Change::Delete(cf, k) => out.extend(self.family(cf).map(|f| Touched::Key(f, k.clone(), None))),
                 Change::DeleteRange(cf, from, to) => out.extend(self.family(cf).map(|f| Touched::Range(f, from.clone(), to.clone()))),
             }
         }
@@ -169,10 +181,9 @@ impl CachedStore {
 impl Store for CachedStore {
     fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let Some(f) = self.family(cf) else { return self.inner.get(cf, key) };
-        let full = (f, key.to_vec());
         let epoch = {
             let s = self.state.lock();
-            if let Some(v) = s.map.get(&full) {
+            if let Some(v) = s.maps[f as usize].get(key) {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(v.clone()));
             }
@@ -185,7 +196,7 @@ impl Store for CachedStore {
         if let Some(v) = &found {
             let mut s = self.state.lock();
             if s.epoch == epoch {
-                s.insert(full, v.clone(), self.budget);
+                s.insert(f, key.to_vec(), v.clone(), self.budget);
             }
         }
         Ok(found)
@@ -230,7 +241,11 @@ impl Store for CachedStore {
         let began = self.begin_write();
         let done = self.inner.ingest(cf, paths);
         let family = self.family(cf);
-        self.end_write(began, |s, _| s.remove_where(|(kf, _)| Some(*kf) == family));
+        self.end_write(began, |s, _| {
+            if let Some(f) = family {
+                s.remove_where(f, |_| true);
+            }
+        });
         done
     }
 
@@ -304,7 +319,7 @@ mod tests {
             cached.write(b).unwrap();
             let s = cached.state.lock();
             assert!(s.bytes <= cached.budget, "step {step}: {} bytes cached of {}", s.bytes, cached.budget);
-            assert!(s.order.len() <= 2 * s.map.len() + 1024);
+            assert!(s.order.len() <= 2 * s.len() + 1024);
         }
         let c = cached.cache_counts().unwrap();
         assert!(c.hits > 1000 && c.misses > 1000, "{c:?}");
