@@ -477,6 +477,10 @@ impl IndexFs {
             self.commit(core, b)?;
             core.added_entries(files);
             self.headers.fetch_add(1, Ordering::AcqRel);
+            // The new partition may be over the threshold already (its half
+            // of a directory that grew while the split ran, or of a bulk
+            // insertion), and nothing else would check it until its next name.
+            self.splits.grew(dir, self.splits.threshold);
         }
         Ok(Reply::Unit)
     }
