@@ -77,7 +77,7 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
+    pub(crate) async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let at_src = self.probe_all(src).await?;
         let at_dst = self.probe_all(dst).await?;
         let prim = self.primary(dst) as usize;

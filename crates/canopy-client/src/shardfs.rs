@@ -134,8 +134,14 @@ impl ShardFs {
         if self.hook.is_none() {
             return Ok(self.fan_out(self.all_but(prim), c, req).await);
         }
+        self.one_by_one(self.all_but(prim), c, intent, req).await
+    }
+
+    /// A transaction step on `servers` one at a time, with a
+    /// [`Step::ReplicaDone`] after each.
+    async fn one_by_one(&self, servers: impl Iterator<Item = u32>, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
         let mut results = Vec::new();
-        for i in self.all_but(prim) {
+        for i in servers {
             results.push((i, self.rpc(i, c, req(i)).await));
             self.step(|| Step::ReplicaDone(intent.clone(), i)).await?;
         }
@@ -488,42 +494,65 @@ impl ShardFs {
         Ok(())
     }
 
-    /// A directory rename under transaction `txn`'s locks. One fan-out fences
-    /// both names on every server and checks the rename there; the
-    /// destination's primary applies it first (the commit point recovery rolls
-    /// forward from), then the others; then the objects below whose primary
-    /// changed migrate. When no server holds anything below the directory (a
-    /// leaf without files: nothing to migrate), its times travel with the
-    /// apply steps and each server lifts its fences as it applies, so the
-    /// whole rename is the lock, the stat, and three parallel steps.
-    async fn rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
-        let r = self.rename_dir_steps(c, src, dst, txn).await;
-        match r {
+    /// A directory rename under transaction `txn`'s locks, once `checks` (one
+    /// per server, each fencing both names) found it a directory.
+    async fn rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn, checks: Vec<(u32, Res<Reply>)>) -> Res<()> {
+        let found = match rename_checks(checks, self.primary(src), self.primary(dst)) {
+            Ok(found) => found,
+            Err(e) => return self.unfenced_after(0..self.n, txn.id, Err(e)).await,
+        };
+        match self.rename_dir_apply(c, src, dst, txn, found).await {
             Ok(Fences::Lifted) => Ok(()),
             Ok(Fences::Up) => self.unfenced_after(0..self.n, txn.id, Ok(())).await,
+            // Whether it committed, or finished, is for recovery to find out
+            // from the servers' state; it lifts the fences too.
+            Err(e) if outcome_unknown(&e) => Err(e),
             Err(e) => self.unfenced_after(0..self.n, txn.id, Err(e)).await,
         }
     }
 
-    async fn rename_dir_steps(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Fences> {
+    /// Applies a checked directory rename. The destination's primary (the
+    /// commit point recovery rolls forward from) and every server but the
+    /// source's primary apply at once; those others keep their fences until
+    /// the commit point answered. The source's primary, which drops the
+    /// directory's times the destination's primary now keeps, applies once
+    /// the rename committed (so no rollback has to give the times back).
+    /// Then the objects below whose primary changed migrate. When nothing
+    /// is below (a leaf without files), the fences still up are lifted by
+    /// posts: the lock and one fan-out, plus one step when the two names
+    /// have different primaries.
+    async fn rename_dir_apply(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn, found: Vec<(u32, Checked)>) -> Res<Fences> {
         let (s, d) = (src.to_string(), dst.to_string());
-        let prim = self.primary(dst);
-        let check = RenameDirStep::Check { txn: txn.id };
-        let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
-        if let Some(e) = pick_error(&checks, prim) {
-            return Err(e);
-        }
-        let found: Vec<(u32, Checked)> = checks.into_iter().map(|(i, r)| Ok((i, checked(r?)?))).collect::<Res<_>>()?;
+        let (prim, old_prim) = (self.primary(dst), self.primary(src));
         let below = found.iter().any(|(_, k)| k.below);
-        // The directory's times, where they are kept now (its old primary).
-        let times = found.iter().find(|(i, _)| *i == self.primary(src)).and_then(|(_, k)| k.times);
-        let apply = RenameDirStep::Apply { times, unfence: (!below).then_some(txn.id) };
-        let req = || Request::RenameDir { src: s.clone(), dst: d.clone(), step: apply };
+        let times = found.iter().find(|(i, _)| *i == old_prim).and_then(|(_, k)| k.times);
+        let lifts_on_apply = |i: u32| i == prim || i == old_prim;
+        let req = |i: u32| {
+            let step = RenameDirStep::Apply { times, unfence: (lifts_on_apply(i) && !below).then_some(txn.id) };
+            Request::RenameDir { src: s.clone(), dst: d.clone(), step }
+        };
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(|| Step::Locked(intent())).await?;
-        let at_prim = checked(self.rpc(prim, c, req()).await?)?;
+        let early: Vec<u32> = (0..self.n).filter(|i| !lifts_on_apply(*i)).collect();
+        let mut applied = if self.hook.is_none() {
+            self.fan_out(early.iter().copied().chain([prim]), c, req).await
+        } else {
+            // A test hook sees the early replicas' steps one by one, then the primary's.
+            let mut results = self.one_by_one(early.iter().copied(), c, &intent(), req).await?;
+            results.push((prim, self.rpc(prim, c, req(prim)).await));
+            results
+        };
+        let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
+            Some(Ok(r)) => checked(r)?,
+            Some(Err(e)) if outcome_unknown(&e) => return Err(self.undecided(dst, prim, e)),
+            // Refused after all: put back the servers that applied it.
+            Some(Err(e)) => return self.recover_rename(src, dst, txn).await.map_err(|_| Errno::EIO).and(Err(e)),
+            None => return Err(Errno::EIO),
+        };
         self.step(|| Step::PrimaryDone(intent())).await?;
-        let applied = self.on_replicas(prim, c, &intent(), |_| req()).await?;
+        if old_prim != prim {
+            applied.extend(self.one_by_one([old_prim].into_iter(), c, &intent(), req).await?);
+        }
         if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);
@@ -532,6 +561,7 @@ impl ShardFs {
         // A server that found something below after all kept its fence.
         let found_below = at_prim.below || applied.into_iter().any(|(_, r)| r.ok().and_then(|r| checked(r).ok()).is_some_and(|k| k.below));
         if !below && !found_below {
+            self.post_unfence(early, txn.id).await;
             return Ok(Fences::Lifted);
         }
         self.migrate_all(dst, txn).await.map_err(|e| after_commit("directory rename", e))?;
@@ -604,23 +634,32 @@ impl ShardFs {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
-        // The transaction holds this path's locks: no optimistic retry here (it would
-        // wait for its own locks); an EREMOTE is settled after unlocking.
-        let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
-        let kind = self.attr_or_follow(reply).await?.kind;
-        if kind == FileKind::Dir {
-            // Non-monotonic: everything below both names changes its path
-            // (the check step fences them).
-            self.rename_dir(c, src, dst, txn).await
+        // One fan-out fences both names everywhere and checks a directory
+        // rename; the source's primary says instead if the source is a file.
+        // (No stat first: a directory rename is one round trip shorter.)
+        let (s, d) = (src.to_string(), dst.to_string());
+        let check = RenameDirStep::Check { txn: txn.id };
+        let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
+        if checks.iter().any(|(_, r)| matches!(r, Ok(Reply::RenameOfFile))) {
+            self.rename_file_fenced(c, src, dst, txn.id).await
         } else {
-            let (a, b) = (self.primary(src), self.primary(dst));
-            if a == b {
-                return self.do_rename_file(c, src, dst).await; // one atomic RPC
-            }
-            // Between its steps the file is under both names: fence both primaries
-            // so no single-RPC operation sees that.
-            self.fenced_on([a, b].into_iter(), txn.id, &[src, dst], self.do_rename_file(c, src, dst)).await
+            self.rename_dir(c, src, dst, txn, checks).await
         }
+    }
+
+    /// A file rename, once the checks fenced both names everywhere: only the
+    /// two primaries keep their fences (between its steps the file is under
+    /// both names, and no single-RPC operation may see that); one primary
+    /// for both names renames in one atomic RPC and keeps none.
+    async fn rename_file_fenced(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+        let (a, b) = (self.primary(src), self.primary(dst));
+        let keep = |i: &u32| a != b && (*i == a || *i == b);
+        self.post_unfence((0..self.n).filter(|i| !keep(i)).collect(), txn).await;
+        let r = self.do_rename_file(c, src, dst).await;
+        if a == b {
+            return r;
+        }
+        self.unfenced_after([a, b].into_iter(), txn, r).await
     }
 
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
@@ -668,7 +707,7 @@ impl ShardFs {
 
 /// Whether a directory rename's fences are still up when its steps end.
 enum Fences {
-    /// Each server lifted them as it applied (nothing migrated).
+    /// Lifted, or their lifting posted (nothing migrated).
     Lifted,
     Up,
 }
@@ -677,6 +716,21 @@ enum Fences {
 struct Checked {
     below: bool,
     times: Option<DirTimes>,
+}
+
+/// Every server's check of a directory rename, or the error to answer: the
+/// destination's primary's first (it alone knows whether a file has the new
+/// name), unless the source's primary did not answer at all (it alone knows
+/// whether the source is a file).
+fn rename_checks(checks: Vec<(u32, Res<Reply>)>, src_primary: u32, dst_primary: u32) -> Res<Vec<(u32, Checked)>> {
+    let unanswered = |e: &Errno| outcome_unknown(e) || *e == Errno::ECONNREFUSED;
+    if let Some((_, Err(e))) = checks.iter().find(|(i, r)| *i == src_primary && r.as_ref().is_err_and(unanswered)) {
+        return Err(*e);
+    }
+    if let Some(e) = pick_error(&checks, dst_primary) {
+        return Err(e);
+    }
+    checks.into_iter().map(|(i, r)| Ok((i, checked(r?)?))).collect()
 }
 
 fn checked(r: Reply) -> Res<Checked> {

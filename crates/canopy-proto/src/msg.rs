@@ -144,7 +144,9 @@ pub struct DirTimes {
 pub enum RenameDirStep {
     /// Fence both names for transaction `txn` (as `Fence` does, waiting for
     /// the operations already admitted below them), then check the rename
-    /// could be applied here; nothing changes. Answers `RenameChecked`.
+    /// could be applied here; nothing changes. Answers `RenameChecked`, or
+    /// `RenameOfFile` from the primary of a source that is a file (the
+    /// client sends this step before it knows what the source is).
     Check { txn: u64 },
     /// Apply it. `times`: the moved directory's times, which the
     /// destination's primary keeps from now on and the source's drops (none
@@ -693,6 +695,10 @@ pub enum Reply {
     /// anything below the directory that migration may move (a subdirectory
     /// anywhere, a file entry here), and the directory's times kept here.
     RenameChecked { below: bool, times: Option<DirTimes> },
+    /// A directory rename's check found the source a file here (its
+    /// primary): the client renames it as a file, under the fences the
+    /// check put up.
+    RenameOfFile,
 }
 
 #[cfg(test)]
@@ -851,6 +857,7 @@ mod tests {
             Reply::Batches(_) => 28,
             Reply::BatchApplied { .. } => 29,
             Reply::RenameChecked { .. } => 30,
+            Reply::RenameOfFile => 31,
         }
     }
 
@@ -891,6 +898,7 @@ mod tests {
             Reply::Batches(vec![]),
             Reply::BatchApplied { inserted: 0, landed: 0, rejected: vec![] },
             Reply::RenameChecked { below: false, times: None },
+            Reply::RenameOfFile,
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -1,9 +1,11 @@
 //! Directory rename: the replicated table changes on every server (`RenameDir`,
-//! first a check on all that also fences both names, then applied); the client
+//! first a check on all that also fences both names and says whether the
+//! source is a file after all, then applied); the client
 //! then migrates the objects below whose primary changed (`migrate.rs`). A
 //! directory with nothing below it anywhere (a leaf without files) needs no
-//! migration: its own times move with the apply steps, and each server lifts
-//! its fences as it applies.
+//! migration: its own times move with the apply steps, and the two names'
+//! primaries lift their fences as they apply (the others keep theirs until
+//! the client knows the rename committed).
 
 use super::ShardFs;
 use crate::core::{io, Core};
@@ -29,6 +31,9 @@ impl ShardFs {
         let _g = core.lock_structure();
         let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
             Located::Dir { parent, name, id } => (parent, name, id),
+            // The client checks before it knows what it renames: a file is
+            // renamed as one, under the fences just put up.
+            Located::File { .. } if matches!(step, RenameDirStep::Check { .. }) => return Ok(Reply::RenameOfFile),
             Located::File { .. } => return Err(Errno::ENOTDIR),
             _ => return Err(Errno::ENOENT),
         };
