@@ -158,6 +158,9 @@ impl Namespace for Delegated {
     fn drop_caches(&self) {
         self.direct.drop_caches()
     }
+    fn holds_grants(&self) -> bool {
+        self.direct.holds_grants()
+    }
     fn mode_name(&self) -> &'static str {
         self.direct.mode_name()
     }

@@ -103,6 +103,15 @@ pub trait Namespace: Send + Sync + 'static {
         Box::pin(async { Err(Errno::ENOSYS) })
     }
 
+    /// Whether this client holds grants its later calls reuse and other
+    /// clients' changes wait out (IndexFS's directory leases, Giraffa's
+    /// directory proofs). A program serving many callers should then share
+    /// one such client: several would each fetch their own, and a change by
+    /// one would wait for the others' to run out.
+    fn holds_grants(&self) -> bool {
+        false
+    }
+
     fn mode_name(&self) -> &'static str;
     fn servers(&self) -> u32;
 }

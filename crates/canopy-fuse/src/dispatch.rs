@@ -1,9 +1,10 @@
 //! The kernel's side of the file system: takes each request off `/dev/fuse` and
 //! runs its handler (`fs.rs`) on the FUSE thread that read it while few run
 //! so ([`IN_PLACE_MAX`], and another FUSE thread is left to read the next
-//! request). Past that, a namespace handler (a future) becomes a task on the
-//! runtime, and a file-data handler (blocking back-end I/O) goes to the
-//! runtime's blocking pool.
+//! request); a namespace handler run so runs on the thread's own runtime
+//! and client (`own.rs`). Past that, a namespace handler (a future) becomes a
+//! task on the shared runtime, and a file-data handler (blocking back-end
+//! I/O) goes to the runtime's blocking pool.
 //!
 //! Why both: with every handler run on the FUSE threads, throughput was
 //! bounded by threads / RPC round trip (6,600 stats/s with 2 threads, 27,000
@@ -21,6 +22,7 @@
 use crate::fs::{Caller, Core};
 use crate::handles::Handles;
 use crate::options::MountOptions;
+use crate::own::{self, ClientFactory};
 use crate::timings::{Kind, RequestTimes};
 use canopy_client::Client;
 use fuser::{
@@ -35,26 +37,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-/// Handlers run in place at most at once: enough for one or two callers with
-/// a request each in flight; past it, handlers run as tasks and the FUSE
-/// threads keep reading. Measured with handlers as tasks (one sitting, two
-/// runs each, 128 callers creating files): 6,765 and 6,105 creates/s with
-/// none in place, 6,941 and 6,028 with up to 2, 5,655 and 7,168 with up to 7;
-/// with 2 callers the three were within noise of each other.
-const IN_PLACE_MAX: usize = 2;
+/// Handlers run in place at most at once: enough for a few callers with a
+/// request each in flight; past it, handlers run as tasks and the FUSE
+/// threads keep reading. With 2, two callers' handlers were handed off about
+/// one time in nine (a thread still finishing its handler after its reply
+/// when the caller's next request arrived), each paying the shared runtime's
+/// wake-ups: 2-thread creates through the mount 7,209/s with 2 (11,301 handed
+/// off of 20,000 creates), 9,291/s with 4 (173). With 128 callers creating
+/// files it made no difference beyond noise (measured with handlers as
+/// tasks: 6,765 and 6,105 creates/s with none in place, 6,941 and 6,028 with
+/// up to 2, 5,655 and 7,168 with up to 7).
+const IN_PLACE_MAX: usize = 4;
 
 pub struct CanopyFs {
     core: Arc<Core>,
     in_place: InPlace,
     times: Arc<RequestTimes>,
+    /// Makes each FUSE thread's own client, for the namespace handlers it
+    /// runs in place (`own.rs`); none: they run on the shared runtime.
+    own: Option<ClientFactory>,
 }
 
 impl CanopyFs {
-    /// `client` must act as root; `handles` must be the client's reclaim hook.
-    pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> CanopyFs {
+    /// `client` must act as root; `handles` must be the client's reclaim hook
+    /// (and that of every client `own` makes).
+    pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions, own: Option<ClientFactory>) -> CanopyFs {
         let in_place = InPlace::new(IN_PLACE_MAX.min(opts.threads.saturating_sub(1)));
         let times = Arc::new(RequestTimes::default());
-        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place, times }
+        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place, times, own }
     }
 
     pub fn options(&self) -> &MountOptions {
@@ -96,7 +106,10 @@ impl CanopyFs {
             times.record(kind, start.elapsed());
         };
         match self.in_place.claim() {
-            Some(_busy) => survive(|| rt.block_on(timed)),
+            Some(_busy) => survive(|| match &self.own {
+                Some(make) => own::block_on(make, timed).unwrap_or_else(|timed| rt.block_on(timed)),
+                None => rt.block_on(timed),
+            }),
             // A task that panics drops its reply, which answers EIO.
             None => {
                 self.times.handed_off();

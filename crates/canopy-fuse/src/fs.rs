@@ -96,8 +96,19 @@ impl Core {
         self.rt.block_on(f).map_err(errno)
     }
 
+    /// The client a namespace handler calls through, acting as root: this
+    /// FUSE thread's own while it runs the handler in place on its own
+    /// runtime (`own.rs`), else the mount's.
+    fn client(&self) -> Client {
+        crate::own::client().unwrap_or_else(|| self.client.clone())
+    }
+
     fn caller(&self, req: &Caller) -> Client {
-        self.client.as_user(convert::creds(&self.groups, req.uid, req.gid, req.pid))
+        let creds = convert::creds(&self.groups, req.uid, req.gid, req.pid);
+        match crate::own::client() {
+            Some(own) => own.as_user(creds),
+            None => self.client.as_user(creds),
+        }
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
@@ -138,7 +149,7 @@ impl Core {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
             // fstat needs no search permission: the descriptor was already opened.
-            Some(p) if fh.is_some() => call(self.client.stat(&p)).await,
+            Some(p) if fh.is_some() => call(self.client().stat(&p)).await,
             Some(p) => call(self.caller(req).stat(&p)).await,
             None => self.handles.orphan_attr(ino.0).ok_or_else(enoent),
         }
@@ -154,7 +165,7 @@ impl Core {
         // setuid and setgid.
         let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
         let (who, set) = if fh.is_some() && only_size {
-            (self.client.clone(), SetAttr { kill_suid: !req.privileged(), ..set })
+            (self.client(), SetAttr { kill_suid: !req.privileged(), ..set })
         } else {
             (self.caller(req), set)
         };
@@ -172,7 +183,7 @@ impl Core {
         if !self.handles.is_open(node) {
             return Ok(None);
         }
-        let attr = call(self.client.stat(path)).await?;
+        let attr = call(self.client().stat(path)).await?;
         if attr.kind == canopy_proto::FileKind::File {
             blocking(|| self.spill_now(node, path))?;
         }
@@ -277,10 +288,15 @@ async fn call<T>(f: impl Future<Output = Result<T, Errno>>) -> R<T> {
     f.await.map_err(errno)
 }
 
-/// Runs `f`, which reads or writes back-end files, without holding up the
-/// runtime's other tasks (rare in the handlers below: an open file's spill
-/// before its name goes, a truncate).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+/// Runs `f`, which reads or writes back-end files (and may wait on the
+/// shared runtime), without holding up the runtime's other tasks (rare in the
+/// handlers below: an open file's spill before its name goes, a truncate).
+/// On a FUSE thread's own runtime, which nothing else waits on but which
+/// cannot be left in place, on a thread of its own.
+fn blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if crate::own::running() {
+        return std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p));
+    }
     tokio::task::block_in_place(f)
 }
 

@@ -8,6 +8,7 @@
 //! - [`groups`]: callers' supplementary groups, kept briefly per process.
 //! - `dispatch`: takes requests off `/dev/fuse` and runs their handlers (in
 //!   place, or on a pool when the other reading threads are busy).
+//! - `own`: a FUSE thread's own runtime and client, for handlers run in place.
 //! - `fs` and `file_io`: the request handlers.
 //! - [`options`]: the mount's settings and their defaults.
 //! - [`timings`]: counts and latencies of each kind of kernel request.
@@ -32,10 +33,12 @@ pub mod handles;
 pub mod mount;
 pub mod nodes;
 pub mod options;
+mod own;
 pub mod timings;
 
 pub use backend::Backends;
 pub use dispatch::CanopyFs;
 pub use handles::Handles;
 pub use options::MountOptions;
+pub use own::ClientFactory;
 pub use timings::RequestTimes;

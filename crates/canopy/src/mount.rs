@@ -120,23 +120,28 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let handles = Arc::new(Handles::new(backends));
     // A batch's private server lives as long as the mount.
     let mut batch = None;
-    let client = if let Some(id) = &args.batch {
+    let (client, own) = if let Some(id) = &args.batch {
         let _in_runtime = rt.enter();
         let b = canopy_batch::open(&canopy_batch::default_base(), canopy_batch::parse_id(id)?)?;
         let private = rt.block_on(b.private_client()).map_err(|e| format!("batch {id}: {e}"))?;
         batch = Some(b);
-        private.as_user(Creds::root())
+        (private.as_user(Creds::root()), None)
     } else {
         let _in_runtime = rt.enter();
         // The mount checks its callers' rights itself and asserts their
         // credentials per request: that needs the cluster key.
         let key = connect::cluster_key(&c, "mount")?;
         let ns_opts = canopy_client::NsOptions { reclaim: Some(handles.clone()), dir_times: opts.dir_times, ..Default::default() };
-        Client::new(connect::namespace(&c, &key, ns_opts)?, Creds::root())
+        let make = move || Ok(Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root()));
+        let client = make()?;
+        // The same client for each FUSE thread, on its own runtime; one
+        // for all of them where a client holds leases or proofs.
+        let own = (!client.namespace().holds_grants()).then(|| Arc::new(make) as canopy_fuse::ClientFactory);
+        (client, own)
     };
     rt.block_on(client.stat("/")).map_err(|e| format!("cluster {} does not answer: {e}", cluster_file.display()))?;
     unmount_on_signal(&rt, &args.mountpoint);
-    let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts);
+    let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts, own);
     let times = fs.times();
     if let Some(file) = &args.timings {
         write_timings_every_second(&rt, times.clone(), file.clone());

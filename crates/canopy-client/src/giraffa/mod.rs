@@ -537,6 +537,10 @@ impl Namespace for Giraffa {
         &self.counters
     }
 
+    fn holds_grants(&self) -> bool {
+        true
+    }
+
     fn mode_name(&self) -> &'static str {
         "giraffa"
     }

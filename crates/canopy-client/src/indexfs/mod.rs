@@ -1058,6 +1058,10 @@ impl Namespace for IndexFs {
         Box::pin(self.rpc(server, c, req))
     }
 
+    fn holds_grants(&self) -> bool {
+        true
+    }
+
     fn mode_name(&self) -> &'static str {
         "indexfs"
     }
