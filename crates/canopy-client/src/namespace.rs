@@ -38,6 +38,12 @@ pub trait Namespace: Send + Sync + 'static {
     /// One page: entries named after `after`, at most `limit`, and whether more follow.
     fn readdir_page<'a>(&'a self, c: &'a Creds, path: &'a str, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Res<(Vec<DirEntry>, bool)>>;
     fn rename<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>>;
+    /// `rename`, from a caller that saw `src` as a directory (a hint only: a
+    /// mode may then skip finding out what `src` is, and the servers still
+    /// decide; a file renamed so costs more than through `rename`).
+    fn rename_dir<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>> {
+        self.rename(c, src, dst)
+    }
     fn setattr<'a>(&'a self, c: &'a Creds, path: &'a str, set: &'a SetAttr) -> BoxFuture<'a, Res<Attr>>;
     fn symlink<'a>(&'a self, c: &'a Creds, target: &'a str, path: &'a str) -> BoxFuture<'a, Res<Attr>>;
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>>;
@@ -221,6 +227,12 @@ impl Client {
 
     pub async fn rename(&self, src: &str, dst: &str) -> Res<()> {
         self.ns.rename(&self.creds, src, dst).await
+    }
+
+    /// [`Client::rename`] of what the caller saw as a directory
+    /// ([`Namespace::rename_dir`]).
+    pub async fn rename_dir(&self, src: &str, dst: &str) -> Res<()> {
+        self.ns.rename_dir(&self.creds, src, dst).await
     }
 
     pub async fn setattr(&self, path: &str, set: &SetAttr) -> Res<Attr> {

@@ -630,13 +630,23 @@ impl ShardFs {
         self.drop_remote(inserted).await
     }
 
-    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
+    /// `seen_dir`: the caller saw `src` as a directory, so no stat goes
+    /// first (a directory rename is a round trip shorter); else a file is
+    /// renamed touching its two primaries only.
+    async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn, seen_dir: bool) -> Res<()> {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
+        if !seen_dir {
+            // The transaction holds this path's locks: no optimistic retry here (it would
+            // wait for its own locks); an EREMOTE is settled after unlocking.
+            let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
+            if self.attr_or_follow(reply).await?.kind != FileKind::Dir {
+                return self.rename_file(c, src, dst, txn.id).await;
+            }
+        }
         // One fan-out fences both names everywhere and checks a directory
         // rename; the source's primary says instead if the source is a file.
-        // (No stat first: a directory rename is one round trip shorter.)
         let (s, d) = (src.to_string(), dst.to_string());
         let check = RenameDirStep::Check { txn: txn.id };
         let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
@@ -645,6 +655,17 @@ impl ShardFs {
         } else {
             self.rename_dir(c, src, dst, txn, checks).await
         }
+    }
+
+    /// A file rename: one atomic RPC when both names have one primary; else
+    /// its steps with both primaries fenced (between them the file is under
+    /// both names, and no single-RPC operation may see that).
+    async fn rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+        let (a, b) = (self.primary(src), self.primary(dst));
+        if a == b {
+            return self.do_rename_file(c, src, dst).await;
+        }
+        self.fenced_on([a, b].into_iter(), txn, &[src, dst], self.do_rename_file(c, src, dst)).await
     }
 
     /// A file rename, once the checks fenced both names everywhere: only the
@@ -660,6 +681,19 @@ impl ShardFs {
             return r;
         }
         self.unfenced_after([a, b].into_iter(), txn, r).await
+    }
+
+    async fn rename_as(&self, c: &Creds, src: &str, dst: &str, seen_dir: bool) -> Res<()> {
+        let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+        if s == d {
+            return self.stat_path(c, &s).await.map(|_| ());
+        }
+        let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
+        let r = self.do_rename(c, &s, &d, txn, seen_dir).await;
+        self.finish(txn, &r).await;
+        self.settle_two(c, &s, &d, r).await?;
+        self.touch_parents(c, &[&s, &d]).await;
+        Ok(())
     }
 
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
@@ -837,18 +871,11 @@ impl Namespace for ShardFs {
     }
 
     fn rename<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>> {
-        Box::pin(async move {
-            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-            if s == d {
-                return self.stat_path(c, &s).await.map(|_| ());
-            }
-            let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
-            let r = self.do_rename(c, &s, &d, txn).await;
-            self.finish(txn, &r).await;
-            self.settle_two(c, &s, &d, r).await?;
-            self.touch_parents(c, &[&s, &d]).await;
-            Ok(())
-        })
+        Box::pin(self.rename_as(c, src, dst, false))
+    }
+
+    fn rename_dir<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<()>> {
+        Box::pin(self.rename_as(c, src, dst, true))
     }
 
     fn setattr<'a>(&'a self, c: &'a Creds, path: &'a str, set: &'a SetAttr) -> BoxFuture<'a, Res<Attr>> {

@@ -81,6 +81,13 @@ impl DirAttrs {
         }
     }
 
+    /// Whether a server gave `node`'s attributes as a directory's and they are
+    /// still kept, however long ago: a hint for a rename, which the servers
+    /// check (a wrong one costs a round trip, never a wrong answer).
+    pub(crate) fn was_dir(&self, node: u64) -> bool {
+        self.map.contains_key(&node)
+    }
+
     /// Directory `node` changed in a way the mount does not work out itself.
     pub(crate) fn forget(&mut self, node: u64) {
         self.map.remove(&node);

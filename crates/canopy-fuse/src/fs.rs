@@ -218,7 +218,14 @@ impl Core {
             }
         }
         let open = self.keep_open_contents(to).await?;
-        call(who.rename(from, to)).await?;
+        // A directory this mount saw lately is renamed as one (ShardFS then
+        // skips finding out what it is).
+        let node = self.nodes.lock().find(from);
+        if node.is_some_and(|n| self.dir_attrs.lock().was_dir(n)) {
+            call(who.rename_dir(from, to)).await?;
+        } else {
+            call(who.rename(from, to)).await?;
+        }
         self.name_removed(open, |nodes| {
             nodes.renamed(from, to);
         });
