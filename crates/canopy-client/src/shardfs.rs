@@ -545,8 +545,14 @@ impl ShardFs {
         let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
             Some(Ok(r)) => checked(r)?,
             Some(Err(e)) if outcome_unknown(&e) => return Err(self.undecided(dst, prim, e)),
-            // Refused after all: put back the servers that applied it.
-            Some(Err(e)) => return self.recover_rename(src, dst, txn).await.map_err(|_| Errno::EIO).and(Err(e)),
+            // Refused after all: put back the servers that applied it (if
+            // that fails, EIO leaves the transaction to recovery).
+            Some(Err(e)) => {
+                return match self.recover_rename(src, dst, txn).await {
+                    Ok(()) => Err(e),
+                    Err(_) => Err(Errno::EIO),
+                }
+            }
             None => return Err(Errno::EIO),
         };
         self.step(|| Step::PrimaryDone(intent())).await?;

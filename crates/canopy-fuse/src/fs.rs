@@ -104,11 +104,7 @@ impl Core {
     }
 
     fn caller(&self, req: &Caller) -> Client {
-        let creds = convert::creds(&self.groups, req.uid, req.gid, req.pid);
-        match crate::own::client() {
-            Some(own) => own.as_user(creds),
-            None => self.client.as_user(creds),
-        }
+        self.client().as_user(convert::creds(&self.groups, req.uid, req.gid, req.pid))
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
