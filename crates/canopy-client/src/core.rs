@@ -7,6 +7,7 @@
 use crate::counters::ClientCounters;
 use crate::data::{FidGen, Reclaim};
 use crate::namespace::Res;
+use crate::touches::DirTouches;
 use crate::txn::StepHook;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Target, Transport};
@@ -39,6 +40,9 @@ pub struct NsOptions {
     pub delegate: bool,
     /// Where the client reads time (lease renewal); the system clock when `None`.
     pub clock: Option<SharedClock>,
+    /// ShardFS with directory times on: the touch book to share (a mount's
+    /// clients share their first one's, see `touches.rs`); `None` starts one.
+    pub touches: Option<Arc<DirTouches>>,
 }
 
 pub struct ClientCore {

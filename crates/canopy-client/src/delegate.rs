@@ -161,6 +161,9 @@ impl Namespace for Delegated {
     fn holds_grants(&self) -> bool {
         self.direct.holds_grants()
     }
+    fn dir_touches(&self) -> Option<Arc<crate::touches::DirTouches>> {
+        self.direct.dir_touches()
+    }
     fn mode_name(&self) -> &'static str {
         self.direct.mode_name()
     }

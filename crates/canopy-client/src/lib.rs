@@ -20,6 +20,8 @@
 //! - [`delegate`]: operations a server runs for a client that holds a user key.
 //! - [`keyfile`]: key files (cluster and user keys) and where a command finds one.
 //! - [`sweep`]: the lock service's loop that recovers expired transactions.
+//! - [`touches`]: one directory-times update per directory per window in a
+//!   burst of changes (ShardFS with directory times on).
 //! - [`blocking`]: a synchronous wrapper.
 //!
 //! Hard rule: this crate never depends on `canopy-server`, `canopy-lock` or
@@ -47,6 +49,7 @@ mod recovery;
 mod shardfs;
 mod shardfs_data;
 pub mod sweep;
+pub mod touches;
 pub mod txn;
 
 pub use crate::core::NsOptions;

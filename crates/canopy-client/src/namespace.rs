@@ -118,6 +118,13 @@ pub trait Namespace: Send + Sync + 'static {
         false
     }
 
+    /// The book this client coalesces directory touches in, for other
+    /// clients of the same program to share (`touches.rs`); `None` if it
+    /// keeps none.
+    fn dir_touches(&self) -> Option<Arc<crate::touches::DirTouches>> {
+        None
+    }
+
     fn mode_name(&self) -> &'static str;
     fn servers(&self) -> u32;
 }

@@ -47,7 +47,9 @@ impl ShardFs {
     /// sets their mtime and ctime on their primaries, without waiting for the
     /// answers (one round trip less per change; this client's later requests,
     /// a stat of the parent among them, are served after the update). A
-    /// failure here would not undo the change, so nobody waits for it.
+    /// failure here would not undo the change, so nobody waits for it. In a
+    /// burst of changes to one directory, one touch per window covers them
+    /// (`touches.rs`).
     pub(crate) async fn touch_parents(&self, c: &Creds, paths: &[&NsPath]) {
         if !self.dir_times {
             return;
@@ -55,8 +57,22 @@ impl ShardFs {
         let mut parents: Vec<NsPath> = paths.iter().filter_map(|p| p.split().map(|(parent, _)| parent)).collect();
         parents.dedup();
         for parent in parents {
-            let what = || format!("the times of {parent}");
-            self.post(self.primary(&parent), c, Request::TouchDir { at: parent.to_string().into() }, what).await;
+            if self.touches.as_ref().is_none_or(|t| t.changed(parent.as_str(), c)) {
+                self.touch(c, &parent).await;
+            }
         }
+    }
+
+    /// Before a stat of `dir`: sends the touch owed for it, if any, so this
+    /// client sees its own changes in the directory's times.
+    pub(crate) async fn send_owed_touch(&self, dir: &NsPath) {
+        if let Some(c) = self.touches.as_ref().and_then(|t| t.take(dir.as_str())) {
+            self.touch(&c, dir).await;
+        }
+    }
+
+    async fn touch(&self, c: &Creds, dir: &NsPath) {
+        let what = || format!("the times of {dir}");
+        self.post(self.primary(dir), c, Request::TouchDir { at: dir.to_string().into() }, what).await;
     }
 }

@@ -101,6 +101,7 @@ cases!(
     mknod_special_files,
     data_requests_on_non_files,
     dir_times_follow_name_changes,
+    dir_times_of_a_burst_reach_other_clients,
     dir_times_off_by_default,
     data_changes_clear_setuid_as_write_does,
     data_requests_check_permission,
@@ -1038,6 +1039,30 @@ async fn dir_times_follow_name_changes(kit: &Kit) {
     write_inline(&c, &format!("{renamed}/after"), 0, b"x").await;
     assert_eq!(times(&c, &renamed).await, before, "a data write leaves the directory alone");
     assert_clean(&c).await;
+}
+
+/// A burst of creates in one directory: its touches after the first are owed
+/// and sent together after a window (ShardFS, `touches.rs`). A client that
+/// never stats the directory still gets them to the server: another client
+/// sees the directory's mtime reach the last file's ctime.
+async fn dir_times_of_a_burst_reach_other_clients(kit: &Kit) {
+    let c = kit.client_with(None, true);
+    let other = kit.client();
+    c.mkdir("/burst", 0o755).await.unwrap();
+    let mut last = None;
+    for i in 0..20 {
+        last = Some(c.create(&format!("/burst/f{i}"), 0o644).await.unwrap());
+    }
+    let made = last.unwrap().ctime;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (mtime, ctime) = times(&other, "/burst").await;
+        if mtime >= made && ctime >= made {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the last create's touch never arrived: {mtime}, {ctime} < {made}");
+        sleep_ms(5).await;
+    }
 }
 
 /// Documents the trade-off: without `with_dir_times(true)` (the default) a

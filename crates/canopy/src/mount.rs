@@ -132,17 +132,21 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // credentials per request: that needs the cluster key.
         let key = connect::cluster_key(&c, "mount")?;
         let ns_opts = canopy_client::NsOptions { reclaim: Some(handles.clone()), dir_times: opts.dir_times, ..Default::default() };
-        let make = move || Ok(Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root()));
-        let client = make()?;
+        let client = Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root());
         // The same client for each FUSE thread, on its own runtime; one
-        // for all of them where a client holds leases or proofs.
+        // for all of them where a client holds leases or proofs. They share
+        // the first one's directory touches, whose sender runs on the mount's
+        // runtime (a FUSE thread's runs only while the thread handles a request).
+        let ns_opts = canopy_client::NsOptions { touches: client.namespace().dir_touches(), ..ns_opts };
+        let make = move || Ok(Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root()));
         let own = (!client.namespace().holds_grants()).then(|| Arc::new(make) as canopy_fuse::ClientFactory);
         (client, own)
     };
     rt.block_on(client.stat("/")).map_err(|e| format!("cluster {} does not answer: {e}", cluster_file.display()))?;
     unmount_on_signal(&rt, &args.mountpoint);
+    let touches = client.namespace().dir_touches();
     let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts, own);
-    let times = fs.times();
+    let times = Timings { requests: fs.times(), touches };
     if let Some(file) = &args.timings {
         write_timings_every_second(&rt, times.clone(), file.clone());
     }
@@ -169,8 +173,26 @@ fn unmount_on_signal(rt: &tokio::runtime::Runtime, mountpoint: &Path) {
     });
 }
 
+/// What `--timings` reports: the kernel requests' latencies, and how many
+/// directory touches the mount's clients sent or folded into a later one.
+#[derive(Clone)]
+struct Timings {
+    requests: Arc<RequestTimes>,
+    touches: Option<Arc<canopy_client::touches::DirTouches>>,
+}
+
+impl Timings {
+    fn report(&self) -> String {
+        let mut out = self.requests.report();
+        if let Some((sent, folded)) = self.touches.as_ref().map(|t| t.counts()) {
+            out.push_str(&format!("directory touches: {sent} sent as their change was made, {folded} changes folded into a later touch\n"));
+        }
+        out
+    }
+}
+
 /// Replaces `file` with the current table; a reader never sees half of one.
-fn write_timings(times: &RequestTimes, file: &Path) {
+fn write_timings(times: &Timings, file: &Path) {
     let tmp = file.with_extension("tmp");
     let written = std::fs::write(&tmp, times.report()).and_then(|()| std::fs::rename(&tmp, file));
     if let Err(e) = written {
@@ -178,7 +200,7 @@ fn write_timings(times: &RequestTimes, file: &Path) {
     }
 }
 
-fn write_timings_every_second(rt: &tokio::runtime::Runtime, times: Arc<RequestTimes>, file: PathBuf) {
+fn write_timings_every_second(rt: &tokio::runtime::Runtime, times: Timings, file: PathBuf) {
     rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {

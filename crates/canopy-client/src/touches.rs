@@ -1,0 +1,284 @@
+//! Directory times under a burst of changes: at most one `TouchDir` per
+//! directory per [`TOUCH_WINDOW`].
+//!
+//! Why: with directory times on, every create, unlink, mkdir or rmdir posts a
+//! `TouchDir` to the parent's primary, so a burst of creates in one directory
+//! woke that server once per create for an update the next one repeats (15%
+//! of a 2-thread create's time through the mount). Now the first change in a
+//! quiet directory is still posted at once; a change within the window after a
+//! touch was sent is owed instead, and the owed touches are sent together at
+//! the end of the window by a task on the client's runtime.
+//!
+//! What it trades: a directory's times on its primary lag its last change by
+//! at most the window during a burst. This client's own stat of a directory
+//! sends the owed touch first (on the same connection, so it is served
+//! first): it never sees its own change missing. A touch owed when the client
+//! dies is lost, as a posted one in flight is.
+//!
+//! [`TouchBook`] is the bookkeeping alone (no clock, no I/O), tested below;
+//! [`DirTouches`] shares one between a mount's clients and runs the sender.
+
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Request};
+use canopy_rpc::{Target, Transport};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How long after a directory's touch another change's touch waits at most.
+pub const TOUCH_WINDOW: Duration = Duration::from_millis(20);
+
+/// Directories remembered at most; past this, those whose window is over are
+/// dropped (a client changing names in many directories, each once, defers
+/// nothing and should not grow the table).
+const MAX_REMEMBERED: usize = 16 * 1024;
+
+/// What to do with a change's touch.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Touch {
+    /// Send it now.
+    Now,
+    /// It is owed; `first` says nothing was owed before (wake the sender).
+    Owed { first: bool },
+}
+
+struct Touched {
+    /// When a touch for the directory was last sent.
+    sent: Instant,
+    /// Who made the last change not yet covered by a sent touch.
+    owed: Option<Creds>,
+}
+
+/// Which directories had a touch sent lately, and which are owed one.
+pub(crate) struct TouchBook {
+    window: Duration,
+    dirs: HashMap<String, Touched>,
+    owed: usize,
+}
+
+impl TouchBook {
+    pub(crate) fn new(window: Duration) -> TouchBook {
+        TouchBook { window, dirs: HashMap::new(), owed: 0 }
+    }
+
+    /// `c` changed a name in `dir` at `now`.
+    pub(crate) fn changed(&mut self, dir: &str, c: &Creds, now: Instant) -> Touch {
+        if let Some(t) = self.dirs.get_mut(dir) {
+            if now.saturating_duration_since(t.sent) < self.window {
+                if t.owed.replace(c.clone()).is_some() {
+                    return Touch::Owed { first: false };
+                }
+                self.owed += 1;
+                return Touch::Owed { first: self.owed == 1 };
+            }
+            // A window over with a touch still owed: this change's touch,
+            // sent now, covers it too.
+            if t.owed.take().is_some() {
+                self.owed -= 1;
+            }
+            t.sent = now;
+            return Touch::Now;
+        }
+        if self.dirs.len() >= MAX_REMEMBERED {
+            self.forget_quiet(now);
+        }
+        self.dirs.insert(dir.to_string(), Touched { sent: now, owed: None });
+        Touch::Now
+    }
+
+    /// The touch owed for `dir`, taken to be sent now (before a stat of it).
+    pub(crate) fn take(&mut self, dir: &str, now: Instant) -> Option<Creds> {
+        let t = self.dirs.get_mut(dir)?;
+        let c = t.owed.take()?;
+        self.owed -= 1;
+        t.sent = now;
+        Some(c)
+    }
+
+    /// Every owed touch, taken to be sent now.
+    pub(crate) fn take_all(&mut self, now: Instant) -> Vec<(String, Creds)> {
+        let mut out = Vec::with_capacity(self.owed);
+        for (dir, t) in self.dirs.iter_mut() {
+            if let Some(c) = t.owed.take() {
+                t.sent = now;
+                out.push((dir.clone(), c));
+            }
+        }
+        self.owed = 0;
+        self.forget_quiet(now);
+        out
+    }
+
+    pub(crate) fn owed(&self) -> usize {
+        self.owed
+    }
+
+    /// Drops the directories whose window is over and that owe nothing: a
+    /// change there is sent at once anyway.
+    fn forget_quiet(&mut self, now: Instant) {
+        let window = self.window;
+        self.dirs.retain(|_, t| t.owed.is_some() || now.saturating_duration_since(t.sent) < window);
+    }
+}
+
+/// A client's (or a mount's clients') touch book, and the task that sends the
+/// owed touches through the transport it was started with.
+pub struct DirTouches {
+    book: Mutex<TouchBook>,
+    wake: Arc<Notify>,
+    /// Touches sent at once, and changes whose touch was folded into another.
+    sent: AtomicU64,
+    folded: AtomicU64,
+}
+
+impl DirTouches {
+    /// Coalesces touches, sending the owed ones through `t` from a task on the
+    /// current Tokio runtime; `None` outside one (each touch is then sent at
+    /// once, as before).
+    pub(crate) fn start(t: Arc<dyn Transport>) -> Option<Arc<DirTouches>> {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let wake = Arc::new(Notify::new());
+        let touches = Arc::new(DirTouches { book: Mutex::new(TouchBook::new(TOUCH_WINDOW)), wake: wake.clone(), sent: AtomicU64::new(0), folded: AtomicU64::new(0) });
+        rt.spawn(send_owed(Arc::downgrade(&touches), wake, t));
+        Some(touches)
+    }
+
+    /// `c` changed a name in `dir`: true if its touch is to be sent now.
+    pub(crate) fn changed(&self, dir: &str, c: &Creds) -> bool {
+        let touch = self.book().changed(dir, c, Instant::now());
+        match touch {
+            Touch::Now => {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Touch::Owed { first } => {
+                self.folded.fetch_add(1, Ordering::Relaxed);
+                if first {
+                    self.wake.notify_one();
+                }
+                false
+            }
+        }
+    }
+
+    /// The creds of the touch owed for `dir`, if one is: the caller sends it.
+    pub(crate) fn take(&self, dir: &str) -> Option<Creds> {
+        let mut book = self.book();
+        if book.owed() == 0 {
+            return None;
+        }
+        book.take(dir, Instant::now())
+    }
+
+    /// (touches sent when their change was made, changes folded into a later touch).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.sent.load(Ordering::Relaxed), self.folded.load(Ordering::Relaxed))
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, TouchBook> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for DirTouches {
+    fn drop(&mut self) {
+        // The sender holds only a weak reference: woken, it finds it gone and ends.
+        self.wake.notify_one();
+    }
+}
+
+/// The sender: woken when a touch becomes owed, it waits out the window and
+/// sends every touch then owed, until nothing is.
+async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Transport>) {
+    let n = t.servers();
+    loop {
+        wake.notified().await;
+        loop {
+            tokio::time::sleep(TOUCH_WINDOW).await;
+            let Some(touches) = touches.upgrade() else { return };
+            let due = touches.book().take_all(Instant::now());
+            if due.is_empty() {
+                break;
+            }
+            for (dir, c) in due {
+                let Ok(p) = NsPath::parse(&dir) else { continue };
+                let to = Target::Server(canopy_proto::placement::primary(&p, n));
+                if let Err(e) = t.post(to, &c, Request::TouchDir { at: dir.into() }).await {
+                    eprintln!("canopy-client: could not send the times of {p}: {e}");
+                }
+            }
+        }
+        if touches.strong_count() == 0 {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_millis(20);
+
+    fn ms(start: Instant, n: u64) -> Instant {
+        start + Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_quiet_directory_is_touched_at_once_and_a_burst_owes_one_touch() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        assert_eq!(b.changed("/d", &c, t0), Touch::Now);
+        assert_eq!(b.changed("/d", &c, ms(t0, 1)), Touch::Owed { first: true });
+        assert_eq!(b.changed("/d", &c, ms(t0, 2)), Touch::Owed { first: false });
+        assert_eq!(b.changed("/e", &c, ms(t0, 3)), Touch::Now);
+        assert_eq!(b.changed("/e", &c, ms(t0, 4)), Touch::Owed { first: false });
+        assert_eq!(b.owed(), 2);
+        let mut due = b.take_all(ms(t0, 20));
+        due.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(due.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["/d", "/e"]);
+        assert_eq!(b.owed(), 0);
+        // Sent at 20 ms: the window runs from then.
+        assert_eq!(b.changed("/d", &c, ms(t0, 39)), Touch::Owed { first: true });
+        assert_eq!(b.changed("/e", &c, ms(t0, 40)), Touch::Now);
+    }
+
+    #[test]
+    fn a_change_after_the_window_sends_its_touch_and_settles_what_was_owed() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        b.changed("/d", &c, t0);
+        b.changed("/d", &c, ms(t0, 5));
+        assert_eq!(b.changed("/d", &c, ms(t0, 25)), Touch::Now);
+        assert_eq!(b.owed(), 0);
+        assert!(b.take_all(ms(t0, 30)).is_empty());
+    }
+
+    #[test]
+    fn the_owed_touch_goes_with_the_last_changer_and_is_taken_once() {
+        let (mut b, t0) = (TouchBook::new(W), Instant::now());
+        let (alice, bob) = (Creds::user(1000, 1000), Creds::user(1001, 1001));
+        b.changed("/d", &alice, t0);
+        b.changed("/d", &alice, ms(t0, 1));
+        b.changed("/d", &bob, ms(t0, 2));
+        assert_eq!(b.take("/e", ms(t0, 3)), None);
+        assert_eq!(b.take("/d", ms(t0, 3)).map(|c| c.uid), Some(1001));
+        assert_eq!(b.take("/d", ms(t0, 4)), None);
+        assert_eq!(b.owed(), 0);
+        // Taken at 3 ms: a change at 10 ms is within that touch's window.
+        assert_eq!(b.changed("/d", &alice, ms(t0, 10)), Touch::Owed { first: true });
+    }
+
+    #[test]
+    fn directories_changed_once_are_not_kept_past_their_window() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        for i in 0..MAX_REMEMBERED {
+            assert_eq!(b.changed(&format!("/d{i}"), &c, t0), Touch::Now);
+        }
+        b.changed("/d0", &c, ms(t0, 1));
+        assert_eq!(b.changed("/new", &c, ms(t0, 30)), Touch::Now);
+        // Only the one that owes a touch, and the new one, are left.
+        assert_eq!(b.dirs.len(), 2);
+        assert_eq!(b.owed(), 1);
+    }
+}
