@@ -28,7 +28,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// How long after a directory's touch another change's touch waits at most.
-pub const TOUCH_WINDOW: Duration = Duration::from_millis(20);
+/// Well under the mount's 1 s attribute timeout, which other mounts already
+/// see a directory's times through. Through the mount, 2 threads, 20,000
+/// creates over 100 directories: 10,810 touches sent with 20 ms, 2,713 with
+/// 100 ms (40,202 without).
+pub const TOUCH_WINDOW: Duration = Duration::from_millis(100);
 
 /// Directories remembered at most; past this, those whose window is over are
 /// dropped (a client changing names in many directories, each once, defers
@@ -123,14 +127,25 @@ impl TouchBook {
     }
 }
 
+/// Counts of a [`DirTouches`]: touches sent as their change was made, changes
+/// whose touch was owed, and owed touches sent (each covering one or more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TouchCounts {
+    pub at_once: u64,
+    pub owed: u64,
+    pub owed_sent: u64,
+}
+
 /// A client's (or a mount's clients') touch book, and the task that sends the
 /// owed touches through the transport it was started with.
 pub struct DirTouches {
     book: Mutex<TouchBook>,
     wake: Arc<Notify>,
-    /// Touches sent at once, and changes whose touch was folded into another.
-    sent: AtomicU64,
-    folded: AtomicU64,
+    /// Touches sent as their change was made; changes whose touch was owed;
+    /// owed touches sent (each covering one or more of those changes).
+    at_once: AtomicU64,
+    owed: AtomicU64,
+    owed_sent: AtomicU64,
 }
 
 impl DirTouches {
@@ -140,7 +155,7 @@ impl DirTouches {
     pub(crate) fn start(t: Arc<dyn Transport>) -> Option<Arc<DirTouches>> {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         let wake = Arc::new(Notify::new());
-        let touches = Arc::new(DirTouches { book: Mutex::new(TouchBook::new(TOUCH_WINDOW)), wake: wake.clone(), sent: AtomicU64::new(0), folded: AtomicU64::new(0) });
+        let touches = Arc::new(DirTouches { book: Mutex::new(TouchBook::new(TOUCH_WINDOW)), wake: wake.clone(), at_once: AtomicU64::new(0), owed: AtomicU64::new(0), owed_sent: AtomicU64::new(0) });
         rt.spawn(send_owed(Arc::downgrade(&touches), wake, t));
         Some(touches)
     }
@@ -150,11 +165,11 @@ impl DirTouches {
         let touch = self.book().changed(dir, c, Instant::now());
         match touch {
             Touch::Now => {
-                self.sent.fetch_add(1, Ordering::Relaxed);
+                self.at_once.fetch_add(1, Ordering::Relaxed);
                 true
             }
             Touch::Owed { first } => {
-                self.folded.fetch_add(1, Ordering::Relaxed);
+                self.owed.fetch_add(1, Ordering::Relaxed);
                 if first {
                     self.wake.notify_one();
                 }
@@ -169,12 +184,20 @@ impl DirTouches {
         if book.owed() == 0 {
             return None;
         }
-        book.take(dir, Instant::now())
+        let taken = book.take(dir, Instant::now());
+        if taken.is_some() {
+            self.owed_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
     }
 
-    /// (touches sent when their change was made, changes folded into a later touch).
-    pub fn counts(&self) -> (u64, u64) {
-        (self.sent.load(Ordering::Relaxed), self.folded.load(Ordering::Relaxed))
+    /// What this book did so far.
+    pub fn counts(&self) -> TouchCounts {
+        TouchCounts {
+            at_once: self.at_once.load(Ordering::Relaxed),
+            owed: self.owed.load(Ordering::Relaxed),
+            owed_sent: self.owed_sent.load(Ordering::Relaxed),
+        }
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, TouchBook> {
@@ -202,6 +225,7 @@ async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Tran
             if due.is_empty() {
                 break;
             }
+            touches.owed_sent.fetch_add(due.len() as u64, Ordering::Relaxed);
             for (dir, c) in due {
                 let Ok(p) = NsPath::parse(&dir) else { continue };
                 let to = Target::Server(canopy_proto::placement::primary(&p, n));

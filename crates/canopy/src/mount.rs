@@ -184,8 +184,9 @@ struct Timings {
 impl Timings {
     fn report(&self) -> String {
         let mut out = self.requests.report();
-        if let Some((sent, folded)) = self.touches.as_ref().map(|t| t.counts()) {
-            out.push_str(&format!("directory touches: {sent} sent as their change was made, {folded} changes folded into a later touch\n"));
+        if let Some(n) = self.touches.as_ref().map(|t| t.counts()) {
+            let (changes, sent) = (n.at_once + n.owed, n.at_once + n.owed_sent);
+            out.push_str(&format!("directory times: {changes} changes, {sent} touches sent ({} as the change was made, {} after a window)\n", n.at_once, n.owed_sent));
         }
         out
     }
