@@ -28,7 +28,8 @@ pub struct NsOptions {
     pub reclaim: Option<Arc<dyn Reclaim>>,
     /// Keep directories' mtime and ctime as POSIX wants, at one more RPC per
     /// create, unlink, mkdir, rmdir, link and rename (two for a rename between
-    /// directories).
+    /// directories); ShardFS sends at most one per directory per
+    /// [`crate::touches::TOUCH_WINDOW`] in a burst.
     pub dir_times: bool,
     /// The lease asked for the locks of this client's transactions
     /// ([`LOCK_LEASE_MS`] when `None`).
