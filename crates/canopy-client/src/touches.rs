@@ -150,10 +150,14 @@ pub struct DirTouches {
 
 impl DirTouches {
     /// Coalesces touches, sending the owed ones through `t` from a task on the
-    /// current Tokio runtime; `None` outside one (each touch is then sent at
-    /// once, as before).
+    /// current Tokio runtime. `None` (each touch sent at once, as before)
+    /// outside a runtime, or on a current-thread one: its tasks run only while
+    /// its owner drives it, so an owed touch could wait for the next call.
     pub(crate) fn start(t: Arc<dyn Transport>) -> Option<Arc<DirTouches>> {
         let rt = tokio::runtime::Handle::try_current().ok()?;
+        if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
         let wake = Arc::new(Notify::new());
         let touches = Arc::new(DirTouches { book: Mutex::new(TouchBook::new(TOUCH_WINDOW)), wake: wake.clone(), at_once: AtomicU64::new(0), owed: AtomicU64::new(0), owed_sent: AtomicU64::new(0) });
         rt.spawn(send_owed(Arc::downgrade(&touches), wake, t));
@@ -291,6 +295,24 @@ mod tests {
         assert_eq!(b.owed(), 0);
         // Taken at 3 ms: a change at 10 ms is within that touch's window.
         assert_eq!(b.changed("/d", &alice, ms(t0, 10)), Touch::Owed { first: true });
+    }
+
+    #[test]
+    fn touches_are_coalesced_only_where_the_sender_keeps_running() {
+        let t = || Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Refuse))) as Arc<dyn Transport>;
+        assert!(DirTouches::start(t()).is_none(), "outside a runtime");
+        let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        assert!(current.block_on(async { DirTouches::start(t()) }).is_none(), "on a current-thread runtime");
+        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        assert!(multi.block_on(async { DirTouches::start(t()) }).is_some(), "on a multi-threaded runtime");
+    }
+
+    struct Refuse;
+
+    impl canopy_rpc::Service for Refuse {
+        fn call(&self, _: &canopy_proto::auth::Identity, _: Creds, _: Request) -> canopy_rpc::Handled {
+            canopy_rpc::Handled::Now(Err(canopy_proto::Errno::ENOSYS))
+        }
     }
 
     #[test]
