@@ -141,6 +141,18 @@ impl ShardFs {
         self.one_by_one(self.all_but(prim), c, intent, req).await
     }
 
+    /// A transaction step on `others` and on its commit point `prim`: all in
+    /// parallel, or, under a test hook, `others` one at a time (a
+    /// [`Step::ReplicaDone`] after each), then `prim`.
+    async fn with_commit_point(&self, others: impl Iterator<Item = u32>, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
+        if self.hook.is_none() {
+            return Ok(self.fan_out(others.chain([prim]), c, req).await);
+        }
+        let mut results = self.one_by_one(others, c, intent, &req).await?;
+        results.push((prim, self.rpc(prim, c, req(prim)).await));
+        Ok(results)
+    }
+
     /// A transaction step on `servers` one at a time, with a
     /// [`Step::ReplicaDone`] after each.
     async fn one_by_one(&self, servers: impl Iterator<Item = u32>, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
@@ -265,14 +277,7 @@ impl ShardFs {
         let intent = || Intent::Mkdir { path: p.to_string() };
         self.step(|| Step::Locked(intent())).await?;
         let req = |i: u32| Request::Mkdir { path: path.clone(), mode, id, fence: (i != prim).then_some(txn) };
-        let results = if self.hook.is_none() {
-            self.fan_out(0..self.n, c, req).await
-        } else {
-            // A test hook sees the replicas' steps one by one, then the primary's.
-            let mut results = self.on_replicas(prim, c, &intent(), req).await?;
-            results.push((prim, self.rpc(prim, c, req(prim)).await));
-            results
-        };
+        let results = self.with_commit_point(self.all_but(prim), prim, c, &intent(), req).await?;
         let applied: Vec<u32> = results.iter().filter(|(i, r)| *i != prim && r.is_ok()).map(|(i, _)| *i).collect();
         let made = match results.iter().find(|(i, _)| *i == prim).map(|(_, r)| r) {
             Some(Ok(Reply::Attr(a))) if a.kind == FileKind::Dir => a.clone(),
@@ -539,14 +544,7 @@ impl ShardFs {
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(|| Step::Locked(intent())).await?;
         let early: Vec<u32> = (0..self.n).filter(|i| !lifts_on_apply(*i)).collect();
-        let mut applied = if self.hook.is_none() {
-            self.fan_out(early.iter().copied().chain([prim]), c, req).await
-        } else {
-            // A test hook sees the early replicas' steps one by one, then the primary's.
-            let mut results = self.one_by_one(early.iter().copied(), c, &intent(), req).await?;
-            results.push((prim, self.rpc(prim, c, req(prim)).await));
-            results
-        };
+        let mut applied = self.with_commit_point(early.iter().copied(), prim, c, &intent(), &req).await?;
         let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
             Some(Ok(r)) => checked(r)?,
             Some(Err(e)) if outcome_unknown(&e) => return Err(self.undecided(dst, prim, e)),
