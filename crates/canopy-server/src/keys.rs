@@ -33,6 +33,15 @@ pub const CACHED_CFS: &[&str] = &[ENTRIES];
 /// every stat of its stat phase is a hit).
 pub const DEFAULT_ENTRY_CACHE_MIB: usize = 64;
 
+/// `store` behind a read cache of [`CACHED_CFS`] of about `mib` MiB (none
+/// for 0), as a server reads it.
+pub fn with_entry_cache(store: canopy_store::SharedStore, mib: usize) -> canopy_store::SharedStore {
+    if mib == 0 {
+        return store;
+    }
+    std::sync::Arc::new(canopy_store::CachedStore::new(store, CACHED_CFS, mib << 20))
+}
+
 /// The version of the layout this file describes, recorded in `meta` and checked
 /// at open (`canopy_store::check_layout`). Bump it when a key or value changes
 /// meaning.

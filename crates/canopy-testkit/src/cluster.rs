@@ -18,9 +18,9 @@ use canopy_proto::auth::Identity;
 use canopy_proto::clock::SystemClock;
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
-use canopy_server::keys::{ALL_CFS, CACHED_CFS, DEFAULT_ENTRY_CACHE_MIB};
+use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
 use canopy_server::{MetaServer, ModeOptions, ServerConfig};
-use canopy_store::{CachedStore, Durability, MemStore, RocksStore, SharedStore};
+use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,8 +71,7 @@ impl InProcCluster {
     pub fn rocks_with(mode: &'static str, n: u32, dir: &Path, opts: ModeOptions) -> InProcCluster {
         let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
         // Cached as a daemon's store is, so the tests read through the cache.
-        let cached = |s| Arc::new(CachedStore::new(s, CACHED_CFS, DEFAULT_ENTRY_CACHE_MIB << 20)) as SharedStore;
-        let stores = (0..n).map(|i| cached(open(format!("server-{i}"), ALL_CFS))).collect();
+        let stores = (0..n).map(|i| with_entry_cache(open(format!("server-{i}"), ALL_CFS), DEFAULT_ENTRY_CACHE_MIB)).collect();
         InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts)
     }
 

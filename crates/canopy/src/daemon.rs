@@ -10,11 +10,11 @@ use canopy_client::keyfile;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::socket::Listener;
 use canopy_rpc::Service;
-use canopy_server::keys::{ALL_CFS, CACHED_CFS, DEFAULT_ENTRY_CACHE_MIB};
+use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
 use canopy_proto::clock::SystemClock;
 use canopy_server::indexfs::lease::LeasePolicy;
 use canopy_server::{MetaServer, ModeOptions, ServerConfig};
-use canopy_store::{CachedStore, Durability, RocksStore, SharedStore};
+use canopy_store::{Durability, RocksStore, SharedStore};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -187,10 +187,8 @@ fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, 
         Some(l) => LeasePolicy::parse(l).map_err(|e| format!("cluster file {}: {e}", cluster.path.display()))?,
         None => LeasePolicy::default(),
     };
-    let mut store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
-    if args.entry_cache_mib > 0 {
-        store = Arc::new(CachedStore::new(store, CACHED_CFS, args.entry_cache_mib << 20));
-    }
+    let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
+    let store = with_entry_cache(store, args.entry_cache_mib);
     let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
     // Giraffa's directory proofs: every server derives the same key.
     let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
