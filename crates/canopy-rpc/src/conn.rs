@@ -251,23 +251,28 @@ impl Outbox {
         loop {
             self.more.notified().await;
             loop {
-                if self.queued.lock().bytes.is_empty() {
-                    break;
-                }
-                if self.sock.writable().await.is_err() {
-                    self.break_off();
-                    return;
-                }
-                let mut queued = self.queued.lock();
-                match self.sock.try_write(&queued.bytes) {
-                    Ok(n) => {
-                        queued.advance(n);
-                        drop(queued);
-                        self.drained.notify_waiters();
+                // Written first, waited for only when the socket is full (a
+                // Unix socket is watched for room only then: `unix_conn`).
+                let wrote = {
+                    let mut queued = self.queued.lock();
+                    if queued.bytes.is_empty() {
+                        break;
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    let wrote = self.sock.try_write(&queued.bytes);
+                    if let Ok(n) = wrote {
+                        queued.advance(n);
+                    }
+                    wrote
+                };
+                match wrote {
+                    Ok(_) => self.drained.notify_waiters(),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if self.sock.writable().await.is_err() {
+                            self.break_off();
+                            return;
+                        }
+                    }
                     Err(_) => {
-                        drop(queued);
                         self.break_off();
                         return;
                     }

@@ -2,7 +2,8 @@
 //!
 //! - [`Service`]: what a daemon is to the transport: credentials and a request in,
 //!   a reply out, now or later (the lock service answers a blocked lock later).
-//! - [`socket`]: TCP or Unix domain sockets, told apart by the address.
+//! - [`socket`]: TCP or Unix domain sockets, told apart by the address;
+//!   [`unix_conn`]: a Unix socket watched for input only.
 //! - [`server`]: the accept and connection loops. The connection layer is the
 //!   only code that touches a socket: it does the handshake, reads frames, answers
 //!   malformed ones and closes, batches responses into few writes, and bounds
@@ -20,6 +21,7 @@ pub mod random;
 pub mod server;
 pub mod socket;
 pub mod transport;
+pub mod unix_conn;
 
 use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Reply, Request};

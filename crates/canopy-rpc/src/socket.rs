@@ -3,6 +3,7 @@
 //! hosts), `unix:PATH` a Unix domain socket (daemons on the client's own host:
 //! on the development machine a round trip costs about half of loopback TCP's,
 //! see docs/performance.md). Everything above this module handles both alike.
+//! A Unix socket is watched for input only (`unix_conn`).
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -11,6 +12,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
+use crate::unix_conn::{self, UnixReader, UnixWriter};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// The address prefix of a Unix domain socket.
@@ -27,7 +29,7 @@ pub fn unix_path(addr: &str) -> Option<&Path> {
 /// A connected socket of either kind.
 pub enum Stream {
     Tcp(TcpStream),
-    Unix(UnixStream),
+    Unix(UnixReader, UnixWriter),
 }
 
 /// The receiving half of a [`Stream`].
@@ -37,7 +39,7 @@ pub type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 /// ones a thread outside the runtime can make (see `conn.rs`).
 pub enum WriteHalf {
     Tcp(tokio::net::tcp::OwnedWriteHalf),
-    Unix(tokio::net::unix::OwnedWriteHalf),
+    Unix(UnixWriter),
 }
 
 impl WriteHalf {
@@ -86,7 +88,7 @@ impl Stream {
     /// already batched by the writer).
     pub async fn connect(addr: &str) -> io::Result<Stream> {
         match unix_path(addr) {
-            Some(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+            Some(path) => Stream::unix(UnixStream::connect(path).await?),
             None => {
                 let s = TcpStream::connect(addr).await?;
                 let _ = s.set_nodelay(true);
@@ -103,11 +105,13 @@ impl Stream {
                 let (r, w) = s.into_split();
                 (Box::new(r), WriteHalf::Tcp(w))
             }
-            Stream::Unix(s) => {
-                let (r, w) = s.into_split();
-                (Box::new(r), WriteHalf::Unix(w))
-            }
+            Stream::Unix(r, w) => (Box::new(r), WriteHalf::Unix(w)),
         }
+    }
+
+    fn unix(s: UnixStream) -> io::Result<Stream> {
+        let (r, w) = unix_conn::split(s.into_std()?)?;
+        Ok(Stream::Unix(r, w))
     }
 }
 
@@ -154,7 +158,7 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 Ok(Stream::Tcp(s))
             }
-            Listener::Unix(l) => Ok(Stream::Unix(l.accept().await?.0)),
+            Listener::Unix(l) => Stream::unix(l.accept().await?.0),
         }
     }
 }
