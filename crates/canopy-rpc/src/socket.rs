@@ -5,6 +5,7 @@
 //! see docs/performance.md). Everything above this module handles both alike.
 //! A Unix socket is watched for input only (`unix_conn`).
 
+use crate::unix_conn::{self, UnixReader, UnixWriter};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +13,6 @@ use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
-use crate::unix_conn::{self, UnixReader, UnixWriter};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// The address prefix of a Unix domain socket.

@@ -12,8 +12,8 @@
 //! registration once a write goes through.
 
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
-/// Takes a connected, non-blocking socket (Tokio's `into_std` leaves it so)
-/// and registers it with the current runtime for input.
+/// Takes a connected socket, makes it non-blocking (writes go to it
+/// directly) and registers it with the current runtime for input.
 pub fn split(sock: UnixStream) -> io::Result<(UnixReader, UnixWriter)> {
     sock.set_nonblocking(true)?;
     let sock = Arc::new(watch(sock, Interest::READABLE)?);
