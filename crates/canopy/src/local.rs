@@ -5,6 +5,7 @@
 //! cluster when none is given, and none at all with `--posix`.
 
 use crate::connect;
+use crate::process::{self, alive, Liveness};
 use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
 use canopy_proto::{Creds, Reply, Request};
@@ -103,24 +104,6 @@ pub struct BenchArgs {
     pub keep: bool,
 }
 
-/// True if process `pid` is running. A daemon this process started (the bench's
-/// temporary cluster) is reaped here, and a zombie counts as dead.
-fn alive(pid: i32) -> bool {
-    // SAFETY: waitpid with WNOHANG only reaps `pid` if it is our exited child, and
-    // signal 0 only checks that the process exists.
-    unsafe {
-        libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
-        if libc::kill(pid, 0) != 0 {
-            return false;
-        }
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the field after the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()).is_some_and(|r| !r.starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
 fn read_pid(file: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
@@ -174,8 +157,15 @@ pub fn start(dir: &Path, c: &ClusterFile, durability: &str, mut listeners: Liste
     daemons.push(("lockd".into(), &c.lockd, ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec()));
     let mut started = 0;
     for (name, addr, args) in daemons {
-        if read_pid(&dir.join(format!("{name}.pid"))).is_some_and(alive) {
-            continue;
+        if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
+            match process::liveness(pid) {
+                Liveness::Running => continue,
+                // Killed but still holding its socket and database: let it go first.
+                Liveness::Exiting if !process::wait_gone(pid, Duration::from_secs(10)) => {
+                    return Err(format!("{name} (pid {pid}) was killed but has not exited yet; try again"));
+                }
+                Liveness::Exiting | Liveness::Gone => {}
+            }
         }
         let listener = match listeners.remove(&name) {
             Some(l) => l,

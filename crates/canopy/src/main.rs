@@ -10,6 +10,7 @@ mod format;
 mod keys;
 mod local;
 mod mount;
+mod process;
 mod sched;
 
 use clap::{Parser, Subcommand};
