@@ -15,11 +15,13 @@ pub enum Liveness {
 }
 
 /// The liveness of a process from its first thread's state letter (`None` when
-/// it no longer exists) and whether any other of its threads is not a zombie.
-fn classify(leader: Option<char>, other_threads_live: bool) -> Liveness {
+/// it no longer exists) and whether any other of its threads is not a zombie
+/// (asked only of a zombie first thread: reading every thread's state is
+/// needless for a running daemon).
+fn classify(leader: Option<char>, other_threads_live: impl FnOnce() -> bool) -> Liveness {
     match leader {
         None => Liveness::Gone,
-        Some('Z') if other_threads_live => Liveness::Exiting,
+        Some('Z') if other_threads_live() => Liveness::Exiting,
         Some('Z' | 'X') => Liveness::Gone,
         Some(_) => Liveness::Running,
     }
@@ -46,17 +48,20 @@ pub fn liveness(pid: i32) -> Liveness {
             return Liveness::Gone;
         }
     }
-    let leader = match thread_state(&format!("/proc/{pid}/stat")) {
-        Some(s) => Some(s),
+    match thread_state(&format!("/proc/{pid}/stat")) {
         // No /proc to read, yet signal 0 reached it: assume it runs.
-        None => return Liveness::Running,
-    };
-    let others_live = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|task| {
+        None => Liveness::Running,
+        leader => classify(leader, || other_threads_live(pid)),
+    }
+}
+
+/// Whether a thread of `pid` other than its first is not a zombie.
+fn other_threads_live(pid: i32) -> bool {
+    let first = pid.to_string();
+    std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|task| {
         let tid = task.file_name();
-        tid.to_str() != Some(&pid.to_string())
-            && thread_state(&format!("/proc/{pid}/task/{}/stat", tid.to_string_lossy())).is_some_and(|s| s != 'Z')
-    });
-    classify(leader, others_live)
+        tid.to_str() != Some(first.as_str()) && thread_state(&format!("/proc/{pid}/task/{}/stat", tid.to_string_lossy())).is_some_and(|s| s != 'Z')
+    })
 }
 
 /// True until `pid` is gone, exiting included.
@@ -82,11 +87,11 @@ mod tests {
 
     #[test]
     fn a_zombie_first_thread_with_live_threads_is_exiting() {
-        assert_eq!(classify(Some('S'), false), Liveness::Running);
-        assert_eq!(classify(Some('D'), true), Liveness::Running);
-        assert_eq!(classify(Some('Z'), true), Liveness::Exiting);
-        assert_eq!(classify(Some('Z'), false), Liveness::Gone);
-        assert_eq!(classify(None, false), Liveness::Gone);
+        assert_eq!(classify(Some('S'), || false), Liveness::Running);
+        assert_eq!(classify(Some('D'), || true), Liveness::Running);
+        assert_eq!(classify(Some('Z'), || true), Liveness::Exiting);
+        assert_eq!(classify(Some('Z'), || false), Liveness::Gone);
+        assert_eq!(classify(None, || false), Liveness::Gone);
     }
 
     #[test]
