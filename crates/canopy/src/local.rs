@@ -8,6 +8,7 @@ use crate::connect;
 use crate::process::{self, alive, Liveness};
 use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
+use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::ClientAuth;
@@ -390,10 +391,7 @@ pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
                 Err(e) => Err(e),
             };
             match stats {
-                Ok(Reply::Stats(s)) => {
-                    let rpcs: u64 = s.rpcs.iter().map(|(_, n)| n).sum();
-                    println!("server {i:<3} {addr:<21} up    dirs {:<8} files {:<10} rpcs {rpcs}", s.dirs, s.files);
-                }
+                Ok(Reply::Stats(s)) => println!("server {i:<3} {addr:<21} up    {}", server_figures(&s)),
                 Ok(_) | Err(_) => {
                     down += 1;
                     println!("server {i:<3} {addr:<21} DOWN");
@@ -409,6 +407,18 @@ pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
         }
     });
     Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What `status` says of a server that answered: its entries, the RPCs it
+/// served, and its mode's own counters (the entry cache's hits and misses,
+/// IndexFS's lease waits) as `name value` pairs.
+fn server_figures(s: &ServerStats) -> String {
+    let rpcs: u64 = s.rpcs.iter().map(|(_, n)| n).sum();
+    let mut line = format!("dirs {:<8} files {:<10} rpcs {rpcs}", s.dirs, s.files);
+    for (name, n) in &s.counters {
+        line.push_str(&format!("  {name} {n}"));
+    }
+    line
 }
 
 fn config(args: &BenchArgs, root: String) -> BenchConfig {
@@ -558,4 +568,19 @@ fn process_cpu_seconds(pid: i32) -> Option<f64> {
     // parenthesised command name.
     let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_a_servers_entries_rpcs_and_mode_counters() {
+        let s = ServerStats { server: 1, rpcs: vec![("stat".into(), 5), ("create".into(), 2)], dirs: 3, files: 40, counters: vec![("entry_cache_hits".into(), 9), ("entry_cache_misses".into(), 1)] };
+        let line = server_figures(&s);
+        assert!(line.starts_with("dirs 3 "), "{line}");
+        assert!(line.contains("files 40 ") && line.contains("rpcs 7"), "{line}");
+        assert!(line.ends_with("  entry_cache_hits 9  entry_cache_misses 1"), "{line}");
+        assert!(server_figures(&ServerStats { counters: vec![], ..s }).ends_with("rpcs 7"));
+    }
 }

@@ -115,6 +115,7 @@ fn session(c: &Cluster) {
     assert!(c.ok(&["fsck"]).contains(": clean"));
     let status = c.ok(&["status"]);
     assert_eq!(status.lines().filter(|l| l.split_whitespace().any(|w| w == "up")).count(), 5, "{status}");
+    assert_eq!(status.lines().filter(|l| l.contains("entry_cache_hits")).count(), 4, "each server reports its entry cache: {status}");
 
     c.ok(&["down"]);
     c.fails(&["ls", "/"], "canopy: cannot access '/': Connection refused");
