@@ -49,7 +49,9 @@ pub struct NsOptions {
 pub struct ClientCore {
     pub(crate) t: Arc<dyn Transport>,
     pub(crate) n: u32,
-    pub(crate) counters: ClientCounters,
+    /// Shared with this client's directory-touch sender (`touches.rs`), whose
+    /// posts are this client's RPCs too.
+    pub(crate) counters: Arc<ClientCounters>,
     pub(crate) hook: Option<Arc<dyn StepHook>>,
     pub(crate) lease_ms: u32,
     /// Set when a hook kills this coordinator: it sends nothing more, not even
@@ -70,7 +72,7 @@ impl ClientCore {
         ClientCore {
             t,
             n,
-            counters: ClientCounters::new(n),
+            counters: Arc::new(ClientCounters::new(n)),
             hook: opts.hook.clone(),
             lease_ms: opts.lease_ms.unwrap_or(LOCK_LEASE_MS),
             dead: AtomicBool::new(false),
@@ -102,10 +104,7 @@ impl ClientCore {
         if self.is_dead() {
             return;
         }
-        self.counters.sent_to_server(server);
-        if let Err(e) = self.t.post(Target::Server(server), c, req).await {
-            eprintln!("canopy-client: could not send {}: {e}", what());
-        }
+        post_counted(self.t.as_ref(), &self.counters, server, c, req, what).await;
     }
 
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
@@ -119,6 +118,15 @@ impl ClientCore {
 
     pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {
         (0..self.n).filter(move |i| *i != skip)
+    }
+}
+
+/// Posts `req` to `server` (see [`ClientCore::post`]), counted as one RPC
+/// sent to it; a failure to send is logged, naming `what`.
+pub(crate) async fn post_counted(t: &dyn Transport, counters: &ClientCounters, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
+    counters.sent_to_server(server);
+    if let Err(e) = t.post(Target::Server(server), c, req).await {
+        eprintln!("canopy-client: could not send {}: {e}", what());
     }
 }
 

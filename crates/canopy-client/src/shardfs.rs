@@ -72,8 +72,9 @@ impl ShardFs {
     /// A ShardFS client over `t` (see [`crate::open_namespace`], which callers
     /// outside this crate use).
     pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> ShardFs {
-        let touches = if opts.dir_times { opts.touches.clone().or_else(|| DirTouches::start(t.clone())) } else { None };
-        ShardFs { core: ClientCore::new(t, opts), touches }
+        let core = ClientCore::new(t, opts);
+        let touches = if opts.dir_times { opts.touches.clone().or_else(|| DirTouches::start(core.t.clone(), core.counters.clone())) } else { None };
+        ShardFs { core, touches }
     }
 
     /// Runs `attempt` optimistically; on an error a replica mid-mutation could have

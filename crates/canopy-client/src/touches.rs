@@ -20,7 +20,9 @@
 
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Request};
-use canopy_rpc::{Target, Transport};
+use crate::core::post_counted;
+use crate::counters::ClientCounters;
+use canopy_rpc::Transport;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -150,17 +152,18 @@ pub struct DirTouches {
 
 impl DirTouches {
     /// Coalesces touches, sending the owed ones through `t` from a task on the
-    /// current Tokio runtime. `None` (each touch sent at once, as before)
+    /// current Tokio runtime, each counted in `counters` (those of the client
+    /// that starts the book: a mount's clients share their first one's). `None` (each touch sent at once, as before)
     /// outside a runtime, or on a current-thread one: its tasks run only while
     /// its owner drives it, so an owed touch could wait for the next call.
-    pub(crate) fn start(t: Arc<dyn Transport>) -> Option<Arc<DirTouches>> {
+    pub(crate) fn start(t: Arc<dyn Transport>, counters: Arc<ClientCounters>) -> Option<Arc<DirTouches>> {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return None;
         }
         let wake = Arc::new(Notify::new());
         let touches = Arc::new(DirTouches { book: Mutex::new(TouchBook::new(TOUCH_WINDOW)), wake: wake.clone(), at_once: AtomicU64::new(0), owed: AtomicU64::new(0), owed_sent: AtomicU64::new(0) });
-        rt.spawn(send_owed(Arc::downgrade(&touches), wake, t));
+        rt.spawn(send_owed(Arc::downgrade(&touches), wake, t, counters));
         Some(touches)
     }
 
@@ -218,7 +221,7 @@ impl Drop for DirTouches {
 
 /// The sender: woken when a touch becomes owed, it waits out the window and
 /// sends every touch then owed, until nothing is.
-async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Transport>) {
+async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Transport>, counters: Arc<ClientCounters>) {
     let n = t.servers();
     loop {
         wake.notified().await;
@@ -232,10 +235,8 @@ async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Tran
             touches.owed_sent.fetch_add(due.len() as u64, Ordering::Relaxed);
             for (dir, c) in due {
                 let Ok(p) = NsPath::parse(&dir) else { continue };
-                let to = Target::Server(canopy_proto::placement::primary(&p, n));
-                if let Err(e) = t.post(to, &c, Request::TouchDir { at: dir.into() }).await {
-                    eprintln!("canopy-client: could not send the times of {p}: {e}");
-                }
+                let to = canopy_proto::placement::primary(&p, n);
+                post_counted(t.as_ref(), &counters, to, &c, Request::TouchDir { at: dir.into() }, || format!("the times of {p}")).await;
             }
         }
         if touches.strong_count() == 0 {
@@ -300,11 +301,33 @@ mod tests {
     #[test]
     fn touches_are_coalesced_only_where_the_sender_keeps_running() {
         let t = || Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Refuse))) as Arc<dyn Transport>;
-        assert!(DirTouches::start(t()).is_none(), "outside a runtime");
+        let counters = || Arc::new(ClientCounters::new(0));
+        assert!(DirTouches::start(t(), counters()).is_none(), "outside a runtime");
         let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        assert!(current.block_on(async { DirTouches::start(t()) }).is_none(), "on a current-thread runtime");
+        assert!(current.block_on(async { DirTouches::start(t(), counters()) }).is_none(), "on a current-thread runtime");
         let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        assert!(multi.block_on(async { DirTouches::start(t()) }).is_some(), "on a multi-threaded runtime");
+        assert!(multi.block_on(async { DirTouches::start(t(), counters()) }).is_some(), "on a multi-threaded runtime");
+    }
+
+    #[test]
+    fn an_owed_touch_sent_after_its_window_is_counted_as_the_clients_rpc() {
+        let touched = Arc::new(CountTouches::default());
+        let servers: Vec<Arc<dyn canopy_rpc::Service>> = vec![touched.clone(), touched.clone()];
+        let t = Arc::new(canopy_rpc::InProcTransport::new(servers, Arc::new(Refuse))) as Arc<dyn Transport>;
+        let counters = Arc::new(ClientCounters::new(2));
+        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let book = multi.block_on(async { DirTouches::start(t, counters.clone()) }).expect("a sender");
+        let c = Creds::root();
+        assert!(book.changed("/d", &c), "the first change's touch is the caller's to send");
+        assert!(!book.changed("/d", &c) && !book.changed("/d", &c), "a burst owes one");
+        // Sent by the sender once the window is over: wait for it (generously).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while touched.0.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(touched.0.load(Ordering::SeqCst), 1, "one touch covers the burst");
+        assert_eq!(book.counts().owed_sent, 1);
+        assert_eq!(counters.snapshot().total_rpcs(), 1, "the owed touch counts as an RPC of the client");
     }
 
     struct Refuse;
@@ -312,6 +335,19 @@ mod tests {
     impl canopy_rpc::Service for Refuse {
         fn call(&self, _: &canopy_proto::auth::Identity, _: Creds, _: Request) -> canopy_rpc::Handled {
             canopy_rpc::Handled::Now(Err(canopy_proto::Errno::ENOSYS))
+        }
+    }
+
+    /// A server that counts the directory touches it is sent.
+    #[derive(Default)]
+    struct CountTouches(AtomicU64);
+
+    impl canopy_rpc::Service for CountTouches {
+        fn call(&self, _: &canopy_proto::auth::Identity, _: Creds, req: Request) -> canopy_rpc::Handled {
+            if matches!(req, Request::TouchDir { .. }) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            canopy_rpc::Handled::Now(Ok(canopy_proto::Reply::Unit))
         }
     }
 
