@@ -3,45 +3,20 @@
 //! locks, and the retry is counted. A coordinator is held at a transaction step by
 //! a hook so the race is deterministic.
 
-use canopy_client::txn::{Step, StepAction, StepHook};
+use canopy_client::txn::Step;
 use canopy_proto::msg::Intent;
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Creds, Errno, Request};
 use canopy_rpc::Target;
+use canopy_testkit::hooks::Gate;
 use canopy_testkit::InProcCluster;
-use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 const SERVERS: u32 = 4;
-
-/// Holds the coordinator at the step `at` until released.
-struct Gate {
-    at: Step,
-    reached: mpsc::UnboundedSender<()>,
-    release: Arc<Semaphore>,
-}
-
-impl StepHook for Gate {
-    fn reached(&self, step: Step) -> BoxFuture<'_, StepAction> {
-        Box::pin(async move {
-            if step == self.at {
-                let _ = self.reached.send(());
-                let _ = self.release.acquire().await.map(|p| p.forget());
-            }
-            StepAction::Continue
-        })
-    }
-}
-
-fn gate(at: Step) -> (Arc<Gate>, mpsc::UnboundedReceiver<()>, Arc<Semaphore>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let release = Arc::new(Semaphore::new(0));
-    (Arc::new(Gate { at, reached: tx, release: release.clone() }), rx, release)
-}
 
 /// A name in `dir` whose primary is (or is not) the primary of `dir`.
 fn name_where(dir: &str, same_primary: bool) -> String {
@@ -63,7 +38,7 @@ type Held = tokio::task::JoinHandle<Result<canopy_proto::Attr, Errno>>;
 async fn mkdir_held_at_commit() -> (InProcCluster, Held, Arc<Semaphore>) {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/d", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
+    let (hook, mut reached, release) = Gate::at(Step::PrimaryDone(Intent::Mkdir { path: "/d/x".into() }));
     let coordinator = cluster.client_with_hook(hook, 30_000);
     let mkdir = tokio::spawn(async move { coordinator.mkdir("/d/x", 0o755).await });
     reached.recv().await.unwrap();
@@ -105,7 +80,7 @@ async fn the_primary_of_a_new_directory_answers_without_a_retry() {
 async fn rmdir_in_flight_makes_lookups_wait_then_fail_for_real() {
     let cluster = InProcCluster::memory(SERVERS);
     cluster.client().mkdir("/gone", 0o755).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::ReplicasDone(Intent::Rmdir { path: "/gone".into() }));
+    let (hook, mut reached, release) = Gate::at(Step::ReplicasDone(Intent::Rmdir { path: "/gone".into() }));
     let coordinator = cluster.client_with_hook(hook, 30_000);
     let rmdir = tokio::spawn(async move { coordinator.rmdir("/gone").await });
     reached.recv().await.unwrap();
@@ -147,7 +122,7 @@ async fn a_non_monotonic_change_fences_lookups_on_every_server() {
     root.mkdir("/d", 0o755).await.unwrap();
     let inside = name_where("/d", true);
     root.create(&inside, 0o644).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::DirSetAttr { path: "/d".into() }));
+    let (hook, mut reached, release) = Gate::at(Step::PrimaryDone(Intent::DirSetAttr { path: "/d".into() }));
     let coordinator = cluster.client_with_hook(hook, 30_000);
     let chown = tokio::spawn(async move { coordinator.chown("/d", Some(1000), None).await });
     reached.recv().await.unwrap();
@@ -177,7 +152,7 @@ async fn a_directory_chmod_that_meets_a_fence_still_runs_its_transaction() {
     root.mkdir("/p", 0o755).await.unwrap();
     root.mkdir("/p/mine", 0o755).await.unwrap();
     root.chown("/p/mine", Some(1000), Some(1000)).await.unwrap();
-    let (hook, mut reached, release) = gate(Step::PrimaryDone(Intent::DirSetAttr { path: "/p".into() }));
+    let (hook, mut reached, release) = Gate::at(Step::PrimaryDone(Intent::DirSetAttr { path: "/p".into() }));
     let coordinator = cluster.client_with_hook(hook, 30_000);
     let chown = tokio::spawn(async move { coordinator.chown("/p", Some(1001), None).await });
     reached.recv().await.unwrap();

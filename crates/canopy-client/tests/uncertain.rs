@@ -12,13 +12,15 @@ use canopy_client::txn::{Step, StepAction, StepHook};
 use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
-use canopy_proto::msg::DirLookup;
+use canopy_proto::msg::{DirLookup, Intent};
 use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
 use canopy_server::MetaServer;
+use canopy_testkit::hooks::Gate;
 use canopy_testkit::InProcCluster;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Semaphore};
 
 const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 300;
@@ -47,6 +49,30 @@ fn replicas(cluster: &InProcCluster, path: &str, skip: u32) -> Vec<Option<DirLoo
         other => panic!("probe: {other:?}"),
     };
     cluster.servers.iter().filter(|s| s.index() != skip).map(probe).collect()
+}
+
+/// A coordinator (short lease) held where it has locked, checked and fenced a
+/// rename of `src` to `dst` and applied nothing yet: the test sets a fault,
+/// then lets it go on.
+fn held_before_rename_applies(cluster: &InProcCluster, src: &str, dst: &str) -> (Client, mpsc::UnboundedReceiver<()>, Arc<Semaphore>) {
+    let (gate, at, release) = Gate::at(Step::Locked(Intent::Rename { src: src.into(), dst: dst.into() }));
+    (cluster.client_with_hook(gate, LEASE_MS), at, release)
+}
+
+/// `/s/x` holding `files` files: a directory rename's subject.
+async fn dir_with_files(c: &Client, files: usize) {
+    c.mkdir("/s", 0o755).await.unwrap();
+    c.mkdir("/s/x", 0o755).await.unwrap();
+    for i in 0..files {
+        c.create(&format!("/s/x/f{i}"), 0o644).await.unwrap();
+    }
+}
+
+/// The names below `dir`, sorted.
+async fn names(c: &Client, dir: &str) -> Vec<String> {
+    let mut n: Vec<String> = c.readdir(dir).await.unwrap().into_iter().map(|e| e.name).collect();
+    n.sort();
+    n
 }
 
 /// A coordinator with a short lease, so a transaction left for recovery is soon
@@ -140,4 +166,60 @@ async fn a_transaction_that_sent_nothing_or_undid_everything_is_unlocked() {
     assert_eq!(c.stat("/a/x").await.unwrap().kind, FileKind::Dir);
     c.rmdir("/a/x").await.unwrap();
     c.mkdir(&d, 0o755).await.unwrap();
+}
+
+/// The destination's primary, the commit point, refuses a directory rename's
+/// apply after every check passed (it did not apply it): the servers that
+/// applied it are put back at once, the error is the commit point's, and the
+/// lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_its_commit_point_refuses_is_put_back() {
+    let cluster = InProcCluster::memory(SERVERS);
+    dir_with_files(&cluster.fresh_client(), 5).await;
+    let (c, mut at, release) = held_before_rename_applies(&cluster, "/s/x", "/s/y");
+    let renaming = tokio::spawn(async move { c.rename("/s/x", "/s/y").await });
+    at.recv().await.unwrap();
+    cluster.faults().refuse_next(prim("/s/y"), "RenameDir", Errno::ENOSPC);
+    release.add_permits(1);
+    assert_eq!(renaming.await.unwrap(), Err(Errno::ENOSPC));
+    assert!(cluster.lock.transactions().is_empty(), "certain outcome: unlocked");
+    let fresh = cluster.fresh_client();
+    assert_eq!(fresh.stat("/s/y").await.map(|_| ()), Err(Errno::ENOENT));
+    assert_eq!(names(&fresh, "/s").await, ["x"]);
+    assert_eq!(names(&fresh, "/s/x").await, ["f0", "f1", "f2", "f3", "f4"]);
+    assert_eq!(replicas(&cluster, "/s/y", u32::MAX), vec![None; SERVERS as usize], "no server kept the new name");
+    settled(&cluster).await;
+    fresh.rename("/s/x", "/s/y").await.unwrap();
+    assert_eq!(names(&fresh, "/s/y").await.len(), 5);
+}
+
+/// The commit point applies a directory rename and dies before answering: the
+/// coordinator cannot know whether it committed, so it leaves the transaction
+/// to recovery, which finds it committed on the primary and rolls it forward
+/// (the files below move to their new primaries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_whose_commit_points_answer_is_lost_is_rolled_forward() {
+    let cluster = InProcCluster::memory(SERVERS);
+    dir_with_files(&cluster.fresh_client(), 5).await;
+    // A destination whose primary is not the source's: the source's primary
+    // applies only after the commit point answered, so it still has the old
+    // name when recovery looks.
+    let dst = (0..).map(|i| format!("/s/y{i}")).find(|d| prim(d) != prim("/s/x")).unwrap();
+    let (c, mut at, release) = held_before_rename_applies(&cluster, "/s/x", &dst);
+    let to = dst.clone();
+    let renaming = tokio::spawn(async move { c.rename("/s/x", &to).await });
+    at.recv().await.unwrap();
+    let p = prim(&dst);
+    cluster.faults().die_after(p, "RenameDir");
+    release.add_permits(1);
+    assert_eq!(renaming.await.unwrap(), Err(Errno::EIO));
+    assert_eq!(cluster.lock.transactions().len(), 1, "left for recovery, not unlocked");
+    revive_and_sweep(&cluster, p).await;
+    let fresh = cluster.fresh_client();
+    assert_eq!(fresh.stat("/s/x").await.map(|_| ()), Err(Errno::ENOENT));
+    assert_eq!(names(&fresh, "/s").await, [&dst["/s/".len()..]]);
+    assert_eq!(names(&fresh, &dst).await, ["f0", "f1", "f2", "f3", "f4"]);
+    for i in 0..5 {
+        assert_eq!(fresh.stat(&format!("{dst}/f{i}")).await.unwrap().kind, FileKind::File);
+    }
 }

@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// it is not running), and [`FaultyTransport::die_after`] lets the next request
 /// of one kind to a server be applied, then loses its reply (`ENOTCONN`) and takes
 /// the server down: a crash after its commit, before it answered.
+/// [`FaultyTransport::refuse_next`] answers the next request of one kind to a
+/// server with an error without applying it: a refusal the coordinator can
+/// trust.
 pub struct FaultyTransport {
     inner: Arc<dyn Transport>,
     faults: Mutex<Faults>,
@@ -23,6 +26,7 @@ pub struct FaultyTransport {
 struct Faults {
     down: HashSet<u32>,
     die_after: Option<(u32, &'static str)>,
+    refuse_next: Option<(u32, &'static str, Errno)>,
 }
 
 impl FaultyTransport {
@@ -43,6 +47,12 @@ impl FaultyTransport {
     pub fn die_after(&self, server: u32, op: &'static str) {
         self.faults.lock().die_after = Some((server, op));
     }
+
+    /// The next request named `op` to `server` is not applied and is answered
+    /// `errno`; the server stays up.
+    pub fn refuse_next(&self, server: u32, op: &'static str, errno: Errno) {
+        self.faults.lock().refuse_next = Some((server, op, errno));
+    }
 }
 
 impl Transport for FaultyTransport {
@@ -57,6 +67,10 @@ impl Transport for FaultyTransport {
                 let mut f = self.faults.lock();
                 if f.down.contains(&i) {
                     return Err(Errno::ECONNREFUSED);
+                }
+                if let Some((_, _, errno)) = f.refuse_next.filter(|(s, op, _)| (*s, *op) == (i, req.name())) {
+                    f.refuse_next = None;
+                    return Err(errno);
                 }
                 let dies = f.die_after == Some((i, req.name()));
                 if dies {

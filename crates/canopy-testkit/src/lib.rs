@@ -3,8 +3,10 @@
 //! - [`InProcCluster`]: N metadata servers and a lock service over memory or
 //!   RocksDB stores, reached through the in-process transport, with clients as
 //!   the cluster key, as a user key, delegating, or stopping at transaction steps.
-//! - [`FaultyTransport`]: servers that are down, or die right after applying a
-//!   named request, on a test's word.
+//! - [`FaultyTransport`]: servers that are down, die right after applying a
+//!   named request, or refuse one without applying it, on a test's word.
+//! - [`hooks`]: step hooks that kill a coordinator at a step, or hold it there
+//!   while the test acts.
 //!
 //! It is the one crate that assembles servers, the lock service and clients
 //! without the `canopy` binary, so the client library need not link the server
