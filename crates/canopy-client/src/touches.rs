@@ -18,10 +18,10 @@
 //! [`TouchBook`] is the bookkeeping alone (no clock, no I/O), tested below;
 //! [`DirTouches`] shares one between a mount's clients and runs the sender.
 
-use canopy_proto::path::NsPath;
-use canopy_proto::{Creds, Request};
 use crate::core::post_counted;
 use crate::counters::ClientCounters;
+use canopy_proto::path::NsPath;
+use canopy_proto::{Creds, Request};
 use canopy_rpc::Transport;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,9 +153,10 @@ pub struct DirTouches {
 impl DirTouches {
     /// Coalesces touches, sending the owed ones through `t` from a task on the
     /// current Tokio runtime, each counted in `counters` (those of the client
-    /// that starts the book: a mount's clients share their first one's). `None` (each touch sent at once, as before)
-    /// outside a runtime, or on a current-thread one: its tasks run only while
-    /// its owner drives it, so an owed touch could wait for the next call.
+    /// that starts the book: a mount's clients share their first one's).
+    /// `None` (each touch sent at once, as before) outside a runtime, or on a
+    /// current-thread one: its tasks run only while its owner drives it, so an
+    /// owed touch could wait for the next call.
     pub(crate) fn start(t: Arc<dyn Transport>, counters: Arc<ClientCounters>) -> Option<Arc<DirTouches>> {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
@@ -219,10 +220,16 @@ impl Drop for DirTouches {
     }
 }
 
+/// Posts `dir`'s touch (its mtime and ctime set now) to its primary, counted
+/// in `counters`: the one way a client sends one, at once or owed.
+pub(crate) async fn post_touch(t: &dyn Transport, counters: &ClientCounters, c: &Creds, dir: &NsPath) {
+    let to = canopy_proto::placement::primary(dir, t.servers());
+    post_counted(t, counters, to, c, Request::TouchDir { at: dir.to_string().into() }, || format!("the times of {dir}")).await;
+}
+
 /// The sender: woken when a touch becomes owed, it waits out the window and
 /// sends every touch then owed, until nothing is.
 async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Transport>, counters: Arc<ClientCounters>) {
-    let n = t.servers();
     loop {
         wake.notified().await;
         loop {
@@ -234,9 +241,8 @@ async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Tran
             }
             touches.owed_sent.fetch_add(due.len() as u64, Ordering::Relaxed);
             for (dir, c) in due {
-                let Ok(p) = NsPath::parse(&dir) else { continue };
-                let to = canopy_proto::placement::primary(&p, n);
-                post_counted(t.as_ref(), &counters, to, &c, Request::TouchDir { at: dir.into() }, || format!("the times of {p}")).await;
+                let Ok(dir) = NsPath::parse(&dir) else { continue };
+                post_touch(t.as_ref(), &counters, &c, &dir).await;
             }
         }
         if touches.strong_count() == 0 {
