@@ -566,7 +566,7 @@ fn process_cpu_seconds(pid: i32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // utime and stime: fields 14 and 15, the 12th and 13th after the
     // parenthesised command name.
-    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let f = process::stat_fields(&stat)?;
     Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / ticks)
 }
 

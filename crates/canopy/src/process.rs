@@ -27,10 +27,15 @@ fn classify(leader: Option<char>, other_threads_live: impl FnOnce() -> bool) -> 
     }
 }
 
-/// The state letter in a `/proc/.../stat` line: the field after the
-/// parenthesised command name (which may itself hold parentheses).
+/// The fields of a `/proc/.../stat` line after the parenthesised command
+/// name (which may itself hold parentheses): the state first, field 3.
+pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace().collect())
+}
+
+/// The state letter in a `/proc/.../stat` line.
 fn state_letter(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    stat_fields(stat)?.first()?.chars().next()
 }
 
 fn thread_state(path: &str) -> Option<char> {
