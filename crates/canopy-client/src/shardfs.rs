@@ -698,6 +698,8 @@ impl ShardFs {
         if s == d {
             return self.stat_path(c, &s).await.map(|_| ());
         }
+        // On this client's connections, so each is served before the rename.
+        self.send_owed_touches_below(&s).await;
         let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
         let r = self.do_rename(c, &s, &d, txn, seen_dir).await;
         self.finish(txn, &r).await;

@@ -72,6 +72,18 @@ impl ShardFs {
         }
     }
 
+    /// Before `dir` is renamed: sends the touches owed for it and the
+    /// directories below, which would otherwise go to their old names (to
+    /// nothing, or to a directory made there since) once the window is over.
+    pub(crate) async fn send_owed_touches_below(&self, dir: &NsPath) {
+        let owed = self.touches.as_ref().map(|t| t.take_below(dir.as_str())).unwrap_or_default();
+        for (d, c) in owed {
+            if let Ok(d) = NsPath::parse(&d) {
+                self.touch(&c, &d).await;
+            }
+        }
+    }
+
     async fn touch(&self, c: &Creds, dir: &NsPath) {
         // A coordinator a test hook killed sends nothing more (`ClientCore::post`).
         if !self.is_dead() {

@@ -12,8 +12,10 @@
 //! What it trades: a directory's times on its primary lag its last change by
 //! at most the window during a burst. This client's own stat of a directory
 //! sends the owed touch first (on the same connection, so it is served
-//! first): it never sees its own change missing. A touch owed when the client
-//! dies is lost, as a posted one in flight is.
+//! first): it never sees its own change missing. A rename of a directory
+//! first sends the touches owed for it and below it, which would otherwise go
+//! to the old names. A touch owed when the client dies is lost, as a posted
+//! one in flight is.
 //!
 //! [`TouchBook`] is the bookkeeping alone (no clock, no I/O), tested below;
 //! [`DirTouches`] shares one between a mount's clients and runs the sender.
@@ -103,6 +105,21 @@ impl TouchBook {
         Some(c)
     }
 
+    /// The touches owed for `dir` and the directories below it, taken to be
+    /// sent now (before `dir` is renamed: sent after, they would go to the
+    /// old names).
+    pub(crate) fn take_below(&mut self, dir: &str, now: Instant) -> Vec<(String, Creds)> {
+        let mut out = Vec::new();
+        for (name, t) in self.dirs.iter_mut().filter(|(name, _)| is_at_or_below(name, dir)) {
+            if let Some(c) = t.owed.take() {
+                t.sent = now;
+                out.push((name.clone(), c));
+            }
+        }
+        self.owed -= out.len();
+        out
+    }
+
     /// Every owed touch, taken to be sent now.
     pub(crate) fn take_all(&mut self, now: Instant) -> Vec<(String, Creds)> {
         let mut out = Vec::with_capacity(self.owed);
@@ -126,6 +143,14 @@ impl TouchBook {
     fn forget_quiet(&mut self, now: Instant) {
         let window = self.window;
         self.dirs.retain(|_, t| t.owed.is_some() || now.saturating_duration_since(t.sent) < window);
+    }
+}
+
+/// Whether path `name` is `dir` or names something below it.
+fn is_at_or_below(name: &str, dir: &str) -> bool {
+    match name.strip_prefix(dir) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || dir.ends_with('/'),
+        None => false,
     }
 }
 
@@ -196,6 +221,18 @@ impl DirTouches {
         if taken.is_some() {
             self.owed_sent.fetch_add(1, Ordering::Relaxed);
         }
+        taken
+    }
+
+    /// The touches owed for `dir` and below it, with their creds: the caller
+    /// sends them.
+    pub(crate) fn take_below(&self, dir: &str) -> Vec<(String, Creds)> {
+        let mut book = self.book();
+        if book.owed() == 0 {
+            return Vec::new();
+        }
+        let taken = book.take_below(dir, Instant::now());
+        self.owed_sent.fetch_add(taken.len() as u64, Ordering::Relaxed);
         taken
     }
 
@@ -302,6 +339,23 @@ mod tests {
         assert_eq!(b.owed(), 0);
         // Taken at 3 ms: a change at 10 ms is within that touch's window.
         assert_eq!(b.changed("/d", &alice, ms(t0, 10)), Touch::Owed { first: true });
+    }
+
+    #[test]
+    fn a_directory_to_be_renamed_takes_its_own_and_its_descendants_owed_touches() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        for d in ["/a", "/a/b", "/ab", "/b", "/a/b/c"] {
+            b.changed(d, &c, t0);
+            b.changed(d, &c, ms(t0, 1));
+        }
+        b.changed("/a/quiet", &c, t0);
+        let mut taken: Vec<String> = b.take_below("/a", ms(t0, 2)).into_iter().map(|(d, _)| d).collect();
+        taken.sort();
+        assert_eq!(taken, ["/a", "/a/b", "/a/b/c"], "not /ab, /b, nor /a/quiet (which owes none)");
+        assert_eq!(b.owed(), 2);
+        assert!(b.take_below("/a", ms(t0, 3)).is_empty(), "taken once");
+        assert_eq!(b.take_below("/", ms(t0, 3)).len(), 2, "below the root: the rest");
+        assert_eq!(b.owed(), 0);
     }
 
     #[test]

@@ -102,6 +102,7 @@ cases!(
     data_requests_on_non_files,
     dir_times_follow_name_changes,
     dir_times_of_a_burst_reach_other_clients,
+    an_owed_touch_goes_with_its_directory_when_renamed,
     dir_times_off_by_default,
     data_changes_clear_setuid_as_write_does,
     data_requests_check_permission,
@@ -1063,6 +1064,20 @@ async fn dir_times_of_a_burst_reach_other_clients(kit: &Kit) {
         assert!(std::time::Instant::now() < deadline, "the last create's touch never arrived: {mtime}, {ctime} < {made}");
         sleep_ms(5).await;
     }
+}
+
+/// A directory renamed while its burst's touch is still owed: the touch is
+/// sent before the rename, so it lands on the directory (its times move with
+/// it), not on the old name once the window is over.
+async fn an_owed_touch_goes_with_its_directory_when_renamed(kit: &Kit) {
+    let c = kit.client_with(None, true);
+    c.mkdir("/from", 0o755).await.unwrap();
+    c.create("/from/first", 0o644).await.unwrap();
+    sleep_ms(3).await;
+    let last = c.create("/from/owed", 0o644).await.unwrap();
+    c.rename("/from", "/to").await.unwrap();
+    let (mtime, ctime) = times(&c, "/to").await;
+    assert!(mtime >= last.ctime && ctime >= last.ctime, "the owed touch was lost: {mtime}, {ctime} < {}", last.ctime);
 }
 
 /// Documents the trade-off: without `with_dir_times(true)` (the default) a
