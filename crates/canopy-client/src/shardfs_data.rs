@@ -58,7 +58,7 @@ impl ShardFs {
         let mut parents: Vec<NsPath> = paths.iter().filter_map(|p| p.split().map(|(parent, _)| parent)).collect();
         parents.dedup();
         for parent in parents {
-            if self.touches.as_ref().is_none_or(|t| t.changed(parent.as_str(), c)) {
+            if self.touches.as_ref().is_none_or(|t| t.changed(&parent, c)) {
                 self.touch(c, &parent).await;
             }
         }
@@ -67,7 +67,7 @@ impl ShardFs {
     /// Before a stat of `dir`: sends the touch owed for it, if any, so this
     /// client sees its own changes in the directory's times.
     pub(crate) async fn send_owed_touch(&self, dir: &NsPath) {
-        if let Some(c) = self.touches.as_ref().and_then(|t| t.take(dir.as_str())) {
+        if let Some(c) = self.touches.as_ref().and_then(|t| t.take(dir)) {
             self.touch(&c, dir).await;
         }
     }
@@ -76,11 +76,9 @@ impl ShardFs {
     /// directories below, which would otherwise go to their old names (to
     /// nothing, or to a directory made there since) once the window is over.
     pub(crate) async fn send_owed_touches_below(&self, dir: &NsPath) {
-        let owed = self.touches.as_ref().map(|t| t.take_below(dir.as_str())).unwrap_or_default();
+        let owed = self.touches.as_ref().map(|t| t.take_below(dir)).unwrap_or_default();
         for (d, c) in owed {
-            if let Ok(d) = NsPath::parse(&d) {
-                self.touch(&c, &d).await;
-            }
+            self.touch(&c, &d).await;
         }
     }
 

@@ -62,7 +62,7 @@ struct Touched {
 /// Which directories had a touch sent lately, and which are owed one.
 pub(crate) struct TouchBook {
     window: Duration,
-    dirs: HashMap<String, Touched>,
+    dirs: HashMap<NsPath, Touched>,
     owed: usize,
 }
 
@@ -72,7 +72,7 @@ impl TouchBook {
     }
 
     /// `c` changed a name in `dir` at `now`.
-    pub(crate) fn changed(&mut self, dir: &str, c: &Creds, now: Instant) -> Touch {
+    pub(crate) fn changed(&mut self, dir: &NsPath, c: &Creds, now: Instant) -> Touch {
         if let Some(t) = self.dirs.get_mut(dir) {
             if now.saturating_duration_since(t.sent) < self.window {
                 if t.owed.replace(c.clone()).is_some() {
@@ -92,12 +92,12 @@ impl TouchBook {
         if self.dirs.len() >= MAX_REMEMBERED {
             self.forget_quiet(now);
         }
-        self.dirs.insert(dir.to_string(), Touched { sent: now, owed: None });
+        self.dirs.insert(dir.clone(), Touched { sent: now, owed: None });
         Touch::Now
     }
 
     /// The touch owed for `dir`, taken to be sent now (before a stat of it).
-    pub(crate) fn take(&mut self, dir: &str, now: Instant) -> Option<Creds> {
+    pub(crate) fn take(&mut self, dir: &NsPath, now: Instant) -> Option<Creds> {
         let t = self.dirs.get_mut(dir)?;
         let c = t.owed.take()?;
         self.owed -= 1;
@@ -108,9 +108,9 @@ impl TouchBook {
     /// The touches owed for `dir` and the directories below it, taken to be
     /// sent now (before `dir` is renamed: sent after, they would go to the
     /// old names).
-    pub(crate) fn take_below(&mut self, dir: &str, now: Instant) -> Vec<(String, Creds)> {
+    pub(crate) fn take_below(&mut self, dir: &NsPath, now: Instant) -> Vec<(NsPath, Creds)> {
         let mut out = Vec::new();
-        for (name, t) in self.dirs.iter_mut().filter(|(name, _)| is_at_or_below(name, dir)) {
+        for (name, t) in self.dirs.iter_mut().filter(|(name, _)| name.is_within(dir)) {
             if let Some(c) = t.owed.take() {
                 t.sent = now;
                 out.push((name.clone(), c));
@@ -121,15 +121,8 @@ impl TouchBook {
     }
 
     /// Every owed touch, taken to be sent now.
-    pub(crate) fn take_all(&mut self, now: Instant) -> Vec<(String, Creds)> {
-        let mut out = Vec::with_capacity(self.owed);
-        for (dir, t) in self.dirs.iter_mut() {
-            if let Some(c) = t.owed.take() {
-                t.sent = now;
-                out.push((dir.clone(), c));
-            }
-        }
-        self.owed = 0;
+    pub(crate) fn take_all(&mut self, now: Instant) -> Vec<(NsPath, Creds)> {
+        let out = self.take_below(&NsPath::root(), now);
         self.forget_quiet(now);
         out
     }
@@ -143,14 +136,6 @@ impl TouchBook {
     fn forget_quiet(&mut self, now: Instant) {
         let window = self.window;
         self.dirs.retain(|_, t| t.owed.is_some() || now.saturating_duration_since(t.sent) < window);
-    }
-}
-
-/// Whether path `name` is `dir` or names something below it.
-fn is_at_or_below(name: &str, dir: &str) -> bool {
-    match name.strip_prefix(dir) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/') || dir.ends_with('/'),
-        None => false,
     }
 }
 
@@ -194,7 +179,7 @@ impl DirTouches {
     }
 
     /// `c` changed a name in `dir`: true if its touch is to be sent now.
-    pub(crate) fn changed(&self, dir: &str, c: &Creds) -> bool {
+    pub(crate) fn changed(&self, dir: &NsPath, c: &Creds) -> bool {
         let touch = self.book().changed(dir, c, Instant::now());
         match touch {
             Touch::Now => {
@@ -212,7 +197,7 @@ impl DirTouches {
     }
 
     /// The creds of the touch owed for `dir`, if one is: the caller sends it.
-    pub(crate) fn take(&self, dir: &str) -> Option<Creds> {
+    pub(crate) fn take(&self, dir: &NsPath) -> Option<Creds> {
         let mut book = self.book();
         if book.owed() == 0 {
             return None;
@@ -226,7 +211,7 @@ impl DirTouches {
 
     /// The touches owed for `dir` and below it, with their creds: the caller
     /// sends them.
-    pub(crate) fn take_below(&self, dir: &str) -> Vec<(String, Creds)> {
+    pub(crate) fn take_below(&self, dir: &NsPath) -> Vec<(NsPath, Creds)> {
         let mut book = self.book();
         if book.owed() == 0 {
             return Vec::new();
@@ -278,7 +263,6 @@ async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Tran
             }
             touches.owed_sent.fetch_add(due.len() as u64, Ordering::Relaxed);
             for (dir, c) in due {
-                let Ok(dir) = NsPath::parse(&dir) else { continue };
                 post_touch(t.as_ref(), &counters, &c, &dir).await;
             }
         }
@@ -294,6 +278,10 @@ mod tests {
 
     const W: Duration = Duration::from_millis(20);
 
+    fn p(path: &str) -> NsPath {
+        NsPath::parse(path).unwrap()
+    }
+
     fn ms(start: Instant, n: u64) -> Instant {
         start + Duration::from_millis(n)
     }
@@ -301,27 +289,27 @@ mod tests {
     #[test]
     fn a_quiet_directory_is_touched_at_once_and_a_burst_owes_one_touch() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        assert_eq!(b.changed("/d", &c, t0), Touch::Now);
-        assert_eq!(b.changed("/d", &c, ms(t0, 1)), Touch::Owed { first: true });
-        assert_eq!(b.changed("/d", &c, ms(t0, 2)), Touch::Owed { first: false });
-        assert_eq!(b.changed("/e", &c, ms(t0, 3)), Touch::Now);
-        assert_eq!(b.changed("/e", &c, ms(t0, 4)), Touch::Owed { first: false });
+        assert_eq!(b.changed(&p("/d"), &c, t0), Touch::Now);
+        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 1)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 2)), Touch::Owed { first: false });
+        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 3)), Touch::Now);
+        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 4)), Touch::Owed { first: false });
         assert_eq!(b.owed(), 2);
         let mut due = b.take_all(ms(t0, 20));
         due.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(due.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["/d", "/e"]);
         assert_eq!(b.owed(), 0);
         // Sent at 20 ms: the window runs from then.
-        assert_eq!(b.changed("/d", &c, ms(t0, 39)), Touch::Owed { first: true });
-        assert_eq!(b.changed("/e", &c, ms(t0, 40)), Touch::Now);
+        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 39)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 40)), Touch::Now);
     }
 
     #[test]
     fn a_change_after_the_window_sends_its_touch_and_settles_what_was_owed() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        b.changed("/d", &c, t0);
-        b.changed("/d", &c, ms(t0, 5));
-        assert_eq!(b.changed("/d", &c, ms(t0, 25)), Touch::Now);
+        b.changed(&p("/d"), &c, t0);
+        b.changed(&p("/d"), &c, ms(t0, 5));
+        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 25)), Touch::Now);
         assert_eq!(b.owed(), 0);
         assert!(b.take_all(ms(t0, 30)).is_empty());
     }
@@ -330,31 +318,31 @@ mod tests {
     fn the_owed_touch_goes_with_the_last_changer_and_is_taken_once() {
         let (mut b, t0) = (TouchBook::new(W), Instant::now());
         let (alice, bob) = (Creds::user(1000, 1000), Creds::user(1001, 1001));
-        b.changed("/d", &alice, t0);
-        b.changed("/d", &alice, ms(t0, 1));
-        b.changed("/d", &bob, ms(t0, 2));
-        assert_eq!(b.take("/e", ms(t0, 3)), None);
-        assert_eq!(b.take("/d", ms(t0, 3)).map(|c| c.uid), Some(1001));
-        assert_eq!(b.take("/d", ms(t0, 4)), None);
+        b.changed(&p("/d"), &alice, t0);
+        b.changed(&p("/d"), &alice, ms(t0, 1));
+        b.changed(&p("/d"), &bob, ms(t0, 2));
+        assert_eq!(b.take(&p("/e"), ms(t0, 3)), None);
+        assert_eq!(b.take(&p("/d"), ms(t0, 3)).map(|c| c.uid), Some(1001));
+        assert_eq!(b.take(&p("/d"), ms(t0, 4)), None);
         assert_eq!(b.owed(), 0);
         // Taken at 3 ms: a change at 10 ms is within that touch's window.
-        assert_eq!(b.changed("/d", &alice, ms(t0, 10)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&p("/d"), &alice, ms(t0, 10)), Touch::Owed { first: true });
     }
 
     #[test]
     fn a_directory_to_be_renamed_takes_its_own_and_its_descendants_owed_touches() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         for d in ["/a", "/a/b", "/ab", "/b", "/a/b/c"] {
-            b.changed(d, &c, t0);
-            b.changed(d, &c, ms(t0, 1));
+            b.changed(&p(d), &c, t0);
+            b.changed(&p(d), &c, ms(t0, 1));
         }
-        b.changed("/a/quiet", &c, t0);
-        let mut taken: Vec<String> = b.take_below("/a", ms(t0, 2)).into_iter().map(|(d, _)| d).collect();
+        b.changed(&p("/a/quiet"), &c, t0);
+        let mut taken: Vec<String> = b.take_below(&p("/a"), ms(t0, 2)).into_iter().map(|(d, _)| d.to_string()).collect();
         taken.sort();
         assert_eq!(taken, ["/a", "/a/b", "/a/b/c"], "not /ab, /b, nor /a/quiet (which owes none)");
         assert_eq!(b.owed(), 2);
-        assert!(b.take_below("/a", ms(t0, 3)).is_empty(), "taken once");
-        assert_eq!(b.take_below("/", ms(t0, 3)).len(), 2, "below the root: the rest");
+        assert!(b.take_below(&p("/a"), ms(t0, 3)).is_empty(), "taken once");
+        assert_eq!(b.take_below(&p("/"), ms(t0, 3)).len(), 2, "below the root: the rest");
         assert_eq!(b.owed(), 0);
     }
 
@@ -378,8 +366,8 @@ mod tests {
         let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let book = multi.block_on(async { DirTouches::start(t, counters.clone()) }).expect("a sender");
         let c = Creds::root();
-        assert!(book.changed("/d", &c), "the first change's touch is the caller's to send");
-        assert!(!book.changed("/d", &c) && !book.changed("/d", &c), "a burst owes one");
+        assert!(book.changed(&p("/d"), &c), "the first change's touch is the caller's to send");
+        assert!(!book.changed(&p("/d"), &c) && !book.changed(&p("/d"), &c), "a burst owes one");
         // Sent by the sender once the window is over: wait for it (generously).
         let deadline = Instant::now() + Duration::from_secs(10);
         while touched.0.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
@@ -415,10 +403,10 @@ mod tests {
     fn directories_changed_once_are_not_kept_past_their_window() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         for i in 0..MAX_REMEMBERED {
-            assert_eq!(b.changed(&format!("/d{i}"), &c, t0), Touch::Now);
+            assert_eq!(b.changed(&p(&format!("/d{i}")), &c, t0), Touch::Now);
         }
-        b.changed("/d0", &c, ms(t0, 1));
-        assert_eq!(b.changed("/new", &c, ms(t0, 30)), Touch::Now);
+        b.changed(&p("/d0"), &c, ms(t0, 1));
+        assert_eq!(b.changed(&p("/new"), &c, ms(t0, 30)), Touch::Now);
         // Only the one that owes a touch, and the new one, are left.
         assert_eq!(b.dirs.len(), 2);
         assert_eq!(b.owed(), 1);
