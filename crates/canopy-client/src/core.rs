@@ -28,8 +28,8 @@ pub struct NsOptions {
     pub reclaim: Option<Arc<dyn Reclaim>>,
     /// Keep directories' mtime and ctime as POSIX wants, at one more RPC per
     /// create, unlink, mkdir, rmdir, link and rename (two for a rename between
-    /// directories); ShardFS sends at most one per directory per
-    /// [`crate::touches::TOUCH_WINDOW`] in a burst.
+    /// directories); in a burst, at most one per directory per
+    /// [`crate::touches::TOUCH_WINDOW`].
     pub dir_times: bool,
     /// The lease asked for the locks of this client's transactions
     /// ([`LOCK_LEASE_MS`] when `None`).
@@ -41,8 +41,8 @@ pub struct NsOptions {
     pub delegate: bool,
     /// Where the client reads time (lease renewal); the system clock when `None`.
     pub clock: Option<SharedClock>,
-    /// ShardFS with directory times on: the touch book to share (a mount's
-    /// clients share their first one's, see `touches.rs`); `None` starts one.
+    /// With directory times on: the touch book to share (a mount's clients
+    /// share their first one's, see `touches.rs`); `None` starts one.
     pub touches: Option<Arc<DirTouches>>,
 }
 
@@ -60,6 +60,8 @@ pub struct ClientCore {
     pub(crate) fids: FidGen,
     pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
     pub(crate) dir_times: bool,
+    /// With directory times on: coalesces the touches of a burst of changes.
+    pub(crate) touches: Option<Arc<DirTouches>>,
     pub(crate) clock: SharedClock,
     /// When each of this client's open transactions last had its lease granted
     /// or renewed (clock milliseconds), so long work renews only when due.
@@ -69,16 +71,19 @@ pub struct ClientCore {
 impl ClientCore {
     pub fn new(t: Arc<dyn Transport>, opts: &NsOptions) -> ClientCore {
         let n = t.servers();
+        let counters = Arc::new(ClientCounters::new(n));
+        let touches = if opts.dir_times { opts.touches.clone().or_else(|| DirTouches::start(t.clone(), counters.clone())) } else { None };
         ClientCore {
             t,
             n,
-            counters: Arc::new(ClientCounters::new(n)),
+            counters,
             hook: opts.hook.clone(),
             lease_ms: opts.lease_ms.unwrap_or(LOCK_LEASE_MS),
             dead: AtomicBool::new(false),
             fids: FidGen::new(),
             reclaim: opts.reclaim.clone(),
             dir_times: opts.dir_times,
+            touches,
             clock: opts.clock.clone().unwrap_or_else(SystemClock::shared),
             renewed: Mutex::new(HashMap::new()),
         }

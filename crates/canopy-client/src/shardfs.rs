@@ -28,7 +28,7 @@ use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
-use crate::touches::DirTouches;
+use crate::touches::{DirTouches, TouchedDir};
 use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
@@ -50,8 +50,6 @@ const MIGRATE_BATCH: u32 = 1024;
 /// ShardFS protocol on top of it.
 pub struct ShardFs {
     core: ClientCore,
-    /// With directory times on: coalesces the touches of a burst of changes.
-    pub(crate) touches: Option<Arc<DirTouches>>,
 }
 
 impl std::ops::Deref for ShardFs {
@@ -72,9 +70,7 @@ impl ShardFs {
     /// A ShardFS client over `t` (see [`crate::open_namespace`], which callers
     /// outside this crate use).
     pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> ShardFs {
-        let core = ClientCore::new(t, opts);
-        let touches = if opts.dir_times { opts.touches.clone().or_else(|| DirTouches::start(core.t.clone(), core.counters.clone())) } else { None };
-        ShardFs { core, touches }
+        ShardFs { core: ClientCore::new(t, opts) }
     }
 
     /// Runs `attempt` optimistically; on an error a replica mid-mutation could have
@@ -231,7 +227,7 @@ impl ShardFs {
     }
 
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
-        self.send_owed_touch(p).await;
+        self.send_owed_touch(&TouchedDir::Path(p.clone())).await;
         let reply = self.single(c, p, Request::Stat { at: p.to_string().into() }).await?;
         self.attr_or_follow(reply).await
     }

@@ -5,7 +5,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::namespace::Res;
 use crate::core::unexpected;
 use crate::shardfs::ShardFs;
-use crate::touches::post_touch;
+use crate::touches::TouchedDir;
 use canopy_proto::msg::FileRef;
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Reply, Request};
@@ -44,13 +44,8 @@ impl ShardFs {
         }
     }
 
-    /// With directory times on: after a name was added or removed in `dirs`,
-    /// sets their mtime and ctime on their primaries, without waiting for the
-    /// answers (one round trip less per change; this client's later requests,
-    /// a stat of the parent among them, are served after the update). A
-    /// failure here would not undo the change, so nobody waits for it. In a
-    /// burst of changes to one directory, one touch per window covers them
-    /// (`touches.rs`).
+    /// After a name was added or removed in the parents of `paths`: their
+    /// times, on their primaries (`touches.rs`).
     pub(crate) async fn touch_parents(&self, c: &Creds, paths: &[&NsPath]) {
         if !self.dir_times {
             return;
@@ -58,34 +53,8 @@ impl ShardFs {
         let mut parents: Vec<NsPath> = paths.iter().filter_map(|p| p.split().map(|(parent, _)| parent)).collect();
         parents.dedup();
         for parent in parents {
-            if self.touches.as_ref().is_none_or(|t| t.changed(&parent, c)) {
-                self.touch(c, &parent).await;
-            }
-        }
-    }
-
-    /// Before a stat of `dir`: sends the touch owed for it, if any, so this
-    /// client sees its own changes in the directory's times.
-    pub(crate) async fn send_owed_touch(&self, dir: &NsPath) {
-        if let Some(c) = self.touches.as_ref().and_then(|t| t.take(dir)) {
-            self.touch(&c, dir).await;
-        }
-    }
-
-    /// Before `dir` is renamed: sends the touches owed for it and the
-    /// directories below, which would otherwise go to their old names (to
-    /// nothing, or to a directory made there since) once the window is over.
-    pub(crate) async fn send_owed_touches_below(&self, dir: &NsPath) {
-        let owed = self.touches.as_ref().map(|t| t.take_below(dir)).unwrap_or_default();
-        for (d, c) in owed {
-            self.touch(&c, &d).await;
-        }
-    }
-
-    async fn touch(&self, c: &Creds, dir: &NsPath) {
-        // A coordinator a test hook killed sends nothing more (`ClientCore::post`).
-        if !self.is_dead() {
-            post_touch(self.t.as_ref(), &self.counters, c, dir).await;
+            let server = canopy_proto::placement::primary(&parent, self.n);
+            self.touched(c, TouchedDir::Path(parent), server).await;
         }
     }
 }

@@ -2,30 +2,35 @@
 //! directory per [`TOUCH_WINDOW`].
 //!
 //! Why: with directory times on, every create, unlink, mkdir or rmdir posts a
-//! `TouchDir` to the parent's primary, so a burst of creates in one directory
-//! woke that server once per create for an update the next one repeats (15%
-//! of a 2-thread create's time through the mount). Now the first change in a
-//! quiet directory is still posted at once; a change within the window after a
-//! touch was sent is owed instead, and the owed touches are sent together at
-//! the end of the window by a task on the client's runtime.
+//! `TouchDir` to the server of the parent's attributes, so a burst of creates
+//! in one directory woke that server once per create for an update the next
+//! one repeats (15% of a 2-thread create's time through a ShardFS mount). Now
+//! the first change in a quiet directory is still posted at once; a change
+//! within the window after a touch was sent is owed instead, and the owed
+//! touches are sent together at the end of the window by a task on the
+//! client's runtime. Every mode's client does this ([`ClientCore::touched`]):
+//! ShardFS and Giraffa name a directory by its path, IndexFS by its id.
 //!
 //! What it trades: a directory's times on its primary lag its last change by
 //! at most the window during a burst. This client's own stat of a directory
 //! sends the owed touch first (on the same connection, so it is served
 //! first): it never sees its own change missing. A rename of a directory
-//! first sends the touches owed for it and below it, which would otherwise go
-//! to the old names. A touch owed when the client dies is lost, as a posted
-//! one in flight is.
+//! named by its path first sends the touches owed for it and below it, which
+//! would otherwise go to the old names (an IndexFS id stays with its
+//! directory). A touch owed when the client dies is lost, as a posted one in
+//! flight is.
 //!
 //! [`TouchBook`] is the bookkeeping alone (no clock, no I/O), tested below;
 //! [`DirTouches`] shares one between a mount's clients and runs the sender.
 
-use crate::core::post_counted;
+use crate::core::{post_counted, ClientCore};
 use crate::counters::ClientCounters;
 use canopy_proto::path::NsPath;
+use canopy_proto::msg::At;
 use canopy_proto::{Creds, Request};
 use canopy_rpc::Transport;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -43,6 +48,47 @@ pub const TOUCH_WINDOW: Duration = Duration::from_millis(100);
 /// nothing and should not grow the table).
 const MAX_REMEMBERED: usize = 16 * 1024;
 
+/// A directory whose times a touch sets, as its mode names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum TouchedDir {
+    /// By path (ShardFS, Giraffa): a rename changes it.
+    Path(NsPath),
+    /// By id (IndexFS): the directory keeps it through renames.
+    Id(u64),
+}
+
+impl TouchedDir {
+    fn at(&self) -> At {
+        match self {
+            TouchedDir::Path(p) => At::Path(p.to_string()),
+            TouchedDir::Id(id) => At::Dir(*id),
+        }
+    }
+
+    /// Named by a path at or below `dir`.
+    fn is_within(&self, dir: &NsPath) -> bool {
+        matches!(self, TouchedDir::Path(p) if p.is_within(dir))
+    }
+}
+
+impl fmt::Display for TouchedDir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TouchedDir::Path(p) => write!(f, "{p}"),
+            TouchedDir::Id(id) => write!(f, "directory {id:#x}"),
+        }
+    }
+}
+
+/// A touch to send: the directory, the server it goes to, and who made the
+/// change it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwedTouch {
+    pub dir: TouchedDir,
+    pub server: u32,
+    pub creds: Creds,
+}
+
 /// What to do with a change's touch.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Touch {
@@ -53,6 +99,8 @@ pub(crate) enum Touch {
 }
 
 struct Touched {
+    /// The server the directory's touches go to.
+    server: u32,
     /// When a touch for the directory was last sent.
     sent: Instant,
     /// Who made the last change not yet covered by a sent touch.
@@ -62,7 +110,7 @@ struct Touched {
 /// Which directories had a touch sent lately, and which are owed one.
 pub(crate) struct TouchBook {
     window: Duration,
-    dirs: HashMap<NsPath, Touched>,
+    dirs: HashMap<TouchedDir, Touched>,
     owed: usize,
 }
 
@@ -71,8 +119,8 @@ impl TouchBook {
         TouchBook { window, dirs: HashMap::new(), owed: 0 }
     }
 
-    /// `c` changed a name in `dir` at `now`.
-    pub(crate) fn changed(&mut self, dir: &NsPath, c: &Creds, now: Instant) -> Touch {
+    /// `c` changed a name in `dir`, whose touches go to `server`, at `now`.
+    pub(crate) fn changed(&mut self, dir: &TouchedDir, server: u32, c: &Creds, now: Instant) -> Touch {
         if let Some(t) = self.dirs.get_mut(dir) {
             if now.saturating_duration_since(t.sent) < self.window {
                 if t.owed.replace(c.clone()).is_some() {
@@ -92,38 +140,42 @@ impl TouchBook {
         if self.dirs.len() >= MAX_REMEMBERED {
             self.forget_quiet(now);
         }
-        self.dirs.insert(dir.clone(), Touched { sent: now, owed: None });
+        self.dirs.insert(dir.clone(), Touched { server, sent: now, owed: None });
         Touch::Now
     }
 
     /// The touch owed for `dir`, taken to be sent now (before a stat of it).
-    pub(crate) fn take(&mut self, dir: &NsPath, now: Instant) -> Option<Creds> {
+    pub(crate) fn take(&mut self, dir: &TouchedDir, now: Instant) -> Option<OwedTouch> {
         let t = self.dirs.get_mut(dir)?;
-        let c = t.owed.take()?;
+        let creds = t.owed.take()?;
         self.owed -= 1;
         t.sent = now;
-        Some(c)
+        Some(OwedTouch { dir: dir.clone(), server: t.server, creds })
     }
 
     /// The touches owed for `dir` and the directories below it, taken to be
     /// sent now (before `dir` is renamed: sent after, they would go to the
     /// old names).
-    pub(crate) fn take_below(&mut self, dir: &NsPath, now: Instant) -> Vec<(NsPath, Creds)> {
-        let mut out = Vec::new();
-        for (name, t) in self.dirs.iter_mut().filter(|(name, _)| name.is_within(dir)) {
-            if let Some(c) = t.owed.take() {
-                t.sent = now;
-                out.push((name.clone(), c));
-            }
-        }
-        self.owed -= out.len();
-        out
+    pub(crate) fn take_below(&mut self, dir: &NsPath, now: Instant) -> Vec<OwedTouch> {
+        self.take_where(|d| d.is_within(dir), now)
     }
 
     /// Every owed touch, taken to be sent now.
-    pub(crate) fn take_all(&mut self, now: Instant) -> Vec<(NsPath, Creds)> {
-        let out = self.take_below(&NsPath::root(), now);
+    pub(crate) fn take_all(&mut self, now: Instant) -> Vec<OwedTouch> {
+        let out = self.take_where(|_| true, now);
         self.forget_quiet(now);
+        out
+    }
+
+    fn take_where(&mut self, which: impl Fn(&TouchedDir) -> bool, now: Instant) -> Vec<OwedTouch> {
+        let mut out = Vec::new();
+        for (dir, t) in self.dirs.iter_mut().filter(|(dir, _)| which(dir)) {
+            if let Some(creds) = t.owed.take() {
+                t.sent = now;
+                out.push(OwedTouch { dir: dir.clone(), server: t.server, creds });
+            }
+        }
+        self.owed -= out.len();
         out
     }
 
@@ -178,9 +230,10 @@ impl DirTouches {
         Some(touches)
     }
 
-    /// `c` changed a name in `dir`: true if its touch is to be sent now.
-    pub(crate) fn changed(&self, dir: &NsPath, c: &Creds) -> bool {
-        let touch = self.book().changed(dir, c, Instant::now());
+    /// `c` changed a name in `dir`, whose touches go to `server`: true if
+    /// its touch is to be sent now.
+    pub(crate) fn changed(&self, dir: &TouchedDir, server: u32, c: &Creds) -> bool {
+        let touch = self.book().changed(dir, server, c, Instant::now());
         match touch {
             Touch::Now => {
                 self.at_once.fetch_add(1, Ordering::Relaxed);
@@ -196,8 +249,8 @@ impl DirTouches {
         }
     }
 
-    /// The creds of the touch owed for `dir`, if one is: the caller sends it.
-    pub(crate) fn take(&self, dir: &NsPath) -> Option<Creds> {
+    /// The touch owed for `dir`, if one is: the caller sends it.
+    pub(crate) fn take(&self, dir: &TouchedDir) -> Option<OwedTouch> {
         let mut book = self.book();
         if book.owed() == 0 {
             return None;
@@ -209,9 +262,9 @@ impl DirTouches {
         taken
     }
 
-    /// The touches owed for `dir` and below it, with their creds: the caller
-    /// sends them.
-    pub(crate) fn take_below(&self, dir: &NsPath) -> Vec<(NsPath, Creds)> {
+    /// The touches owed for the directories named by a path at or below
+    /// `dir`: the caller sends them.
+    pub(crate) fn take_below(&self, dir: &NsPath) -> Vec<OwedTouch> {
         let mut book = self.book();
         if book.owed() == 0 {
             return Vec::new();
@@ -242,11 +295,11 @@ impl Drop for DirTouches {
     }
 }
 
-/// Posts `dir`'s touch (its mtime and ctime set now) to its primary, counted
-/// in `counters`: the one way a client sends one, at once or owed.
-pub(crate) async fn post_touch(t: &dyn Transport, counters: &ClientCounters, c: &Creds, dir: &NsPath) {
-    let to = canopy_proto::placement::primary(dir, t.servers());
-    post_counted(t, counters, to, c, Request::TouchDir { at: dir.to_string().into() }, || format!("the times of {dir}")).await;
+/// Posts a touch (the directory's mtime and ctime set now), counted in
+/// `counters`: the one way a client sends one, at once or owed.
+async fn post_touch(t: &dyn Transport, counters: &ClientCounters, touch: &OwedTouch) {
+    let OwedTouch { dir, server, creds } = touch;
+    post_counted(t, counters, *server, creds, Request::TouchDir { at: dir.at() }, || format!("the times of {dir}")).await;
 }
 
 /// The sender: woken when a touch becomes owed, it waits out the window and
@@ -262,12 +315,51 @@ async fn send_owed(touches: Weak<DirTouches>, wake: Arc<Notify>, t: Arc<dyn Tran
                 break;
             }
             touches.owed_sent.fetch_add(due.len() as u64, Ordering::Relaxed);
-            for (dir, c) in due {
-                post_touch(t.as_ref(), &counters, &c, &dir).await;
+            for touch in &due {
+                post_touch(t.as_ref(), &counters, touch).await;
             }
         }
         if touches.strong_count() == 0 {
             return;
+        }
+    }
+}
+
+/// A mode's client keeps directory times through these.
+impl ClientCore {
+    /// `c` added or removed a name in `dir`, whose attributes live on
+    /// `server`: posts its touch now, or owes it in a burst. Nothing is waited
+    /// for (one round trip less per change; this client's later requests to
+    /// `server`, a stat of `dir` among them, are served after it), as a failed
+    /// touch would not undo the change.
+    pub(crate) async fn touched(&self, c: &Creds, dir: TouchedDir, server: u32) {
+        if !self.dir_times || self.touches.as_ref().is_some_and(|t| !t.changed(&dir, server, c)) {
+            return;
+        }
+        self.send_touch(&OwedTouch { dir, server, creds: c.clone() }).await;
+    }
+
+    /// Before a stat of `dir`: sends the touch owed for it, if any, so this
+    /// client sees its own changes in the directory's times.
+    pub(crate) async fn send_owed_touch(&self, dir: &TouchedDir) {
+        if let Some(owed) = self.touches.as_ref().and_then(|t| t.take(dir)) {
+            self.send_touch(&owed).await;
+        }
+    }
+
+    /// Before `dir` is renamed: sends the touches owed for it and the
+    /// directories below, which would otherwise go to their old names (to
+    /// nothing, or to a directory made there since) once the window is over.
+    pub(crate) async fn send_owed_touches_below(&self, dir: &NsPath) {
+        for owed in self.touches.as_ref().map(|t| t.take_below(dir)).unwrap_or_default() {
+            self.send_touch(&owed).await;
+        }
+    }
+
+    async fn send_touch(&self, touch: &OwedTouch) {
+        // A coordinator a test hook killed sends nothing more (`ClientCore::post`).
+        if !self.is_dead() {
+            post_touch(self.t.as_ref(), &self.counters, touch).await;
         }
     }
 }
@@ -282,6 +374,10 @@ mod tests {
         NsPath::parse(path).unwrap()
     }
 
+    fn d(path: &str) -> TouchedDir {
+        TouchedDir::Path(p(path))
+    }
+
     fn ms(start: Instant, n: u64) -> Instant {
         start + Duration::from_millis(n)
     }
@@ -289,27 +385,27 @@ mod tests {
     #[test]
     fn a_quiet_directory_is_touched_at_once_and_a_burst_owes_one_touch() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        assert_eq!(b.changed(&p("/d"), &c, t0), Touch::Now);
-        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 1)), Touch::Owed { first: true });
-        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 2)), Touch::Owed { first: false });
-        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 3)), Touch::Now);
-        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 4)), Touch::Owed { first: false });
+        assert_eq!(b.changed(&d("/d"), 0, &c, t0), Touch::Now);
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 1)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 2)), Touch::Owed { first: false });
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 3)), Touch::Now);
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 4)), Touch::Owed { first: false });
         assert_eq!(b.owed(), 2);
         let mut due = b.take_all(ms(t0, 20));
-        due.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(due.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["/d", "/e"]);
+        due.sort_by(|a, b| a.dir.cmp(&b.dir));
+        assert_eq!(due.iter().map(|o| o.dir.to_string()).collect::<Vec<_>>(), ["/d", "/e"]);
         assert_eq!(b.owed(), 0);
         // Sent at 20 ms: the window runs from then.
-        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 39)), Touch::Owed { first: true });
-        assert_eq!(b.changed(&p("/e"), &c, ms(t0, 40)), Touch::Now);
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 39)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 40)), Touch::Now);
     }
 
     #[test]
     fn a_change_after_the_window_sends_its_touch_and_settles_what_was_owed() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        b.changed(&p("/d"), &c, t0);
-        b.changed(&p("/d"), &c, ms(t0, 5));
-        assert_eq!(b.changed(&p("/d"), &c, ms(t0, 25)), Touch::Now);
+        b.changed(&d("/d"), 0, &c, t0);
+        b.changed(&d("/d"), 0, &c, ms(t0, 5));
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 25)), Touch::Now);
         assert_eq!(b.owed(), 0);
         assert!(b.take_all(ms(t0, 30)).is_empty());
     }
@@ -318,32 +414,48 @@ mod tests {
     fn the_owed_touch_goes_with_the_last_changer_and_is_taken_once() {
         let (mut b, t0) = (TouchBook::new(W), Instant::now());
         let (alice, bob) = (Creds::user(1000, 1000), Creds::user(1001, 1001));
-        b.changed(&p("/d"), &alice, t0);
-        b.changed(&p("/d"), &alice, ms(t0, 1));
-        b.changed(&p("/d"), &bob, ms(t0, 2));
-        assert_eq!(b.take(&p("/e"), ms(t0, 3)), None);
-        assert_eq!(b.take(&p("/d"), ms(t0, 3)).map(|c| c.uid), Some(1001));
-        assert_eq!(b.take(&p("/d"), ms(t0, 4)), None);
+        b.changed(&d("/d"), 0, &alice, t0);
+        b.changed(&d("/d"), 0, &alice, ms(t0, 1));
+        b.changed(&d("/d"), 0, &bob, ms(t0, 2));
+        assert_eq!(b.take(&d("/e"), ms(t0, 3)), None);
+        assert_eq!(b.take(&d("/d"), ms(t0, 3)).map(|o| o.creds.uid), Some(1001));
+        assert_eq!(b.take(&d("/d"), ms(t0, 4)), None);
         assert_eq!(b.owed(), 0);
         // Taken at 3 ms: a change at 10 ms is within that touch's window.
-        assert_eq!(b.changed(&p("/d"), &alice, ms(t0, 10)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/d"), 0, &alice, ms(t0, 10)), Touch::Owed { first: true });
     }
 
     #[test]
     fn a_directory_to_be_renamed_takes_its_own_and_its_descendants_owed_touches() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        for d in ["/a", "/a/b", "/ab", "/b", "/a/b/c"] {
-            b.changed(&p(d), &c, t0);
-            b.changed(&p(d), &c, ms(t0, 1));
+        for dir in ["/a", "/a/b", "/ab", "/b", "/a/b/c"] {
+            b.changed(&d(dir), 0, &c, t0);
+            b.changed(&d(dir), 0, &c, ms(t0, 1));
         }
-        b.changed(&p("/a/quiet"), &c, t0);
-        let mut taken: Vec<String> = b.take_below(&p("/a"), ms(t0, 2)).into_iter().map(|(d, _)| d.to_string()).collect();
+        b.changed(&d("/a/quiet"), 0, &c, t0);
+        let mut taken: Vec<String> = b.take_below(&p("/a"), ms(t0, 2)).into_iter().map(|o| o.dir.to_string()).collect();
         taken.sort();
         assert_eq!(taken, ["/a", "/a/b", "/a/b/c"], "not /ab, /b, nor /a/quiet (which owes none)");
         assert_eq!(b.owed(), 2);
         assert!(b.take_below(&p("/a"), ms(t0, 3)).is_empty(), "taken once");
         assert_eq!(b.take_below(&p("/"), ms(t0, 3)).len(), 2, "below the root: the rest");
         assert_eq!(b.owed(), 0);
+    }
+
+    #[test]
+    fn a_directory_named_by_id_owes_its_touch_to_its_server_and_stays_through_renames() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        let (dir, other) = (TouchedDir::Id(0x42), TouchedDir::Id(0x43));
+        b.changed(&dir, 3, &c, t0);
+        b.changed(&dir, 3, &c, ms(t0, 1));
+        b.changed(&other, 1, &c, t0);
+        b.changed(&other, 1, &c, ms(t0, 1));
+        assert!(b.take_below(&p("/"), ms(t0, 2)).is_empty(), "an id is no path a rename moves");
+        let owed = b.take(&dir, ms(t0, 2)).expect("owed");
+        assert_eq!((owed.server, owed.dir.at()), (3, At::Dir(0x42)));
+        let rest = b.take_all(ms(t0, 3));
+        assert_eq!(rest.iter().map(|o| (o.dir.clone(), o.server)).collect::<Vec<_>>(), [(other, 1)]);
+        assert_eq!(d("/x/y").at(), At::Path("/x/y".into()));
     }
 
     #[test]
@@ -366,8 +478,8 @@ mod tests {
         let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let book = multi.block_on(async { DirTouches::start(t, counters.clone()) }).expect("a sender");
         let c = Creds::root();
-        assert!(book.changed(&p("/d"), &c), "the first change's touch is the caller's to send");
-        assert!(!book.changed(&p("/d"), &c) && !book.changed(&p("/d"), &c), "a burst owes one");
+        assert!(book.changed(&d("/d"), 1, &c), "the first change's touch is the caller's to send");
+        assert!(!book.changed(&d("/d"), 1, &c) && !book.changed(&d("/d"), 1, &c), "a burst owes one");
         // Sent by the sender once the window is over: wait for it (generously).
         let deadline = Instant::now() + Duration::from_secs(10);
         while touched.0.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
@@ -403,10 +515,10 @@ mod tests {
     fn directories_changed_once_are_not_kept_past_their_window() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         for i in 0..MAX_REMEMBERED {
-            assert_eq!(b.changed(&p(&format!("/d{i}")), &c, t0), Touch::Now);
+            assert_eq!(b.changed(&d(&format!("/d{i}")), 0, &c, t0), Touch::Now);
         }
-        b.changed(&p("/d0"), &c, ms(t0, 1));
-        assert_eq!(b.changed(&p("/new"), &c, ms(t0, 30)), Touch::Now);
+        b.changed(&d("/d0"), 0, &c, ms(t0, 1));
+        assert_eq!(b.changed(&d("/new"), 0, &c, ms(t0, 30)), Touch::Now);
         // Only the one that owes a touch, and the new one, are left.
         assert_eq!(b.dirs.len(), 2);
         assert_eq!(b.owed(), 1);

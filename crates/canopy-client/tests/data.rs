@@ -1066,18 +1066,23 @@ async fn dir_times_of_a_burst_reach_other_clients(kit: &Kit) {
     }
 }
 
-/// A directory renamed while its burst's touch is still owed: the touch is
-/// sent before the rename, so it lands on the directory (its times move with
-/// it), not on the old name once the window is over.
+/// A directory renamed while its burst's touch, and that of a directory below
+/// it, are still owed: the touches are sent before the rename, so they land on
+/// the directories (their times move with them), not on the old names once the
+/// window is over.
 async fn an_owed_touch_goes_with_its_directory_when_renamed(kit: &Kit) {
     let c = kit.client_with(None, true);
     c.mkdir("/from", 0o755).await.unwrap();
-    c.create("/from/first", 0o644).await.unwrap();
+    c.mkdir("/from/sub", 0o755).await.unwrap();
+    c.create("/from/sub/first", 0o644).await.unwrap();
     sleep_ms(3).await;
+    let last_below = c.create("/from/sub/owed", 0o644).await.unwrap();
     let last = c.create("/from/owed", 0o644).await.unwrap();
     c.rename("/from", "/to").await.unwrap();
-    let (mtime, ctime) = times(&c, "/to").await;
-    assert!(mtime >= last.ctime && ctime >= last.ctime, "the owed touch was lost: {mtime}, {ctime} < {}", last.ctime);
+    for (dir, made) in [("/to", last.ctime), ("/to/sub", last_below.ctime)] {
+        let (mtime, ctime) = times(&c, dir).await;
+        assert!(mtime >= made && ctime >= made, "{dir}: the owed touch was lost: {mtime}, {ctime} < {made}");
+    }
 }
 
 /// Documents the trade-off: without `with_dir_times(true)` (the default) a

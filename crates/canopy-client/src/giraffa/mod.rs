@@ -22,6 +22,7 @@ use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{Namespace, Res};
+use crate::touches::{DirTouches, TouchedDir};
 use crate::txn::{after_commit, Txn};
 use canopy_posix::lockset::path_locks;
 use canopy_posix::perm;
@@ -134,7 +135,16 @@ impl Giraffa {
         self.vouched(c, &[&parent], self.row_server(p), &req).await
     }
 
+    /// `p`'s attributes, its times with this client's changes below it.
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
+        self.send_owed_touch(&TouchedDir::Path(p.clone())).await;
+        self.stat_row(c, p).await
+    }
+
+    /// `p`'s attributes as its row holds them, for its kind and permissions:
+    /// a directory's times may lag this client's changes in it by the touch
+    /// window (`touches.rs`).
+    async fn stat_row(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
         let reply = self.row_rpc(c, p, Request::Stat { at: p.to_string().into() }).await?;
         self.attr_or_follow(reply).await
     }
@@ -156,15 +166,12 @@ impl Giraffa {
         Ok(attr)
     }
 
-    /// With directory times on: the parent's times, on the server of its
-    /// row, posted (see `shardfs_data.rs::touch_parents`).
+    /// After a name was added or removed in `p`'s parent: its times, on the
+    /// server of its row (`touches.rs`).
     async fn touch_parent(&self, c: &Creds, p: &NsPath) {
-        if !self.dir_times {
-            return;
-        }
         if let Some((parent, _)) = p.split() {
-            let what = || format!("the times of {parent}");
-            self.post(self.row_server(&parent), c, Request::TouchDir { at: parent.to_string().into() }, what).await;
+            let server = self.row_server(&parent);
+            self.touched(c, TouchedDir::Path(parent), server).await;
         }
     }
 
@@ -210,7 +217,7 @@ impl Giraffa {
         }
         let mut at = p.clone();
         while let Some((parent, _)) = at.split() {
-            match self.stat_path(c, &parent).await {
+            match self.stat_row(c, &parent).await {
                 Ok(a) if a.kind == FileKind::Dir => return r,
                 Ok(_) => return Err(Errno::ENOTDIR),
                 Err(Errno::ENOENT) => at = parent,
@@ -286,7 +293,9 @@ impl Giraffa {
         if src.is_root() || dst.is_root() {
             return Err(Errno::EBUSY);
         }
-        if self.stat_path(c, src).await?.kind == FileKind::Dir {
+        if self.stat_row(c, src).await?.kind == FileKind::Dir {
+            // On this client's connections, so each is served before the rows move.
+            self.send_owed_touches_below(src).await;
             let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: src.to_string(), dst: dst.to_string() }).await?;
             let r = self.rename_dir(c, src, dst, txn).await;
             self.finish(txn, &r).await;
@@ -539,6 +548,10 @@ impl Namespace for Giraffa {
 
     fn holds_grants(&self) -> bool {
         true
+    }
+
+    fn dir_touches(&self) -> Option<Arc<DirTouches>> {
+        self.touches.clone()
     }
 
     fn mode_name(&self) -> &'static str {

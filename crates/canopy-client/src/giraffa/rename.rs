@@ -63,7 +63,7 @@ impl Giraffa {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
-        match self.stat_path(c, dst).await {
+        match self.stat_row(c, dst).await {
             Ok(a) if a.kind != FileKind::Dir => return Err(Errno::ENOTDIR),
             Ok(_) => self.do_rmdir(c, dst).await?,
             Err(Errno::ENOENT) => {}

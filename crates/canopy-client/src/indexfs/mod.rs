@@ -41,6 +41,7 @@ use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{BulkOutcome, Namespace, Res};
+use crate::touches::{DirTouches, TouchedDir};
 use crate::txn::{after_commit, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
@@ -352,6 +353,7 @@ impl IndexFs {
     }
 
     async fn stat_dir(&self, c: &Creds, id: u64) -> Res<Attr> {
+        self.send_owed_touch(&TouchedDir::Id(id)).await;
         let reply = self.rpc_ix(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
         self.attr_or_follow(reply).await
     }
@@ -389,14 +391,10 @@ impl IndexFs {
         }
     }
 
-    /// [`IndexFs::touch_parent`] of a directory already resolved.
+    /// [`IndexFs::touch_parent`] of a directory already resolved: its times
+    /// live on its home (`touches.rs`).
     async fn touch_dir(&self, c: &Creds, parent: &DirLookup) {
-        if !self.dir_times {
-            return;
-        }
-        // Not waited for (see `ShardFs::touch_parents`).
-        let what = || format!("the times of directory {:#x}", parent.id);
-        self.post(self.home(parent.id), c, Request::TouchDir { at: At::Dir(parent.id) }, what).await;
+        self.touched(c, TouchedDir::Id(parent.id), self.home(parent.id)).await;
     }
 
 
@@ -1060,6 +1058,10 @@ impl Namespace for IndexFs {
 
     fn holds_grants(&self) -> bool {
         true
+    }
+
+    fn dir_touches(&self) -> Option<Arc<DirTouches>> {
+        self.touches.clone()
     }
 
     fn mode_name(&self) -> &'static str {
