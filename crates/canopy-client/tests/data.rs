@@ -1085,7 +1085,7 @@ async fn an_owed_touch_goes_with_its_directory_when_renamed(kit: &Kit) {
     }
 }
 
-/// Documents the trade-off: without `with_dir_times(true)` (the default) a
+/// Documents the trade-off: without `dir_times: true` (off by default) a
 /// directory's times do not follow the names inside it.
 async fn dir_times_off_by_default(kit: &Kit) {
     let c = kit.client();
