@@ -227,7 +227,7 @@ impl ShardFs {
     }
 
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
-        self.send_owed_touch(&TouchedDir::Path(p.clone())).await;
+        self.send_owed_touch(|| TouchedDir::Path(p.clone())).await;
         let reply = self.single(c, p, Request::Stat { at: p.to_string().into() }).await?;
         self.attr_or_follow(reply).await
     }

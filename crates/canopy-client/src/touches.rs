@@ -249,13 +249,15 @@ impl DirTouches {
         }
     }
 
-    /// The touch owed for `dir`, if one is: the caller sends it.
-    pub(crate) fn take(&self, dir: &TouchedDir) -> Option<OwedTouch> {
+    /// The touch owed for the directory `dir` names, if one is: the caller
+    /// sends it. `dir` is called only if some touch is owed, so a stat pays
+    /// for no name when none is (the common case).
+    pub(crate) fn take(&self, dir: impl FnOnce() -> TouchedDir) -> Option<OwedTouch> {
         let mut book = self.book();
         if book.owed() == 0 {
             return None;
         }
-        let taken = book.take(dir, Instant::now());
+        let taken = book.take(&dir(), Instant::now());
         if taken.is_some() {
             self.owed_sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -339,9 +341,10 @@ impl ClientCore {
         self.send_touch(&OwedTouch { dir, server, creds: c.clone() }).await;
     }
 
-    /// Before a stat of `dir`: sends the touch owed for it, if any, so this
-    /// client sees its own changes in the directory's times.
-    pub(crate) async fn send_owed_touch(&self, dir: &TouchedDir) {
+    /// Before a stat of the directory `dir` names: sends the touch owed for
+    /// it, if any, so this client sees its own changes in the directory's
+    /// times (see [`DirTouches::take`] for why `dir` is a function).
+    pub(crate) async fn send_owed_touch(&self, dir: impl FnOnce() -> TouchedDir) {
         if let Some(owed) = self.touches.as_ref().and_then(|t| t.take(dir)) {
             self.send_touch(&owed).await;
         }

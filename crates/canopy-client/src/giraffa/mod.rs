@@ -137,7 +137,7 @@ impl Giraffa {
 
     /// `p`'s attributes, its times with this client's changes below it.
     async fn stat_path(&self, c: &Creds, p: &NsPath) -> Res<Attr> {
-        self.send_owed_touch(&TouchedDir::Path(p.clone())).await;
+        self.send_owed_touch(|| TouchedDir::Path(p.clone())).await;
         self.stat_row(c, p).await
     }
 

@@ -353,7 +353,7 @@ impl IndexFs {
     }
 
     async fn stat_dir(&self, c: &Creds, id: u64) -> Res<Attr> {
-        self.send_owed_touch(&TouchedDir::Id(id)).await;
+        self.send_owed_touch(|| TouchedDir::Id(id)).await;
         let reply = self.rpc_ix(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
         self.attr_or_follow(reply).await
     }
