@@ -3,6 +3,12 @@
 //! (which sends everything queued in one write), and waits on a oneshot that
 //! the reader task fills when the response with its id arrives. When the
 //! connection breaks, every waiting caller gets `ENOTCONN`.
+//!
+//! A caller's timeout is a deadline beside its waiter, which the connection's
+//! watchdog task checks every tick (see [`tick_for`]), not a timer of its own:
+//! registering a runtime timer per call woke the runtime's driver each time
+//! the timer wheel was empty (an `eventfd` write and an extra `epoll_wait` per
+//! call for a caller with one call in flight, such as a FUSE thread).
 
 use crate::handshake::{self, ClientAuth};
 use crate::socket::{ReadHalf, Stream, WriteHalf};
@@ -14,11 +20,17 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{oneshot, Notify};
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<RpcResult>>>>;
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// A caller waiting for the answer to its request, until `deadline`.
+struct Waiter {
+    done: oneshot::Sender<RpcResult>,
+    deadline: Instant,
+}
 
 pub struct Connection {
     out: Arc<Outbox>,
@@ -50,9 +62,10 @@ impl Connection {
             read_responses(&mut rd, &reader_pending).await;
             reader_broken.store(true, Ordering::Release);
             for (_, waiter) in reader_pending.lock().drain() {
-                let _ = waiter.send(Err(Errno::ENOTCONN));
+                let _ = waiter.done.send(Err(Errno::ENOTCONN));
             }
         });
+        tokio::spawn(watch_deadlines(Arc::downgrade(&pending), broken.clone(), tick_for(timeout)));
         Ok(Connection { out, pending, next_id: AtomicU64::new(1), broken })
     }
 
@@ -77,7 +90,8 @@ impl Connection {
         tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 
-    /// Sends one request and waits for its response, at most `timeout`.
+    /// Sends one request and waits for its response, at most `timeout` (and
+    /// up to one watchdog tick more).
     ///
     /// The errno says what is known of the outcome: `ECONNREFUSED` when the
     /// request was never sent (certain: nothing happened), `ENOTCONN` and
@@ -88,25 +102,20 @@ impl Connection {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, wait) = oneshot::channel();
+        let deadline = Instant::now() + timeout;
         with_frame(id, creds, req, |frame| {
             // Waited for before it is sent: the answer may come at once.
             let alone = {
                 let mut pending = self.pending.lock();
-                pending.insert(id, done);
+                pending.insert(id, Waiter { done, deadline });
                 pending.len() == 1
             };
             self.out.send(frame, alone).inspect_err(|_| {
                 self.pending.lock().remove(&id);
             })
         })?;
-        match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Errno::ENOTCONN),
-            Err(_) => {
-                self.pending.lock().remove(&id);
-                Err(Errno::ETIMEDOUT)
-            }
-        }
+        // A caller that stops waiting leaves its waiter to the watchdog.
+        wait.await.unwrap_or(Err(Errno::ENOTCONN))
     }
 }
 
@@ -285,6 +294,34 @@ impl Outbox {
     }
 }
 
+/// How often a connection made with `timeout` checks its callers' deadlines:
+/// a sixteenth of it, so a call times out at most that much late, between a
+/// millisecond and a second.
+fn tick_for(timeout: Duration) -> Duration {
+    (timeout / 16).clamp(Duration::from_millis(1), Duration::from_secs(1))
+}
+
+/// The watchdog: every `tick`, answers `ETIMEDOUT` to each caller whose
+/// deadline has passed (its request may or may not have been served), until
+/// the connection is gone or broken (the reader answers the rest).
+async fn watch_deadlines(pending: std::sync::Weak<Mutex<HashMap<u64, Waiter>>>, broken: Arc<AtomicBool>, tick: Duration) {
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(pending) = pending.upgrade() else { return };
+        if broken.load(Ordering::Acquire) {
+            return;
+        }
+        for waiter in take_overdue(&mut pending.lock(), Instant::now()) {
+            let _ = waiter.done.send(Err(Errno::ETIMEDOUT));
+        }
+    }
+}
+
+/// Removes and returns the waiters whose deadline is `now` or before.
+fn take_overdue(pending: &mut HashMap<u64, Waiter>, now: Instant) -> Vec<Waiter> {
+    pending.extract_if(|_, w| w.deadline <= now).map(|(_, w)| w).collect()
+}
+
 async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
@@ -301,7 +338,7 @@ async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
                         return;
                     }
                     if let Some(waiter) = pending.lock().remove(&f.id) {
-                        let _ = waiter.send(result);
+                        let _ = waiter.done.send(result);
                     }
                 }
                 Err(FrameError::Incomplete) => break,
@@ -313,7 +350,7 @@ async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
 
 #[cfg(test)]
 mod tests {
-    use super::Queue;
+    use super::*;
 
     /// A frame's mark is reached when the bytes before and of it are written,
     /// whatever was queued behind it since.
@@ -331,5 +368,28 @@ mod tests {
         assert!(!q.bytes.is_empty(), "later frames are still queued");
         q.advance(q.bytes.len());
         assert_eq!((q.written, q.ever), (22, 22));
+    }
+
+    /// Only the waiters past their deadline are taken, and each once.
+    #[test]
+    fn the_watchdog_takes_only_overdue_waiters() {
+        let now = Instant::now();
+        let mut pending = HashMap::new();
+        for (id, deadline) in [(1, now - Duration::from_millis(5)), (2, now), (3, now + Duration::from_millis(5)), (4, now + Duration::from_secs(1))] {
+            pending.insert(id, Waiter { done: oneshot::channel().0, deadline });
+        }
+        assert_eq!(take_overdue(&mut pending, now).len(), 2, "the one past and the one due now");
+        let mut left: Vec<u64> = pending.keys().copied().collect();
+        left.sort();
+        assert_eq!(left, vec![3, 4]);
+        assert!(take_overdue(&mut pending, now).is_empty(), "none taken twice");
+        assert_eq!(take_overdue(&mut pending, now + Duration::from_millis(5)).len(), 1);
+    }
+
+    #[test]
+    fn a_tick_is_a_sixteenth_of_the_timeout_within_bounds() {
+        assert_eq!(tick_for(Duration::from_secs(30)), Duration::from_secs(1));
+        assert_eq!(tick_for(Duration::from_secs(4)), Duration::from_millis(250));
+        assert_eq!(tick_for(Duration::ZERO), Duration::from_millis(1));
     }
 }
