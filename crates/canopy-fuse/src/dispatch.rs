@@ -16,8 +16,8 @@
 //! workers are busy: the answer's reader wakes it on the same worker.
 //!
 //! Cheap bookkeeping (`forget`, `flush`, `release`, `readdir` from the
-//! listing opendir read, `releasedir`, `fsyncdir`) runs in place; `init`
-//! configures the kernel.
+//! listing opendir read, `releasedir`, `fsyncdir`, a GETATTR the mount's held
+//! directory attributes answer) runs in place; `init` configures the kernel.
 
 use crate::fs::{Caller, Core};
 use crate::handles::Handles;
@@ -196,6 +196,12 @@ impl Filesystem for CanopyFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // Held directory attributes: answered here, neither a runtime nor a
+        // task needed (a directory's GETATTR follows every create in it).
+        let start = Instant::now();
+        let Err(reply) = self.core.getattr_held(ino, reply) else {
+            return self.times.record(Kind::Getattr, start.elapsed());
+        };
         self.spawn_async(Kind::Getattr, req, move |c, who| async move { c.getattr(&who, ino, fh, reply).await });
     }
 

@@ -325,13 +325,22 @@ impl Core {
         }
     }
 
-    pub(crate) async fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        // A directory's attributes this mount holds (see `dir_attrs.rs`),
-        // trusted for the time they have left.
+    /// Answers a GETATTR from the directory attributes this mount holds (see
+    /// `dir_attrs.rs`), trusted for the time they have left: no RPC, so the
+    /// FUSE thread that read it answers at once. `Err(reply)` when none are
+    /// held: [`Core::getattr`] asks a server.
+    pub(crate) fn getattr_held(&self, ino: INodeNo, reply: ReplyAttr) -> Result<(), ReplyAttr> {
         let held = self.dir_attrs.lock().get(ino.0, Instant::now());
-        if let Some((attr, left)) = held {
-            return reply.attr(&left, &file_attr(&attr));
+        match held {
+            Some((attr, left)) => {
+                reply.attr(&left, &file_attr(&attr));
+                Ok(())
+            }
+            None => Err(reply),
         }
+    }
+
+    pub(crate) async fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         answer!(reply, self.getattr_of(req, ino, fh).await, |a| self.attr(reply, &a))
     }
 
