@@ -37,17 +37,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-/// Handlers run in place at most at once: enough for a few callers with a
-/// request each in flight; past it, handlers run as tasks and the FUSE
-/// threads keep reading. With 2, two callers' handlers were handed off about
-/// one time in nine (a thread still finishing its handler after its reply
-/// when the caller's next request arrived), each paying the shared runtime's
-/// wake-ups: 2-thread creates through the mount 7,209/s with 2 (11,301 handed
-/// off of 20,000 creates), 9,291/s with 4 (173). With 128 callers creating
-/// files it made no difference beyond noise (measured with handlers as
-/// tasks: 6,765 and 6,105 creates/s with none in place, 6,941 and 6,028 with
-/// up to 2, 5,655 and 7,168 with up to 7).
-const IN_PLACE_MAX: usize = 4;
+/// Handlers run in place at most at once (and never all FUSE threads: one is
+/// left to read): enough for a few callers with a request each in flight;
+/// past it, handlers run as tasks and the FUSE threads keep reading. With 2,
+/// two callers' handlers were handed off about one time in nine (a thread
+/// still finishing its handler after its reply when the caller's next
+/// request arrived), each paying the shared runtime's wake-ups: 2-thread
+/// creates through the mount 7,209/s with 2 (11,301 handed off of 20,000
+/// creates), 9,291/s with 4 (173). With 128 callers creating files, once a
+/// held directory's GETATTR no longer took a place (`Filesystem::getattr`
+/// below), 7 (all 8 default threads but one) against 4, five runs each
+/// alternating: the mount's CPU 2.11-2.36 s against 2.51-2.78 s per 40,000
+/// creates, 15,261-16,623/s against 14,129-15,768/s.
+const IN_PLACE_MAX: usize = 7;
 
 pub struct CanopyFs {
     core: Arc<Core>,
