@@ -26,10 +26,11 @@ use tokio::sync::{oneshot, Notify};
 
 type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
-/// A caller waiting for the answer to its request, until `deadline`.
+/// A caller waiting for the answer to its request, until `deadline` (none:
+/// a timeout too long to count from now, never reached).
 struct Waiter {
     done: oneshot::Sender<RpcResult>,
-    deadline: Instant,
+    deadline: Option<Instant>,
 }
 
 pub struct Connection {
@@ -102,7 +103,7 @@ impl Connection {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, wait) = oneshot::channel();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         with_frame(id, creds, req, |frame| {
             // Waited for before it is sent: the answer may come at once.
             let alone = {
@@ -319,7 +320,7 @@ async fn watch_deadlines(pending: std::sync::Weak<Mutex<HashMap<u64, Waiter>>>, 
 
 /// Removes and returns the waiters whose deadline is `now` or before.
 fn take_overdue(pending: &mut HashMap<u64, Waiter>, now: Instant) -> Vec<Waiter> {
-    pending.extract_if(|_, w| w.deadline <= now).map(|(_, w)| w).collect()
+    pending.extract_if(|_, w| w.deadline.is_some_and(|d| d <= now)).map(|(_, w)| w).collect()
 }
 
 async fn read_responses(rd: &mut ReadHalf, pending: &Pending) {
@@ -375,15 +376,16 @@ mod tests {
     fn the_watchdog_takes_only_overdue_waiters() {
         let now = Instant::now();
         let mut pending = HashMap::new();
-        for (id, deadline) in [(1, now - Duration::from_millis(5)), (2, now), (3, now + Duration::from_millis(5)), (4, now + Duration::from_secs(1))] {
+        for (id, deadline) in [(1, Some(now - Duration::from_millis(5))), (2, Some(now)), (3, Some(now + Duration::from_millis(5))), (5, None)] {
             pending.insert(id, Waiter { done: oneshot::channel().0, deadline });
         }
         assert_eq!(take_overdue(&mut pending, now).len(), 2, "the one past and the one due now");
         let mut left: Vec<u64> = pending.keys().copied().collect();
         left.sort();
-        assert_eq!(left, vec![3, 4]);
+        assert_eq!(left, vec![3, 5]);
         assert!(take_overdue(&mut pending, now).is_empty(), "none taken twice");
         assert_eq!(take_overdue(&mut pending, now + Duration::from_millis(5)).len(), 1);
+        assert!(take_overdue(&mut pending, now + Duration::from_secs(1 << 40)).is_empty(), "no deadline: never overdue");
     }
 
     #[test]
