@@ -541,7 +541,13 @@ impl IndexFs {
             if sp.server != dp.server && self.subdir(c, ddir, dname, d).await.is_ok() {
                 return Err(Errno::EISDIR);
             }
-            return self.rename_file(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await;
+            return match self.rename_file(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await {
+                // Nor could the one server of both names if the destination's
+                // partition had moved since this client placed it (a split):
+                // it checked the rights first.
+                Err(Errno::EACCES | Errno::EPERM) if self.subdir(c, ddir, dname, d).await.is_ok() => Err(Errno::EISDIR),
+                renamed => renamed,
+            };
         }
         if d.is_within(s) {
             return Err(Errno::EINVAL);
