@@ -536,15 +536,12 @@ impl IndexFs {
         let dp = self.place(c, d).await?;
         let Some((ddir, dname)) = &dp.parent else { return Err(Errno::EBUSY) };
         if !is_dir {
-            // Onto a directory: EISDIR before any permission error, as on Linux
-            // (the source's server cannot see the destination here).
-            if sp.server != dp.server && self.subdir(c, ddir, dname, d).await.is_ok() {
-                return Err(Errno::EISDIR);
-            }
             return match self.rename_file(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await {
-                // Nor could the one server of both names if the destination's
-                // partition had moved since this client placed it (a split):
-                // it checked the rights first.
+                // Onto a directory: EISDIR before any rights error (the
+                // order `tests/model.rs` states). A server that cannot see the
+                // destination (it is on another server, or its partition moved
+                // in a split since this client placed it) checks the source's
+                // rights first.
                 Err(Errno::EACCES | Errno::EPERM) if self.subdir(c, ddir, dname, d).await.is_ok() => Err(Errno::EISDIR),
                 renamed => renamed,
             };
