@@ -531,6 +531,9 @@ async fn rename_errors(c: Client) {
         c.create(&f, 0o644).await.unwrap();
         assert_errno!(c.rename("/empty", &f).await, Errno::ENOTDIR, "directory onto file");
         assert_errno!(c.rename(&f, "/x").await, Errno::EISDIR, "file onto directory");
+        // Before the rights alice lacks on / (the model's order), wherever the names live.
+        assert_errno!(c.as_user(alice()).rename(&f, "/x").await, Errno::EISDIR);
+        assert_errno!(c.as_user(alice()).rename(&f, "/x/y").await, Errno::EISDIR);
         assert_errno!(c.rename(&f, "/x/y").await, Errno::EISDIR);
         assert_errno!(c.rename(&f, &format!("{f}/z")).await, Errno::ENOTDIR);
         assert_errno!(c.rename("/empty", &format!("{f}/z")).await, Errno::ENOTDIR);
