@@ -12,6 +12,13 @@ pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
     /// Nanoseconds since the Unix epoch (file and directory times).
     fn wall_ns(&self) -> i64;
+
+    /// Milliseconds since the Unix epoch: for a time that crosses processes
+    /// (a Giraffa directory proof's expiry), which only a clock the hosts
+    /// keep in step can carry; `now_ms` starts afresh with each process.
+    fn wall_ms(&self) -> u64 {
+        (self.wall_ns().max(0) / 1_000_000) as u64
+    }
 }
 
 pub type SharedClock = Arc<dyn Clock>;
@@ -75,7 +82,7 @@ mod tests {
         let c = ManualClock::new();
         assert_eq!((c.now_ms(), c.wall_ns()), (0, 0));
         c.advance(150);
-        assert_eq!((c.now_ms(), c.wall_ns()), (150, 150_000_000));
+        assert_eq!((c.now_ms(), c.wall_ns(), c.wall_ms()), (150, 150_000_000, 150));
         let s = SystemClock::shared();
         assert!(s.wall_ns() > 1_700_000_000_000_000_000);
     }

@@ -76,8 +76,10 @@ pub fn entries_server(dir: &NsPath, servers: u32) -> u32 {
 
 /// What the server holding a directory's row vouches for, for a request to
 /// the server holding its entries: the directory exists with these
-/// permissions, until `expires` (the issuer's clock, ms). Signed with a key
-/// only servers hold, so a client carries it but cannot make or change one.
+/// permissions, until `expires` (ms since the Unix epoch on the issuer's
+/// wall clock: another server checks it, so the servers' clocks must agree
+/// to well within [`PROOF_LIFE_MS`]). Signed with a key only servers hold,
+/// so a client carries it but cannot make or change one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirProof {
     /// The directory's row prefix for its entries.

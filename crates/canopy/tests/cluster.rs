@@ -136,24 +136,56 @@ fn threads_left(pid: i32) -> bool {
     })
 }
 
-#[test]
-fn acknowledged_create_survives_sigkill() {
-    let c = up(2);
-    c.ok(&["mkdir", "/d"]);
-    let path = "/d/precious";
-    c.ok(&["touch", path]);
-    let owner = placement::primary(&NsPath::parse(path).unwrap(), 2);
-    let pid: i32 = std::fs::read_to_string(c.dir().join(format!("server-{owner}.pid"))).unwrap().trim().parse().unwrap();
+/// SIGKILLs server `i` of `c` and waits until it is gone.
+fn kill_server(c: &Cluster, i: u32) {
+    let pid: i32 = std::fs::read_to_string(c.dir().join(format!("server-{i}.pid"))).unwrap().trim().parse().unwrap();
     // SAFETY: killing the daemon this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while threads_left(pid) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+#[test]
+fn acknowledged_create_survives_sigkill() {
+    let c = up(2);
+    c.ok(&["mkdir", "/d"]);
+    let path = "/d/precious";
+    c.ok(&["touch", path]);
+    kill_server(&c, placement::primary(&NsPath::parse(path).unwrap(), 2));
     assert!(!c.canopy(&["stat", path]).status.success(), "its server is dead");
     let out = c.ok(&["up"]);
     assert!(out.contains("(1 started)"), "{out}");
     assert!(c.ok(&["stat", path]).contains("regular file"));
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
+
+/// A Giraffa server restarted on its own serves creates and mkdirs as
+/// before: directory proofs cross servers (the directory's row on one, its
+/// entries on another), so their expiry must be on a clock the servers share,
+/// not on the monotonic clock each process starts afresh. Before the fix,
+/// once the others had run for more than a proof's life, every proof between
+/// the restarted server and another was stale (ESTALE) for good. 32
+/// directories put entries on every server but with odds of 0.75^32.
+#[test]
+fn a_giraffa_server_restarted_alone_still_takes_proofs() {
+    use canopy_proto::giraffa::PROOF_LIFE_MS;
+    let c = up_mode(4, "giraffa");
+    let dirs: Vec<String> = (0..32).map(|i| format!("/d{i}")).collect();
+    let args = |verb: &str, leaf: &str| -> Vec<String> { std::iter::once(verb.to_string()).chain(dirs.iter().map(|d| format!("{d}{leaf}"))).collect() };
+    let run = |v: Vec<String>| c.ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    run(args("mkdir", ""));
+    // The others' clocks must be more than a proof's life ahead of the
+    // restarted server's for the old bug to show.
+    std::thread::sleep(std::time::Duration::from_millis(3 * PROOF_LIFE_MS));
+    kill_server(&c, 0);
+    assert!(c.ok(&["up"]).contains("(1 started)"));
+    run(args("touch", "/f"));
+    run(args("mkdir", "/sub"));
+    for d in &dirs {
+        assert_eq!(c.ok(&["ls", d]), "f\nsub\n", "{d}");
+    }
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
 

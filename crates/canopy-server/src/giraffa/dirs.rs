@@ -80,7 +80,7 @@ impl Giraffa {
             };
             perm::require_dir_write(creds, parent)?;
             perm::check_sticky(creds, parent, row.lookup.uid)?;
-            let now = core.clock.now_ms();
+            let now = core.clock.wall_ms();
             let mut proofs = self.proofs.lock();
             if !proofs.close(row.lookup.id, now, now + REMOVAL_HOLD_MS) {
                 return Err(Errno::EAGAIN); // another rmdir of it is under way
@@ -119,7 +119,7 @@ impl Giraffa {
             proofs.reopen(ino); // a directory rename holds it: start again after
             return Err(e);
         }
-        if !proofs.is_closed(ino, core.clock.now_ms()) {
+        if !proofs.is_closed(ino, core.clock.wall_ms()) {
             return Err(Errno::ESTALE); // lapsed: proofs may have been issued since
         }
         let key = giraffa::row_key(prefix, &name);

@@ -27,7 +27,7 @@ use crate::keys::{self, DIRS, ENTRIES};
 use crate::mode::{Located, Mode, Target};
 use crate::ROOT_ID;
 use canopy_proto::auth::Key;
-use canopy_proto::giraffa::{self, DirProof, DirRow, PREFIX_BIT, ROOT_ROW_PREFIX};
+use canopy_proto::giraffa::{self, DirProof, DirRow, PREFIX_BIT, PROOF_LIFE_MS, ROOT_ROW_PREFIX};
 use canopy_proto::msg::{DirLookup, FsckReport};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
@@ -89,7 +89,7 @@ impl Giraffa {
         }
         let me = Giraffa {
             rows: Mutex::new(rows),
-            proofs: Mutex::new(Proofs::new(proof_key, core.clock.now_ms(), core.fresh)),
+            proofs: Mutex::new(Proofs::new(proof_key, core.clock.wall_ms(), core.fresh)),
             frozen: Mutex::new(freeze::Frozen::default()),
             regions: Mutex::new(regions),
             clock: core.clock.clone(),
@@ -150,7 +150,7 @@ impl Giraffa {
             None if self.here(core, giraffa::row_prefix(&p)) => return Err(Errno::ENOENT),
             None => return Err(Errno::EREMOTE),
         };
-        match proofs.issue(giraffa::prefix(&p), &row.lookup, adds, core.clock.now_ms()) {
+        match proofs.issue(giraffa::prefix(&p), &row.lookup, adds, core.clock.wall_ms()) {
             Ok(proof) => {
                 self.issued.fetch_add(1, Ordering::Relaxed);
                 Ok(Reply::GfProof(proof))
@@ -162,20 +162,23 @@ impl Giraffa {
         }
     }
 
-    /// Waits (counted) until `until` on the server's clock: until no proof
-    /// issued before a change is live.
+    /// Waits (counted) until `until` (proof time, see `proofs.rs`): until no
+    /// proof issued before a change is live. The wait is counted on the
+    /// monotonic clock and is never longer than a verifier honours a proof
+    /// (two lives), however the wall clock is set meanwhile.
     fn wait_until(&self, core: &Core, until: u64) {
-        let start = core.clock.now_ms();
-        if until <= start {
+        let wait = until.saturating_sub(core.clock.wall_ms()).min(2 * PROOF_LIFE_MS);
+        if wait == 0 {
             return;
         }
         self.proof_waits.fetch_add(1, Ordering::Relaxed);
+        let start = core.clock.now_ms();
         loop {
-            let now = core.clock.now_ms();
-            if now >= until {
+            let waited = core.clock.now_ms() - start;
+            if waited >= wait {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis((until - now).min(50)));
+            std::thread::sleep(std::time::Duration::from_millis((wait - waited).min(50)));
         }
         self.proof_wait_ms.fetch_add(core.clock.now_ms() - start, Ordering::Relaxed);
     }
@@ -193,7 +196,7 @@ impl Giraffa {
 
 
     fn accept(&self, core: &Core, proof: &DirProof) -> Result<DirLookup, Errno> {
-        self.proofs.lock().verify(proof, core.clock.now_ms())
+        self.proofs.lock().verify(proof, core.clock.wall_ms())
     }
 }
 
@@ -257,7 +260,7 @@ impl Mode for Giraffa {
         if self.row_at(core, &key)?.is_some() {
             return Ok(dir);
         }
-        if vouched(giraffa::prefix(p), core.clock.now_ms()).is_some() {
+        if vouched(giraffa::prefix(p), core.clock.wall_ms()).is_some() {
             return Ok(dir); // its entries are here, and the request's proof says it exists
         }
         if self.here(core, parent) && !name.is_empty() {
@@ -318,7 +321,7 @@ impl Mode for Giraffa {
                 return Ok(Some((row.lookup, Some(nlink))));
             }
         }
-        Ok(vouched(id, core.clock.now_ms()).map(|l| (l, None)))
+        Ok(vouched(id, core.clock.wall_ms()).map(|l| (l, None)))
     }
 
     fn parent_ids(&self, targets: &[&Target]) -> Vec<u64> {

@@ -15,7 +15,11 @@
 //! appears once it found the directory empty. Like leases, this assumes the servers' clocks agree to well
 //! within a proof's life.
 //!
-//! Pure bookkeeping: times are passed in (ms on the server's clock).
+//! Pure bookkeeping: times are passed in, in ms since the Unix epoch on the
+//! server's wall clock (`Clock::wall_ms`). A proof's expiry is checked by
+//! another server, so it must be on a clock the servers share: on each
+//! process's monotonic clock, which starts afresh with the process, a server
+//! restarted alone found every proof of the others stale, and they its own.
 
 use canopy_proto::auth::Key;
 use canopy_proto::giraffa::{DirProof, PROOF_LIFE_MS};
