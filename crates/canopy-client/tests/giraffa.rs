@@ -181,6 +181,37 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
     }
 }
 
+/// A directory rename refused because a server is down (`ECONNREFUSED`:
+/// certain, nothing changed) leaves nothing frozen on the servers that are
+/// up. Each server in turn is down for one attempt; those the rename reaches
+/// before its freeze fail it earlier. Before the fix, a freeze that one
+/// server refused returned at once and left the others frozen for a minute:
+/// every create in the directory was refused (`EAGAIN`) until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_refused_by_a_down_server_leaves_nothing_frozen() {
+    let cluster = cluster();
+    let root = cluster.fresh_client();
+    populate(&root).await;
+    let before = tree(&root).await;
+    for down in 0..SERVERS {
+        cluster.faults().down(down);
+        let r = root.rename("/a", "/moved").await;
+        cluster.faults().revive(down);
+        assert_eq!(r, Err(Errno::ECONNREFUSED), "server {down} down");
+        assert_eq!(tree(&root).await, before, "server {down} down: nothing changed");
+        let writer = cluster.fresh_client();
+        writer.create(&format!("/a/after{down}"), 0o644).await.unwrap();
+        writer.create(&format!("/a/sub/after{down}"), 0o644).await.unwrap();
+        writer.mkdir(&format!("/b/after{down}"), 0o755).await.unwrap();
+        assert_eq!(writer.counters().snapshot().retries, 0, "server {down} down: a row was left frozen");
+        for p in [format!("/a/after{down}"), format!("/a/sub/after{down}")] {
+            writer.unlink(&p).await.unwrap();
+        }
+        writer.rmdir(&format!("/b/after{down}")).await.unwrap();
+    }
+    root.rename("/a", "/moved").await.unwrap();
+}
+
 /// A region that grows past its size splits in two on the server that held
 /// it, at the directory that halves its rows (HBase's split; routing is
 /// unchanged, so every row is still found); one directory alone never splits.
