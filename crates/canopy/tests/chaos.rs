@@ -1,6 +1,7 @@
 //! `scripts/chaos` for a short while against this build's binary, in each mode:
 //! SIGKILLs of servers, the lock service and clients during a mixed workload,
-//! then fsck clean and no acknowledged operation lost.
+//! then fsck clean, no acknowledged operation lost and every directory taking
+//! new entries again.
 
 use std::process::Command;
 
@@ -16,7 +17,7 @@ fn short_chaos_run(mode: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let summary = stdout.lines().last().unwrap_or_default();
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(summary.starts_with(&format!("chaos ({mode}): 12s")) && summary.contains(", 0 lost; fsck clean"), "{summary}");
+    assert!(summary.starts_with(&format!("chaos ({mode}): 12s")) && summary.contains(", 0 lost, 0 directories refusing writes after; fsck clean"), "{summary}");
 }
 
 #[test]
@@ -27,4 +28,9 @@ fn short_chaos_run_loses_nothing() {
 #[test]
 fn short_chaos_run_loses_nothing_on_indexfs() {
     short_chaos_run("indexfs");
+}
+
+#[test]
+fn short_chaos_run_loses_nothing_on_giraffa() {
+    short_chaos_run("giraffa");
 }
