@@ -72,7 +72,18 @@ impl Giraffa {
         let mut paths: Vec<String> = [src, dst, &sp, &dp].iter().map(|p| p.to_string()).collect();
         paths.dedup();
         let mut frozen = vec![giraffa::prefix(src), giraffa::prefix(dst)];
-        let r = self.freeze_and_move(src, dst, &sp, &dp, dname, dp_ino, &top, &mut frozen, &paths, txn).await;
+        // Every step from the freeze on ends here, so a failure is thawed.
+        let r = async {
+            self.freeze_all(&frozen, &paths, false).await?;
+            // Held still from here: the destination's parent must be the one
+            // checked, and nobody may have taken the destination's name.
+            match (self.attr_at(&dp).await?.map(|a| a.ino) == dp_ino, self.attr_at(dst).await?) {
+                (false, _) => Err(Errno::ENOENT),
+                (true, Some(a)) => Err(if a.kind == FileKind::Dir { Errno::ENOTEMPTY } else { Errno::ENOTDIR }),
+                (true, None) => self.move_subtree(src, dst, &sp, &dp, dname, &top, &mut frozen, &paths, txn).await,
+            }
+        }
+        .await;
         // A certain failure changed nothing, but some servers may hold the
         // freeze (one refused it while the others took it): thawed now, not
         // a minute later. An unknown outcome leaves that to recovery.
@@ -80,20 +91,6 @@ impl Giraffa {
             self.freeze_all(&frozen, &paths, true).await?;
         }
         r
-    }
-
-    /// Freezes both names and parents, checks the destination under the
-    /// freeze, and moves the subtree.
-    #[allow(clippy::too_many_arguments)]
-    async fn freeze_and_move(&self, src: &NsPath, dst: &NsPath, sp: &NsPath, dp: &NsPath, dname: &str, dp_ino: Option<u64>, top: &DirLookup, frozen: &mut Vec<u64>, paths: &[String], txn: Txn) -> Res<()> {
-        self.freeze_all(frozen, paths, false).await?;
-        // Held still from here: the destination's parent must be the one
-        // checked, and nobody may have taken the destination's name.
-        match (self.attr_at(dp).await?.map(|a| a.ino) == dp_ino, self.attr_at(dst).await?) {
-            (false, _) => Err(Errno::ENOENT),
-            (true, Some(a)) => Err(if a.kind == FileKind::Dir { Errno::ENOTEMPTY } else { Errno::ENOTDIR }),
-            (true, None) => self.move_subtree(src, dst, sp, dp, dname, top, frozen, paths, txn).await,
-        }
     }
 
     /// Copies the subtree, commits, and cleans up, once its top is frozen.
