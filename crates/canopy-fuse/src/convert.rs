@@ -71,9 +71,18 @@ pub fn file_type(kind: FileKind) -> FileType {
     }
 }
 
-/// The access an open(2) with `flags` asks for, as R and W bits: read and/or
-/// write from `O_ACCMODE`, and write for `O_TRUNC` (as the kernel's own check).
+/// The kernel's mark on the open an execve(2) makes of its program
+/// (`__FMODE_EXEC` in the open flags a FUSE OPEN carries).
+const OPEN_FOR_EXEC: i32 = 0x20;
+
+/// The access an open(2) with `flags` asks for, as R, W and X bits: read and/or
+/// write from `O_ACCMODE`, and write for `O_TRUNC` (as the kernel's own check);
+/// execute alone for a program execve(2) opens, which POSIX lets run without
+/// read permission (mode 0711).
 pub fn open_access(flags: i32) -> u32 {
+    if flags & OPEN_FOR_EXEC != 0 {
+        return access::X;
+    }
     let mode = match flags & libc::O_ACCMODE {
         libc::O_RDONLY => access::R,
         libc::O_WRONLY => access::W,
@@ -177,8 +186,9 @@ mod tests {
 
     #[test]
     fn open_flags_to_access() {
-        use access::{R, W};
+        use access::{R, W, X};
         assert_eq!(open_access(libc::O_RDONLY), R);
+        assert_eq!(open_access(libc::O_RDONLY | libc::O_LARGEFILE | OPEN_FOR_EXEC), X);
         assert_eq!(open_access(libc::O_WRONLY | libc::O_CREAT), W);
         assert_eq!(open_access(libc::O_RDWR | libc::O_APPEND), R | W);
         assert_eq!(open_access(libc::O_RDONLY | libc::O_TRUNC), R | W);

@@ -371,6 +371,25 @@ fn readdirplus_stats_children_as_the_caller() {
     assert_eq!(fs::symlink_metadata(mnt.join("d/f")).unwrap().len(), 10, "root still sees them");
 }
 
+/// execve(2) needs execute permission alone: a mode-0711 program runs for
+/// every user. The mount used to check read permission for the open the
+/// kernel makes of a program, as for open(2) for reading, and refused it.
+#[test]
+fn a_program_runs_with_execute_permission_alone() {
+    use std::os::unix::process::CommandExt;
+    let mut m = up_shared();
+    for (name, extra) in [("checked", &["--allow-other"][..]), ("unchecked", &["--allow-other", "--no-default-permissions"][..])] {
+        let prog = m.mount(name, extra).join("true");
+        fs::copy("/bin/true", &prog).unwrap();
+        chmod(&prog, 0o711);
+        let ran = Command::new(&prog).uid(BOB).gid(BOB).status();
+        assert!(ran.unwrap().success(), "{name}: Bob runs a 0711 program");
+        chmod(&prog, 0o700);
+        let refused = Command::new(&prog).uid(BOB).gid(BOB).status();
+        assert_eq!(refused.map_err(|e| e.raw_os_error()).unwrap_err(), Some(libc::EACCES), "{name}: but not a 0700 one");
+    }
+}
+
 /// A write by a non-owner to a setuid/setgid file succeeds and clears the bits,
 /// as on a local file system. The kernel used to ask for that with a chmod sent
 /// as the writer, which the server refused (EPERM): the write failed.
