@@ -1,9 +1,9 @@
 //! Translations between Canopy's types and the kernel's: attributes, errnos,
 //! times, and who is asking.
 
-use crate::groups::GroupCache;
+use crate::groups::{ProcessCache, Process};
 use canopy_proto::attr::access;
-use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, TimeSet};
+use canopy_proto::{Attr, DirEntry, Errno, FileKind, TimeSet};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -133,29 +133,22 @@ pub fn listed_only(e: &DirEntry) -> Attr {
     Attr { ino: e.ino, kind: e.kind, mode: 0, uid: 0, gid: 0, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 }
 }
 
-/// The caller of a request: uid and gid from the kernel, supplementary groups from
-/// /proc (FUSE does not pass them), through `cache`.
-pub fn creds(cache: &GroupCache, uid: u32, gid: u32, pid: u32) -> Creds {
-    Creds { uid, gid, groups: cache.groups(pid, uid, gid, std::time::Instant::now(), || groups_of(pid)) }
+/// What the mount knows of process `pid` (the thread that made a request)
+/// running as `uid`:`gid`, through `cache`: its supplementary groups (FUSE
+/// does not pass them) and capabilities, from /proc. Pid 0 (a process in a
+/// pid namespace the mount cannot see): nothing.
+pub fn process(cache: &ProcessCache, uid: u32, gid: u32, pid: u32) -> Process {
+    cache.process(pid, uid, gid, std::time::Instant::now(), || status_of(pid))
 }
 
-fn groups_of(pid: u32) -> Vec<u32> {
+fn status_of(pid: u32) -> Process {
     if pid == 0 {
-        return Vec::new();
+        return Process::default();
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
         .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
         .unwrap_or_default();
-    parse_groups(&status)
-}
-
-/// The `Groups:` line of a /proc status file.
-pub fn parse_groups(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
-        .unwrap_or_default()
+    Process::parse(&status)
 }
 
 #[cfg(test)]
@@ -170,11 +163,8 @@ mod tests {
     }
 
     #[test]
-    fn groups_come_from_the_status_line() {
-        let status = "Name:\tx\nUid:\t0\t0\t0\t0\nGroups:\t4 24 1001 \nNgid:\t0\n";
-        assert_eq!(parse_groups(status), vec![4, 24, 1001]);
-        assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
-        assert_eq!(creds(&GroupCache::default(), 5, 6, 0).groups, Vec::<u32>::new());
+    fn a_process_the_mount_cannot_see_has_no_groups_and_no_capabilities() {
+        assert_eq!(process(&ProcessCache::default(), 0, 0, 0), Process::default());
     }
 
     #[test]

@@ -201,7 +201,7 @@ impl Filesystem for CanopyFs {
         // Held directory attributes: answered here, neither a runtime nor a
         // task needed (a directory's GETATTR follows every create in it).
         let start = Instant::now();
-        let Err(reply) = self.core.getattr_held(ino, reply) else {
+        let Err(reply) = self.core.getattr_held(&Caller::of(req), ino, reply) else {
             return self.times.record(Kind::Getattr, start.elapsed());
         };
         self.spawn_async(Kind::Getattr, req, move |c, who| async move { c.getattr(&who, ino, fh, reply).await });

@@ -7,13 +7,13 @@
 
 use crate::convert::{self, errno, file_attr, io_errno};
 use crate::dir_attrs::DirAttrs;
-use crate::groups::GroupCache;
+use crate::groups::ProcessCache;
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
 use canopy_proto::clock::{SharedClock, SystemClock};
-use canopy_proto::{Attr, DirEntry, Errno, SetAttr};
+use canopy_proto::{Attr, Creds, DirEntry, Errno, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
@@ -59,7 +59,7 @@ pub(crate) struct Core {
     dir_attrs: Mutex<DirAttrs>,
     /// The wall clock a directory's times are set from.
     clock: SharedClock,
-    groups: GroupCache,
+    processes: ProcessCache,
     pub(crate) opts: MountOptions,
 }
 
@@ -87,7 +87,7 @@ impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
         let dir_attrs = Mutex::new(DirAttrs::new(opts.attr_ttl));
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), groups: GroupCache::default(), opts }
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), processes: ProcessCache::default(), opts }
     }
 
     /// Waits here for a client call: for handlers that run off the runtime
@@ -103,8 +103,22 @@ impl Core {
         crate::own::client().unwrap_or_else(|| self.client.clone())
     }
 
-    fn caller(&self, req: &Caller) -> Client {
-        self.client().as_user(convert::creds(&self.groups, req.uid, req.gid, req.pid))
+    /// The client acting as `req`'s caller.
+    fn caller(&self, req: &Caller) -> R<Client> {
+        Ok(self.client().as_user(self.creds(req)?))
+    }
+
+    /// Who the servers are to see `req`'s caller as. The servers take uid 0
+    /// for root; when the kernel checks nothing itself (no
+    /// `default_permissions`), a uid-0 process without root's file
+    /// capabilities (a confined service) is refused EACCES, since the kernel
+    /// would have checked those and the servers cannot.
+    fn creds(&self, req: &Caller) -> R<Creds> {
+        let p = convert::process(&self.processes, req.uid, req.gid, req.pid);
+        if req.uid == 0 && !p.file_caps && !self.opts.default_permissions {
+            return Err(fuser::Errno::from_i32(libc::EACCES));
+        }
+        Ok(Creds { uid: req.uid, gid: req.gid, groups: p.groups })
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
@@ -146,7 +160,7 @@ impl Core {
         match path {
             // fstat needs no search permission: the descriptor was already opened.
             Some(p) if fh.is_some() => call(self.client().stat(&p)).await,
-            Some(p) => call(self.caller(req).stat(&p)).await,
+            Some(p) => call(self.caller(req)?.stat(&p)).await,
             None => self.handles.orphan_attr(ino.0).ok_or_else(enoent),
         }
     }
@@ -163,7 +177,7 @@ impl Core {
         let (who, set) = if fh.is_some() && only_size {
             (self.client(), SetAttr { kill_suid: !req.privileged(), ..set })
         } else {
-            (self.caller(req), set)
+            (self.caller(req)?, set)
         };
         let attr = call(who.setattr(&path, &set)).await?;
         if let Some(size) = set.size {
@@ -203,7 +217,7 @@ impl Core {
         if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.intersects(!(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)) {
             return Err(fuser::Errno::from_i32(libc::EINVAL));
         }
-        let who = self.caller(req);
+        let who = self.caller(req)?;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             // Checked, then renamed: not atomic against another client creating
             // the destination in between.
@@ -230,7 +244,7 @@ impl Core {
 
     async fn open_file(&self, req: &Caller, ino: INodeNo, flags: OpenFlags) -> R<u64> {
         let path = self.path(ino)?;
-        call(self.caller(req).access(&path, convert::open_access(flags.0))).await?;
+        call(self.caller(req)?.access(&path, convert::open_access(flags.0))).await?;
         // Where the contents are is learnt at the first read or write (an inline
         // request answers `Backend` for a spilled file), saving an RPC per open.
         Ok(self.handles.open(ino.0, Contents::Inline))
@@ -242,7 +256,7 @@ impl Core {
     /// truncated here if the open asks for that.
     async fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
-        let who = self.caller(req);
+        let who = self.caller(req)?;
         let mut attr = if flags & libc::O_EXCL != 0 {
             call(who.create(&path, mode & 0o7777)).await?
         } else {
@@ -259,7 +273,7 @@ impl Core {
 
     async fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
         let path = self.path(ino)?;
-        let entries = call(self.caller(req).readdir(&path)).await?;
+        let entries = call(self.caller(req)?.readdir(&path)).await?;
         let mut dirs = self.dirs.lock();
         dirs.next += 1;
         let fh = dirs.next;
@@ -310,10 +324,11 @@ fn blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 #[allow(clippy::too_many_arguments)]
 impl Core {
     pub(crate) async fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let found = match self.child(parent, name) {
-            Ok(p) => call(self.caller(req).stat(&p)).await.map(|a| (a, p)),
-            Err(e) => Err(e),
-        };
+        let found: R<_> = async {
+            let p = self.child(parent, name)?;
+            Ok((call(self.caller(req)?.stat(&p)).await?, p))
+        }
+        .await;
         match found {
             Ok((attr, path)) => self.entry(reply, &path, &attr),
             // An absent name is remembered as absent for the entry timeout, as
@@ -329,7 +344,12 @@ impl Core {
     /// `dir_attrs.rs`), trusted for the time they have left: no RPC, so the
     /// FUSE thread that read it answers at once. `Err(reply)` when none are
     /// held: [`Core::getattr`] asks a server.
-    pub(crate) fn getattr_held(&self, ino: INodeNo, reply: ReplyAttr) -> Result<(), ReplyAttr> {
+    /// Answers a GETATTR from held directory attributes; gives `reply` back
+    /// when none are held or the caller is to be refused (`creds`).
+    pub(crate) fn getattr_held(&self, req: &Caller, ino: INodeNo, reply: ReplyAttr) -> Result<(), ReplyAttr> {
+        if req.uid == 0 && !self.opts.default_permissions && self.creds(req).is_err() {
+            return Err(reply);
+        }
         let held = self.dir_attrs.lock().get(ino.0, Instant::now());
         match held {
             Some((attr, left)) => {
@@ -370,10 +390,7 @@ impl Core {
     }
 
     pub(crate) async fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
-        let target = match self.path(ino) {
-            Ok(p) => call(self.caller(req).readlink(&p)).await,
-            Err(e) => Err(e),
-        };
+        let target: R<_> = async { call(self.caller(req)?.readlink(&self.path(ino)?)).await }.await;
         answer!(reply, target, |t| reply.data(t.as_bytes()))
     }
 
@@ -381,7 +398,7 @@ impl Core {
         let made: R<_> = async {
             let path = self.child(parent, name)?;
             let kind = convert::mknod_kind(mode).ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
-            let who = self.caller(req);
+            let who = self.caller(req)?;
             let attr = match kind {
                 canopy_proto::FileKind::File => call(who.create(&path, mode & 0o7777)).await?,
                 special => call(who.mknod(&path, mode & 0o7777, special, rdev as u64)).await?,
@@ -397,7 +414,7 @@ impl Core {
         let made: R<_> = async {
             let path = self.child(parent, name)?;
             // mkdir answers the whole new directory, times included.
-            let attr = call(self.caller(req).mkdir(&path, mode & 0o7777)).await?;
+            let attr = call(self.caller(req)?.mkdir(&path, mode & 0o7777)).await?;
             self.subdir_changed_in(parent, true);
             Ok((attr, path))
         }
@@ -409,7 +426,7 @@ impl Core {
         let done: R<_> = async {
             let path = self.child(parent, name)?;
             let open = self.keep_open_contents(&path).await?;
-            call(self.caller(req).unlink(&path)).await?;
+            call(self.caller(req)?.unlink(&path)).await?;
             self.file_changed_in(parent);
             self.name_removed(open, |nodes| {
                 nodes.unlinked(&path);
@@ -423,7 +440,7 @@ impl Core {
     pub(crate) async fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let done: R<_> = async {
             let path = self.child(parent, name)?;
-            call(self.caller(req).rmdir(&path)).await?;
+            call(self.caller(req)?.rmdir(&path)).await?;
             self.subdir_changed_in(parent, false);
             self.nodes.lock().unlinked(&path);
             Ok(())
@@ -436,7 +453,7 @@ impl Core {
         let made: R<_> = async {
             let path = self.child(parent, link_name)?;
             let target = convert::utf8(target.as_os_str())?;
-            let attr = call(self.caller(req).symlink(target, &path)).await?;
+            let attr = call(self.caller(req)?.symlink(target, &path)).await?;
             self.file_changed_in(parent);
             Ok((attr, path))
         }
@@ -475,7 +492,7 @@ impl Core {
     pub(crate) async fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let made: R<_> = async {
             let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
-            let attr = call(self.caller(req).link(&src, &dst)).await?;
+            let attr = call(self.caller(req)?.link(&src, &dst)).await?;
             self.file_changed_in(newparent);
             Ok((attr, dst))
         }
@@ -494,11 +511,10 @@ impl Core {
     /// Every child is stat'ed as the caller: the kernel keeps what it is told
     /// here for the timeouts and may serve it to any user.
     pub(crate) async fn readdirplus(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let (entries, dir) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?))) {
+        let (entries, dir, who) = match self.listing(fh).and_then(|e| Ok((e, self.path(ino)?, self.caller(req)?))) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        let who = self.caller(req);
         let ttl = self.opts.attr_ttl;
         // "." and ".." come first; the kernel does not count them as lookups.
         if offset < 2 {
@@ -532,10 +548,7 @@ impl Core {
     }
 
     pub(crate) async fn access(&self, req: &Caller, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let ok = match self.path(ino) {
-            Ok(p) => call(self.caller(req).access(&p, mask.bits() as u32 & 7)).await,
-            Err(e) => Err(e),
-        };
+        let ok: R<_> = async { call(self.caller(req)?.access(&self.path(ino)?, mask.bits() as u32 & 7)).await }.await;
         answer!(reply, ok, |_v| reply.ok())
     }
 

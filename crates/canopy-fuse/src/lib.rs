@@ -5,7 +5,8 @@
 //! - [`handles`]: open files, and back-end contents waiting for their last close.
 //! - [`backend`]: back-end directories and where a FID's contents live in them.
 //! - [`convert`]: attributes, errnos, times and callers between Canopy and FUSE.
-//! - [`groups`]: callers' supplementary groups, kept briefly per process.
+//! - [`groups`]: callers' supplementary groups and file capabilities, kept
+//!   briefly per process.
 //! - `dispatch`: takes requests off `/dev/fuse` and runs their handlers (in
 //!   place, or on a pool when the other reading threads are busy).
 //! - `own`: a FUSE thread's own runtime and client, for handlers run in place.

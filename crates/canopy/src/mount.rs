@@ -39,13 +39,23 @@ pub struct MountArgs {
     /// their handlers run on a pool, so these only need to keep up with the queue.
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
-    /// Let other users use the mount (`allow_other`).
+    /// Let other users use the mount (`allow_other`); the kernel then checks
+    /// permissions itself too (`default_permissions`) unless told not to.
     #[arg(long)]
     pub allow_other: bool,
-    /// Do not let the kernel check permissions itself (`default_permissions`,
-    /// on by default); Canopy's servers then decide alone. Unsafe when several
-    /// users use the mount: the kernel serves one user's cached lookups and
-    /// attributes to another, and opens FIFOs and devices unchecked.
+    /// Let the kernel check permissions itself (`default_permissions`) before
+    /// the servers do, as it does by default with --allow-other. Without it, a
+    /// mount that only its owner may use leaves every check to the servers
+    /// (it serves its owner's uid alone: even a root thread that switched its
+    /// fsuid is refused EACCES). That saves a kernel round trip per create,
+    /// mkdir, unlink and rename (the kernel's re-read of the directory it
+    /// checks against); the owner's FIFOs and sockets open unchecked.
+    #[arg(long, conflicts_with = "no_default_permissions")]
+    pub default_permissions: bool,
+    /// Do not let the kernel check permissions itself, even with --allow-other;
+    /// Canopy's servers then decide alone. Unsafe when several users use the
+    /// mount: the kernel serves one user's cached lookups and attributes to
+    /// another, and opens FIFOs and sockets unchecked.
     #[arg(long)]
     pub no_default_permissions: bool,
     /// Do not update directories' mtime and ctime when names change in them
@@ -88,7 +98,8 @@ fn options(args: &MountArgs) -> Result<MountOptions, String> {
         inline_max: args.inline_max,
         threads: args.threads.max(1),
         allow_other: args.allow_other,
-        default_permissions: !args.no_default_permissions,
+        default_permissions: args.default_permissions
+            || (!args.no_default_permissions && canopy_fuse::options::kernel_checks_by_default(args.allow_other)),
         dir_times: !args.no_dir_times,
     })
 }

@@ -371,6 +371,87 @@ fn readdirplus_stats_children_as_the_caller() {
     assert_eq!(fs::symlink_metadata(mnt.join("d/f")).unwrap().len(), 10, "root still sees them");
 }
 
+/// The mount's superblock options, as /proc/self/mountinfo lists them.
+fn super_options(mnt: &Path) -> String {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info.lines().find(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap())).expect("mounted");
+    line.split(" - ").nth(1).and_then(|r| r.split(' ').nth(2)).unwrap().to_string()
+}
+
+/// The kernel checks permissions itself exactly when other users may use the
+/// mount: a mount only its owner may use leaves the checks to the servers, and
+/// what the kernel then serves from its caches unchecked reaches no one else,
+/// since such a mount refuses every request carrying another uid, even from a
+/// root thread that switched its fsuid (as file servers do).
+#[test]
+fn a_private_mount_leaves_the_checks_to_the_servers_and_serves_its_owner_alone() {
+    let mut m = up_shared();
+    let private = m.mount("private", &[]);
+    let shared = m.mount("shared", &["--allow-other"]);
+    let forced = m.mount("forced", &["--default-permissions"]);
+    let opts = |mnt: &Path| super_options(mnt).split(',').any(|o| o == "default_permissions");
+    assert_eq!((opts(&private), opts(&shared), opts(&forced)), (false, true, true));
+
+    fs::write(private.join("f"), b"x").unwrap();
+    chmod(&private.join("f"), 0o644);
+    assert_eq!(fs::read(private.join("f")).unwrap(), b"x", "the owner reads it; now it is cached");
+    let f = private.join("f");
+    assert_eq!(as_user(BOB, move || errno_of(fs::read(&f))), libc::EACCES, "refused to anyone else");
+    let d = private.join("d");
+    assert_eq!(as_user(BOB, move || errno_of(fs::create_dir(&d))), libc::EACCES);
+    let f = shared.join("f");
+    assert_eq!(as_user(BOB, move || fs::read(&f).unwrap()), b"x", "a mount with --allow-other serves Bob as Bob");
+}
+
+/// Runs `f` on a new thread of root's that has dropped root's file
+/// capabilities (chown, DAC override and read-search, fowner, fsetid) from its
+/// effective set, as a confined service has.
+fn without_file_caps<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    std::thread::spawn(move || {
+        let mut header = Header { version: 0x2008_0522, pid: 0 };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget and capset on this thread only, with a version-3
+        // header and the two data words that version takes.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()), 0);
+            data[0].effective &= !0x1f;
+            assert_eq!(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()), 0);
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// The servers take uid 0 for root, and cannot see capabilities: where the
+/// kernel checks nothing itself (a mount only its owner may use), a uid-0
+/// process without root's file capabilities is refused, as the kernel's own
+/// check would have refused it what root's rights alone allow.
+#[test]
+fn root_without_its_file_capabilities_is_refused_where_the_kernel_checks_nothing() {
+    let mut m = up();
+    let private = m.mount("private", &[]);
+    let f = private.join("f");
+    fs::write(&f, b"secret").unwrap();
+    chown(&f, ALICE);
+    chmod(&f, 0o600);
+    let g = f.clone();
+    assert_eq!(without_file_caps(move || errno_of(fs::read(&g))), libc::EACCES);
+    assert_eq!(fs::read(&f).unwrap(), b"secret", "root with its capabilities reads it");
+}
+
 /// execve(2) needs execute permission alone: a mode-0711 program runs for
 /// every user. The mount used to check read permission for the open the
 /// kernel makes of a program, as for open(2) for reading, and refused it.
