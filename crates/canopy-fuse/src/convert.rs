@@ -72,7 +72,9 @@ pub fn file_type(kind: FileKind) -> FileType {
 }
 
 /// The kernel's mark on the open an execve(2) makes of its program
-/// (`__FMODE_EXEC` in the open flags a FUSE OPEN carries).
+/// (`__FMODE_EXEC` in the open flags a FUSE OPEN carries). Only the kernel
+/// sets it: open(2) and openat(2) clear it from a program's flags (since
+/// Linux 4.13), openat2(2) refuses it.
 const OPEN_FOR_EXEC: i32 = 0x20;
 
 /// The access an open(2) with `flags` asks for, as R, W and X bits: read and/or
@@ -148,7 +150,19 @@ fn status_of(pid: u32) -> Process {
     let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
         .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
         .unwrap_or_default();
-    Process::parse(&status)
+    let mut process = Process::parse(&status);
+    // Capabilities count only in the mount's own user namespace: any process
+    // may make a namespace of its own and hold every capability in it, with
+    // no right over the files of users it does not map.
+    process.file_caps &= in_our_user_namespace(pid);
+    process
+}
+
+fn in_our_user_namespace(pid: u32) -> bool {
+    static OURS: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let ours = OURS.get_or_init(|| std::fs::read_link("/proc/self/ns/user").ok());
+    let theirs = std::fs::read_link(format!("/proc/{pid}/task/{pid}/ns/user")).or_else(|_| std::fs::read_link(format!("/proc/{pid}/ns/user")));
+    matches!((ours, theirs), (Some(a), Ok(b)) if *a == b)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,12 +42,6 @@ impl Caller {
     pub(crate) fn of(req: &Request) -> Caller {
         Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
     }
-
-    /// Whether the caller keeps setuid and setgid across its writes: root does
-    /// (as a process with `CAP_FSETID`); the mount cannot see capabilities.
-    pub(crate) fn privileged(&self) -> bool {
-        self.uid == 0
-    }
 }
 
 pub(crate) struct Core {
@@ -60,6 +55,8 @@ pub(crate) struct Core {
     /// The wall clock a directory's times are set from.
     clock: SharedClock,
     processes: ProcessCache,
+    /// Whether the log has said why a uid-0 caller was refused (`creds`).
+    told_unprivileged_root: AtomicBool,
     pub(crate) opts: MountOptions,
 }
 
@@ -87,7 +84,7 @@ impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
         let dir_attrs = Mutex::new(DirAttrs::new(opts.attr_ttl));
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), processes: ProcessCache::default(), opts }
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), processes: ProcessCache::default(), told_unprivileged_root: AtomicBool::new(false), opts }
     }
 
     /// Waits here for a client call: for handlers that run off the runtime
@@ -116,9 +113,24 @@ impl Core {
     fn creds(&self, req: &Caller) -> R<Creds> {
         let p = convert::process(&self.processes, req.uid, req.gid, req.pid);
         if req.uid == 0 && !p.file_caps && !self.opts.default_permissions {
+            if !self.told_unprivileged_root.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "canopy-fuse: refused a request as uid 0 from pid {} (EACCES): it lacks root's file capabilities \
+                     in this mount's user namespace, and the kernel checks no permissions on this mount; mount \
+                     with --default-permissions to let the kernel check them (for a confined service, or \
+                     overlayfs or nfsd acting for another process)",
+                    req.pid
+                );
+            }
             return Err(fuser::Errno::from_i32(libc::EACCES));
         }
         Ok(Creds { uid: req.uid, gid: req.gid, groups: p.groups })
+    }
+
+    /// Whether the caller keeps setuid and setgid across its writes: root
+    /// with root's file capabilities (`CAP_FSETID` among them) does.
+    fn privileged(&self, req: &Caller) -> bool {
+        req.uid == 0 && convert::process(&self.processes, req.uid, req.gid, req.pid).file_caps
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
@@ -175,7 +187,7 @@ impl Core {
         // setuid and setgid.
         let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
         let (who, set) = if fh.is_some() && only_size {
-            (self.client(), SetAttr { kill_suid: !req.privileged(), ..set })
+            (self.client(), SetAttr { kill_suid: !self.privileged(req), ..set })
         } else {
             (self.caller(req)?, set)
         };
@@ -578,7 +590,7 @@ impl Core {
     }
 
     pub(crate) fn write(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
-        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !req.privileged()), |n| reply.written(n))
+        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !self.privileged(req)), |n| reply.written(n))
     }
 
     pub(crate) fn release(&self, fh: FileHandle, reply: ReplyEmpty) {

@@ -34,9 +34,10 @@ type Key = (u32, u32, u32);
 pub struct Process {
     pub groups: Vec<u32>,
     /// All of root's powers over files are effective: `CAP_CHOWN`,
-    /// `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_FSETID`.
-    /// The servers take uid 0 for root; a uid-0 process without these (a
-    /// service confined by its capability set) is not.
+    /// `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_FSETID`
+    /// (in the mount's user namespace: `convert::process` checks that). The
+    /// servers take uid 0 for root; a uid-0 process without these (a service
+    /// confined by its capability set) is not.
     pub file_caps: bool,
 }
 

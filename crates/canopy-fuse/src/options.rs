@@ -26,7 +26,8 @@ pub struct MountOptions {
     /// with no check (no open reaches the mount for one). Safe when one user
     /// uses the mount: without `allow_other`, the kernel admits only the
     /// owner's processes, and the mount refuses (`EACCES`) a request carrying
-    /// another uid (a root thread that switched its fsuid; `SessionACL::Owner`).
+    /// another uid (a root thread that switched its fsuid; `SessionACL::Owner`)
+    /// and a uid-0 caller without root's file capabilities (`Core::creds`).
     pub default_permissions: bool,
     /// Keep directories' mtime and ctime up to date (one more RPC per change).
     pub dir_times: bool,

@@ -403,10 +403,14 @@ fn a_private_mount_leaves_the_checks_to_the_servers_and_serves_its_owner_alone()
     assert_eq!(as_user(BOB, move || fs::read(&f).unwrap()), b"x", "a mount with --allow-other serves Bob as Bob");
 }
 
-/// Runs `f` on a new thread of root's that has dropped root's file
-/// capabilities (chown, DAC override and read-search, fowner, fsetid) from its
-/// effective set, as a confined service has.
-fn without_file_caps<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+/// Drops root's file capabilities (chown, DAC override and read-search,
+/// fowner, fsetid) from the calling thread's effective set, as a confined
+/// service has them dropped.
+///
+/// # Safety
+/// Only the capget and capset system calls, on this thread; fit for a
+/// `pre_exec` hook.
+unsafe fn drop_file_caps() -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -419,16 +423,24 @@ fn without_file_caps<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
         permitted: u32,
         inheritable: u32,
     }
+    let mut header = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY (of the calls): a version-3 header and the two data words that version takes.
+    if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    data[0].effective &= !0x1f;
+    if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread of root's without root's file capabilities.
+fn without_file_caps<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
-        let mut header = Header { version: 0x2008_0522, pid: 0 };
-        let mut data = [Data::default(); 2];
-        // SAFETY: capget and capset on this thread only, with a version-3
-        // header and the two data words that version takes.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()), 0);
-            data[0].effective &= !0x1f;
-            assert_eq!(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()), 0);
-        }
+        // SAFETY: changes only this new thread's capabilities.
+        unsafe { drop_file_caps() }.unwrap();
         f()
     })
     .join()
@@ -450,6 +462,42 @@ fn root_without_its_file_capabilities_is_refused_where_the_kernel_checks_nothing
     let g = f.clone();
     assert_eq!(without_file_caps(move || errno_of(fs::read(&g))), libc::EACCES);
     assert_eq!(fs::read(&f).unwrap(), b"secret", "root with its capabilities reads it");
+}
+
+/// A confined root may make a user namespace of its own, mapping uid 0 to
+/// itself, and hold every capability there: those give it no right over
+/// other users' files, and the mount, which reads capabilities from /proc,
+/// must not count them.
+#[test]
+fn capabilities_held_in_another_user_namespace_do_not_count() {
+    use std::os::unix::process::CommandExt;
+    let mut m = up();
+    let f = m.mount("private", &[]).join("f");
+    fs::write(&f, b"secret").unwrap();
+    chown(&f, ALICE);
+    chmod(&f, 0o600);
+    let mut cat = Command::new("cat");
+    cat.arg(&f);
+    // SAFETY: only system calls on static strings between fork and exec.
+    unsafe {
+        cat.pre_exec(|| {
+            drop_file_caps()?;
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (path, text) in [(c"/proc/self/setgroups", c"deny"), (c"/proc/self/uid_map", c"0 0 1"), (c"/proc/self/gid_map", c"0 0 1")] {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, text.as_ptr().cast(), text.to_bytes().len()) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let out = cat.output().expect("cat started in a namespace of its own");
+    assert!(!out.status.success(), "read {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// execve(2) needs execute permission alone: a mode-0711 program runs for
