@@ -147,22 +147,26 @@ fn status_of(pid: u32) -> Process {
     if pid == 0 {
         return Process::default();
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
-        .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
-        .unwrap_or_default();
+    let status = task_file(pid, "status", std::fs::read_to_string).unwrap_or_default();
     let mut process = Process::parse(&status);
     // Capabilities count only in the mount's own user namespace: any process
     // may make a namespace of its own and hold every capability in it, with
     // no right over the files of users it does not map.
-    process.file_caps &= in_our_user_namespace(pid);
+    process.file_caps = process.file_caps && in_our_user_namespace(pid);
     process
 }
 
 fn in_our_user_namespace(pid: u32) -> bool {
     static OURS: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     let ours = OURS.get_or_init(|| std::fs::read_link("/proc/self/ns/user").ok());
-    let theirs = std::fs::read_link(format!("/proc/{pid}/task/{pid}/ns/user")).or_else(|_| std::fs::read_link(format!("/proc/{pid}/ns/user")));
+    let theirs = task_file(pid, "ns/user", std::fs::read_link);
     matches!((ours, theirs), (Some(a), Ok(b)) if *a == b)
+}
+
+/// Reads `name` under /proc for thread `pid` (the request's pid is the
+/// calling thread's), else under its process's directory.
+fn task_file<T>(pid: u32, name: &str, read: impl Fn(String) -> std::io::Result<T>) -> std::io::Result<T> {
+    read(format!("/proc/{pid}/task/{pid}/{name}")).or_else(|_| read(format!("/proc/{pid}/{name}")))
 }
 
 #[cfg(test)]

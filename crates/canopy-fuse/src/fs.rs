@@ -7,7 +7,7 @@
 
 use crate::convert::{self, errno, file_attr, io_errno};
 use crate::dir_attrs::DirAttrs;
-use crate::groups::ProcessCache;
+use crate::groups::{Process, ProcessCache};
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
@@ -111,8 +111,8 @@ impl Core {
     /// capabilities (a confined service) is refused EACCES, since the kernel
     /// would have checked those and the servers cannot.
     fn creds(&self, req: &Caller) -> R<Creds> {
-        let p = convert::process(&self.processes, req.uid, req.gid, req.pid);
-        if req.uid == 0 && !p.file_caps && !self.opts.default_permissions {
+        let p = self.process(req);
+        if self.must_show_caps(req) && !p.file_caps {
             if !self.told_unprivileged_root.swap(true, Ordering::Relaxed) {
                 eprintln!(
                     "canopy-fuse: refused a request as uid 0 from pid {} (EACCES): it lacks root's file capabilities \
@@ -127,10 +127,20 @@ impl Core {
         Ok(Creds { uid: req.uid, gid: req.gid, groups: p.groups })
     }
 
+    /// Whether `req`'s caller is refused unless it holds root's file
+    /// capabilities (`creds`): as uid 0 where the kernel checks nothing.
+    fn must_show_caps(&self, req: &Caller) -> bool {
+        req.uid == 0 && !self.opts.default_permissions
+    }
+
     /// Whether the caller keeps setuid and setgid across its writes: root
     /// with root's file capabilities (`CAP_FSETID` among them) does.
     fn privileged(&self, req: &Caller) -> bool {
-        req.uid == 0 && convert::process(&self.processes, req.uid, req.gid, req.pid).file_caps
+        req.uid == 0 && self.process(req).file_caps
+    }
+
+    fn process(&self, req: &Caller) -> Process {
+        convert::process(&self.processes, req.uid, req.gid, req.pid)
     }
 
     pub(crate) fn path(&self, ino: INodeNo) -> R<String> {
@@ -359,7 +369,7 @@ impl Core {
     /// Answers a GETATTR from held directory attributes; gives `reply` back
     /// when none are held or the caller is to be refused (`creds`).
     pub(crate) fn getattr_held(&self, req: &Caller, ino: INodeNo, reply: ReplyAttr) -> Result<(), ReplyAttr> {
-        if req.uid == 0 && !self.opts.default_permissions && self.creds(req).is_err() {
+        if self.must_show_caps(req) && self.creds(req).is_err() {
             return Err(reply);
         }
         let held = self.dir_attrs.lock().get(ino.0, Instant::now());
