@@ -416,3 +416,27 @@ async fn a_split_survives_either_server_dying_at_each_step() {
         assert_fsck_clean(&c).await;
     }
 }
+
+/// An idle server's background thread sleeps until work is queued for it: it
+/// used to look every 20 ms, 50 wake-ups a second per server in every mode.
+/// A growing directory still rings for its split at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_does_not_wake_for_background_work() {
+    for mode in ["indexfs", "shardfs"] {
+        let cluster = InProcCluster::memory_with(mode, SERVERS, opts());
+        let c = cluster.client();
+        c.mkdir("/d", 0o755).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = counter(&c, "background_wakes").await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let idle = counter(&c, "background_wakes").await - before;
+        assert!(idle <= SERVERS as u64, "{mode}: {idle} background wake-ups in an idle second");
+    }
+    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let c = cluster.client();
+    c.mkdir("/big", 0o755).await.unwrap();
+    let grow: Vec<String> = (0..THRESHOLD * 3).map(|i| format!("g{i:03}")).collect();
+    c.bulk_create("/big", &grow, 0o644).await.unwrap();
+    settle(&c).await;
+    assert!(counter(&c, "splits").await >= 1, "the directory split");
+}

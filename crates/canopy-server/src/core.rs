@@ -3,6 +3,7 @@
 //! id allocator, counters, the clock, and the broken invariants fsck reports.
 
 use crate::counters::Counters;
+use crate::doorbell::Doorbell;
 use crate::ids::IdAlloc;
 use crate::keys::{self, DIRTIMES, ENTRIES, INODES, META, META_IDENTITY};
 use crate::mutlock::{MutGuard, MutationLocks};
@@ -13,6 +14,7 @@ use canopy_store::{Batch, Change, SharedStore, Store};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 /// See [`crate::MetaServer::set_mutation_hook`].
 pub type MutationHook = std::sync::Arc<dyn Fn(&[String]) + Send + Sync>;
@@ -42,6 +44,9 @@ pub struct Core {
     entries: AtomicI64,
     /// The store was new at open: nothing was served from it before.
     pub(crate) fresh: bool,
+    /// Rung when the mode queues background work (IndexFS: a directory to
+    /// check for a split).
+    pub(crate) doorbell: Arc<Doorbell>,
 }
 
 pub(crate) fn io(e: impl std::fmt::Display) -> Errno {
@@ -72,6 +77,7 @@ impl Core {
             clock,
             entries: AtomicI64::new(entries),
             fresh,
+            doorbell: Arc::default(),
         })
     }
 

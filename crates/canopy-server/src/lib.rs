@@ -20,6 +20,7 @@
 
 pub mod core;
 pub mod counters;
+mod doorbell;
 mod fsck;
 mod ids;
 pub mod giraffa;

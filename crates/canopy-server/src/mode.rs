@@ -195,6 +195,12 @@ pub(crate) trait Mode: Send + Sync {
         false
     }
 
+    /// When background work falls due with nobody ringing for it (a retry),
+    /// from now; `None`: only when rung.
+    fn background_due(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Checks the directory proofs a `GfVouched` request carries (Giraffa;
     /// good for adding entries if `adds`) and holds what they vouch for while
     /// this thread serves the request; `ENOSYS` for a mode that issues none.

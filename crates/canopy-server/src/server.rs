@@ -20,7 +20,6 @@ use canopy_rpc::{BlockingCaller, Transport};
 use canopy_store::SharedStore;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The modes a server can run, as cluster files name them.
 pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
@@ -55,6 +54,15 @@ pub struct MetaServer {
     /// The thread doing the mode's background work, and its stop flag.
     background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
+}
+
+/// A dropped server's background thread ends at its next wake-up (now, if
+/// it sleeps), not joined here: it may be in a split's step.
+impl Drop for MetaServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.core.doorbell.ring();
+    }
 }
 
 impl std::ops::Deref for MetaServer {
@@ -99,18 +107,21 @@ impl MetaServer {
 
     /// Starts the mode's background work (IndexFS: splits), which reaches the
     /// other servers through `peers` (as the cluster key). The thread holds the
-    /// server only while it works; [`MetaServer::stop_background`] ends it.
+    /// server only while it works, and sleeps until the mode rings for it or a
+    /// retry falls due; [`MetaServer::stop_background`] (or dropping the
+    /// server) ends it.
     pub fn start_background(self: &Arc<Self>, peers: Arc<dyn Transport>) {
         let me = Arc::downgrade(self);
-        let stop = self.stop.clone();
+        let (stop, doorbell) = (self.stop.clone(), self.core.doorbell.clone());
         let handle = std::thread::Builder::new().name(format!("canopy-bg-{}", self.cfg.index)).spawn(move || {
             let Ok(peers) = BlockingCaller::new(peers) else { return };
             while !stop.load(Ordering::Acquire) {
                 let Some(server) = me.upgrade() else { return };
                 let busy = server.mode.background(&server.core, &peers);
+                let due = server.mode.background_due();
                 drop(server);
                 if !busy {
-                    std::thread::sleep(Duration::from_millis(20));
+                    doorbell.wait(due);
                 }
             }
         });
@@ -124,6 +135,7 @@ impl MetaServer {
     /// at its next step or finishes).
     pub fn stop_background(&self) {
         self.stop.store(true, Ordering::Release);
+        self.core.doorbell.ring();
         if let Some(h) = self.background.lock().take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
@@ -235,6 +247,7 @@ impl MetaServer {
     /// every write.
     pub fn stats(&self) -> ServerStats {
         let mut counters = self.mode.counters();
+        counters.push(("background_wakes".into(), self.core.doorbell.wakes()));
         if let Some(c) = self.core.store.cache_counts() {
             counters.push(("entry_cache_hits".into(), c.hits));
             counters.push(("entry_cache_misses".into(), c.misses));

@@ -141,7 +141,7 @@ impl IndexFs {
             lease_waits: AtomicU64::new(0),
             lease_wait_ms: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
-            splits: split::Splits::new(split_threshold, unfinished),
+            splits: split::Splits::new(split_threshold, unfinished, core.doorbell.clone()),
             cache: parts::HeaderCache::default(),
         };
         if giga::home(ROOT_ID, core.cfg.servers) == core.cfg.index && me.header(core, ROOT_ID).map_err(|e| e.to_string())?.is_none() {
@@ -363,6 +363,10 @@ impl Mode for IndexFs {
 
     fn background(&self, core: &Core, peers: &canopy_rpc::BlockingCaller) -> bool {
         self.split_work(core, peers)
+    }
+
+    fn background_due(&self) -> Option<std::time::Duration> {
+        self.splits.retry_due()
     }
 
     fn set_split_hook(&self, hook: Option<SplitHook>) {

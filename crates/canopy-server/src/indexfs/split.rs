@@ -24,6 +24,7 @@
 use super::{DirEntryValue, Header, IndexFs};
 use crate::tables;
 use crate::core::{io, Core};
+use crate::doorbell::Doorbell;
 use crate::keys::{self, DIRS, ENTRIES};
 use crate::mode::Target;
 use canopy_proto::giga::{self, PartMap, MAX_DEPTH};
@@ -94,10 +95,12 @@ pub(crate) struct Splits {
     working: AtomicU64,
     done: AtomicU64,
     hook: Mutex<Option<SplitHook>>,
+    /// The background thread's: rung when a directory is queued.
+    doorbell: Arc<Doorbell>,
 }
 
 impl Splits {
-    pub(crate) fn new(threshold: u64, unfinished: Vec<(u64, u32)>) -> Splits {
+    pub(crate) fn new(threshold: u64, unfinished: Vec<(u64, u32)>, doorbell: Arc<Doorbell>) -> Splits {
         Splits {
             threshold: threshold.max(1),
             grown: Mutex::new(HashMap::new()),
@@ -110,6 +113,7 @@ impl Splits {
             working: AtomicU64::new(0),
             done: AtomicU64::new(0),
             hook: Mutex::new(None),
+            doorbell,
         }
     }
 
@@ -140,7 +144,7 @@ impl Splits {
     }
 
     /// Counts `n` names added to `dir`; every quarter threshold, queues it to
-    /// be checked.
+    /// be checked and rings for the background thread.
     pub(crate) fn grew(&self, dir: u64, n: u64) {
         let due = {
             let mut g = self.grown.lock();
@@ -153,12 +157,30 @@ impl Splits {
                 false
             }
         };
-        if due {
+        if !due {
+            return;
+        }
+        let queued = {
             let mut q = self.queue.lock();
-            if q.1.insert(dir) {
+            let fresh = q.1.insert(dir);
+            if fresh {
                 q.0.push_back(dir);
             }
+            fresh
+        };
+        if queued {
+            self.doorbell.ring();
         }
+    }
+
+    /// How long until the next retry of an unfinished split may run
+    /// (`RETRY_EVERY` after the last); `None` with none unfinished.
+    pub(crate) fn retry_due(&self) -> Option<Duration> {
+        if self.unfinished.lock().is_empty() {
+            return None;
+        }
+        let last = *self.last_retry.lock();
+        Some(last.map_or(Duration::ZERO, |t| RETRY_EVERY.saturating_sub(t.elapsed())))
     }
 
     fn next(&self) -> Option<u64> {
