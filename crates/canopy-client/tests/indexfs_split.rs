@@ -240,13 +240,19 @@ async fn a_file_renamed_onto_a_directory_a_split_moved_is_eisdir_before_rights()
     let stale = cluster.fresh_client().as_user(canopy_proto::Creds::user(1000, 1000));
     stale.stat(&src).await.unwrap();
     stale.stat(&dst).await.unwrap();
-    let grow: Vec<String> = (0..THRESHOLD * 3).map(|i| format!("g{i:03}")).collect();
-    c.bulk_create("/big", &grow, 0o644).await.unwrap();
-    settle(&c).await;
-    assert!(counter(&c, "splits").await >= 1, "the directory split");
+    grow_until_split(&c, "/big").await;
     assert_eq!(stale.rename(&src, &dst).await, Err(Errno::EISDIR));
     // The rights error still stands where the destination is no directory.
     assert_eq!(stale.rename(&src, &format!("/big/{}", moves[1])).await, Err(Errno::EACCES));
+}
+
+/// Fills `dir` (one bulk insertion, three thresholds) and waits until its
+/// splits are done; at least one ran.
+async fn grow_until_split(c: &Client, dir: &str) {
+    let grow: Vec<String> = (0..THRESHOLD * 3).map(|i| format!("g{i:03}")).collect();
+    c.bulk_create(dir, &grow, 0o644).await.unwrap();
+    settle(c).await;
+    assert!(counter(c, "splits").await >= 1, "the directory split");
 }
 
 /// Names the first split of a partition 0 moves (to partition 1).
@@ -435,8 +441,5 @@ async fn an_idle_server_does_not_wake_for_background_work() {
     let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
-    let grow: Vec<String> = (0..THRESHOLD * 3).map(|i| format!("g{i:03}")).collect();
-    c.bulk_create("/big", &grow, 0o644).await.unwrap();
-    settle(&c).await;
-    assert!(counter(&c, "splits").await >= 1, "the directory split");
+    grow_until_split(&c, "/big").await;
 }

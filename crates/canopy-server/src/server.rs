@@ -60,8 +60,7 @@ pub struct MetaServer {
 /// it sleeps), not joined here: it may be in a split's step.
 impl Drop for MetaServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.core.doorbell.ring();
+        self.tell_background_to_stop();
     }
 }
 
@@ -134,13 +133,18 @@ impl MetaServer {
     /// Ends the background work and waits for it (a split in progress stops
     /// at its next step or finishes).
     pub fn stop_background(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.core.doorbell.ring();
+        self.tell_background_to_stop();
         if let Some(h) = self.background.lock().take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
         }
+    }
+
+    /// Raises the background thread's stop flag and wakes it to see it.
+    fn tell_background_to_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.core.doorbell.ring();
     }
 
     /// Tests: call `hook` at each step of a split (IndexFS); `false` kills

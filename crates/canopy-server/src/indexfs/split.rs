@@ -321,13 +321,13 @@ impl IndexFs {
         }
     }
 
+    /// The unfinished split to retry now, if one is due ([`Splits::retry_due`]).
     fn due_retry(&self) -> Option<(u64, u32)> {
-        let mut last = self.splits.last_retry.lock();
-        if last.is_some_and(|t| t.elapsed() < RETRY_EVERY) {
+        if self.splits.retry_due() != Some(Duration::ZERO) {
             return None;
         }
         let next = self.splits.unfinished.lock().first().copied()?;
-        *last = Some(Instant::now());
+        *self.splits.last_retry.lock() = Some(Instant::now());
         self.splits.unfinished.lock().retain(|s| *s != next);
         Some(next)
     }
