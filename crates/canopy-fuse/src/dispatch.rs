@@ -189,6 +189,12 @@ impl Filesystem for CanopyFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // A new name in a directory this mount just made: answered here.
+        let start = Instant::now();
+        let Err(reply) = self.core.lookup_known_absent(&Caller::of(req), parent, name, reply) else {
+            self.times.answered_absent();
+            return self.times.record(Kind::Lookup, start.elapsed());
+        };
         let name = owned(name);
         self.spawn_async(Kind::Lookup, req, move |c, who| async move { c.lookup(&who, parent, &name, reply).await });
     }

@@ -7,13 +7,14 @@
 
 use crate::convert::{self, errno, file_attr, io_errno};
 use crate::dir_attrs::DirAttrs;
+use crate::fresh_dirs::FreshDirs;
 use crate::groups::{Process, ProcessCache};
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
 use canopy_proto::clock::{SharedClock, SystemClock};
-use canopy_proto::{Attr, Creds, DirEntry, Errno, SetAttr};
+use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
@@ -52,6 +53,8 @@ pub(crate) struct Core {
     pub(crate) handles: Arc<Handles>,
     dirs: Mutex<DirHandles>,
     dir_attrs: Mutex<DirAttrs>,
+    /// Directories this mount made lately, whose new names it knows absent.
+    fresh: Mutex<FreshDirs>,
     /// The wall clock a directory's times are set from.
     clock: SharedClock,
     processes: ProcessCache,
@@ -73,7 +76,7 @@ const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 /// The attributes of a negative entry: only its node id, 0, means anything.
 fn absent() -> fuser::FileAttr {
-    file_attr(&Attr { ino: 0, kind: canopy_proto::FileKind::File, mode: 0, uid: 0, gid: 0, size: 0, nlink: 0, rdev: 0, atime: 0, mtime: 0, ctime: 0 })
+    file_attr(&Attr { ino: 0, kind: FileKind::File, mode: 0, uid: 0, gid: 0, size: 0, nlink: 0, rdev: 0, atime: 0, mtime: 0, ctime: 0 })
 }
 
 fn enoent() -> fuser::Errno {
@@ -84,7 +87,8 @@ impl Core {
     /// `client` must act as root; `handles` must be the client's reclaim hook.
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
         let dir_attrs = Mutex::new(DirAttrs::new(opts.attr_ttl));
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, clock: SystemClock::shared(), processes: ProcessCache::default(), told_unprivileged_root: AtomicBool::new(false), opts }
+        let fresh = Mutex::new(FreshDirs::new(opts.entry_ttl));
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, fresh, clock: SystemClock::shared(), processes: ProcessCache::default(), told_unprivileged_root: AtomicBool::new(false), opts }
     }
 
     /// Waits here for a client call: for handlers that run off the runtime
@@ -177,6 +181,13 @@ impl Core {
         self.dir_attrs.lock().subdir_changed(parent.0, added, now);
     }
 
+    /// This mount is about to make `name` in directory `parent`.
+    fn making(&self, parent: INodeNo, name: &OsStr) {
+        if let Some(name) = name.to_str() {
+            self.fresh.lock().making(parent.0, name);
+        }
+    }
+
     async fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
@@ -201,7 +212,14 @@ impl Core {
         } else {
             (self.caller(req)?, set)
         };
-        let attr = call(who.setattr(&path, &set)).await?;
+        let rights = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+        let attr = call(who.setattr(&path, &set)).await;
+        // A directory's rights (or ones whose outcome is not known) decide
+        // lookups below it: nothing new is known absent any more.
+        if rights && attr.as_ref().map_or(true, |a| a.kind == FileKind::Dir) {
+            self.fresh.lock().forget_all();
+        }
+        let attr = attr?;
         if let Some(size) = set.size {
             blocking(|| self.truncate_backend(&path, size))?;
         }
@@ -216,7 +234,7 @@ impl Core {
             return Ok(None);
         }
         let attr = call(self.client().stat(path)).await?;
-        if attr.kind == canopy_proto::FileKind::File {
+        if attr.kind == FileKind::File {
             blocking(|| self.spill_now(node, path))?;
         }
         Ok(Some((node, attr)))
@@ -279,6 +297,7 @@ impl Core {
     async fn create_file(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, flags: i32) -> R<(String, Attr, u64)> {
         let path = self.child(parent, name)?;
         let who = self.caller(req)?;
+        self.making(parent, name);
         let mut attr = if flags & libc::O_EXCL != 0 {
             call(who.create(&path, mode & 0o7777)).await?
         } else {
@@ -295,6 +314,9 @@ impl Core {
 
     async fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
         let path = self.path(ino)?;
+        // A listing may show names another client made: none is answered
+        // absent from here after it.
+        self.fresh.lock().forget(ino.0);
         let entries = call(self.caller(req)?.readdir(&path)).await?;
         let mut dirs = self.dirs.lock();
         dirs.next += 1;
@@ -362,12 +384,31 @@ impl Core {
         }
     }
 
+    /// Answers a LOOKUP of a name this mount knows is absent, in a directory
+    /// it made lately (`fresh_dirs.rs`): no RPC, so the FUSE thread that read
+    /// it answers at once, a negative entry for the time the knowledge has
+    /// left. Gives `reply` back when a server is to be asked: the name is not
+    /// known absent, or a server would refuse it or the caller (`creds`).
+    pub(crate) fn lookup_known_absent(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) -> Result<(), ReplyEntry> {
+        let Some(name) = name.to_str() else { return Err(reply) };
+        let Some(left) = self.fresh.lock().absent(parent.0, name, req.uid, Instant::now()) else { return Err(reply) };
+        let valid = || {
+            let path = self.child(parent, OsStr::new(name)).ok()?;
+            let plain = name != "." && name != ".." && canopy_proto::path::check_name(name).is_ok();
+            (plain && canopy_proto::path::NsPath::parse(&path).is_ok()).then_some(())
+        };
+        if valid().is_none() || (self.must_show_caps(req) && self.creds(req).is_err()) {
+            return Err(reply);
+        }
+        reply.entry_with_ttls(&Duration::ZERO, &left, &absent(), Generation(0));
+        Ok(())
+    }
+
     /// Answers a GETATTR from the directory attributes this mount holds (see
     /// `dir_attrs.rs`), trusted for the time they have left: no RPC, so the
     /// FUSE thread that read it answers at once. `Err(reply)` when none are
-    /// held: [`Core::getattr`] asks a server.
-    /// Answers a GETATTR from held directory attributes; gives `reply` back
-    /// when none are held or the caller is to be refused (`creds`).
+    /// held or the caller is to be refused (`creds`): [`Core::getattr`] asks
+    /// a server.
     pub(crate) fn getattr_held(&self, req: &Caller, ino: INodeNo, reply: ReplyAttr) -> Result<(), ReplyAttr> {
         if self.must_show_caps(req) && self.creds(req).is_err() {
             return Err(reply);
@@ -421,8 +462,9 @@ impl Core {
             let path = self.child(parent, name)?;
             let kind = convert::mknod_kind(mode).ok_or(fuser::Errno::from_i32(libc::EINVAL))?;
             let who = self.caller(req)?;
+            self.making(parent, name);
             let attr = match kind {
-                canopy_proto::FileKind::File => call(who.create(&path, mode & 0o7777)).await?,
+                FileKind::File => call(who.create(&path, mode & 0o7777)).await?,
                 special => call(who.mknod(&path, mode & 0o7777, special, rdev as u64)).await?,
             };
             self.file_changed_in(parent);
@@ -435,8 +477,10 @@ impl Core {
     pub(crate) async fn mkdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, mode: u32, reply: ReplyEntry) {
         let made: R<_> = async {
             let path = self.child(parent, name)?;
+            self.making(parent, name);
             // mkdir answers the whole new directory, times included.
             let attr = call(self.caller(req)?.mkdir(&path, mode & 0o7777)).await?;
+            self.fresh.lock().made(attr.ino, req.uid, attr.uid, attr.mode, Instant::now());
             self.subdir_changed_in(parent, true);
             Ok((attr, path))
         }
@@ -475,6 +519,7 @@ impl Core {
         let made: R<_> = async {
             let path = self.child(parent, link_name)?;
             let target = convert::utf8(target.as_os_str())?;
+            self.making(parent, link_name);
             let attr = call(self.caller(req)?.symlink(target, &path)).await?;
             self.file_changed_in(parent);
             Ok((attr, path))
@@ -496,6 +541,9 @@ impl Core {
         let done: R<_> = async {
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
             let r = self.rename_of(req, &from, &to, flags).await;
+            // A directory moved may have taken fresh ones below it where
+            // their maker may not search (and a file need not be told apart).
+            self.fresh.lock().forget_all();
             // Whether a directory moved (link counts change, and its own
             // ctime) is not known here without a stat: all are asked again.
             let moved = self.nodes.lock().find(&to);
@@ -514,6 +562,7 @@ impl Core {
     pub(crate) async fn link(&self, req: &Caller, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let made: R<_> = async {
             let (src, dst) = (self.path(ino)?, self.child(newparent, newname)?);
+            self.making(newparent, newname);
             let attr = call(self.caller(req)?.link(&src, &dst)).await?;
             self.file_changed_in(newparent);
             Ok((attr, dst))

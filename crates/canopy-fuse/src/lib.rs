@@ -18,7 +18,9 @@
 //! Hard rule: no namespace logic here. Every decision about names, permissions
 //! and attributes is the metadata service's; this crate translates and caches
 //! nothing beyond what the kernel is told it may cache (the entry and attribute
-//! timeouts) and callers' groups for 100 ms.
+//! timeouts: directories' attributes, `dir_attrs`, and names absent from
+//! directories this mount just made, `fresh_dirs`) and callers' groups for
+//! 100 ms.
 //!
 //! It reaches the cluster through `canopy-client` alone and never depends on
 //! `canopy-server`, `canopy-lock` or `canopy-store`: a mount links no RocksDB.
@@ -28,6 +30,7 @@ pub mod convert;
 mod dir_attrs;
 mod dispatch;
 mod file_io;
+mod fresh_dirs;
 mod fs;
 pub mod groups;
 pub mod handles;

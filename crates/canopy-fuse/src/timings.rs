@@ -165,6 +165,7 @@ impl Latencies {
 pub struct RequestTimes {
     kinds: [Latencies; Kind::ALL.len()],
     handed_off_count: AtomicU64,
+    answered_absent_count: AtomicU64,
 }
 
 impl RequestTimes {
@@ -174,6 +175,12 @@ impl RequestTimes {
 
     pub fn handed_off(&self) {
         self.handed_off_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A LOOKUP was answered "absent" from what the mount knows of a
+    /// directory it made (`fresh_dirs.rs`), without a server.
+    pub fn answered_absent(&self) {
+        self.answered_absent_count.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn of(&self, kind: Kind) -> &Latencies {
@@ -192,6 +199,7 @@ impl RequestTimes {
             let _ = writeln!(out, "{:<11} {:>7} {:>10.1} {:>9.0} {:>9.0}", kind.name(), l.count(), mean, p50, p99);
         }
         let _ = writeln!(out, "handlers handed off (runtime tasks or the blocking pool): {}", self.handed_off_count.load(Ordering::Relaxed));
+        let _ = writeln!(out, "lookups answered absent in a directory this mount just made: {}", self.answered_absent_count.load(Ordering::Relaxed));
         out
     }
 }
@@ -249,11 +257,14 @@ mod tests {
         t.record(Kind::Create, Duration::from_micros(500));
         t.record(Kind::Lookup, Duration::from_micros(100));
         t.handed_off();
+        t.answered_absent();
+        t.answered_absent();
         let r = t.report();
         assert!(r.contains("CREATE"), "{r}");
         assert!(r.contains("LOOKUP"), "{r}");
         assert!(!r.contains("MKDIR"), "{r}");
         assert!(r.contains("handed off (runtime tasks or the blocking pool): 1"), "{r}");
+        assert!(r.contains("answered absent in a directory this mount just made: 2"), "{r}");
         let create = r.lines().find(|l| l.starts_with("CREATE")).unwrap();
         assert!(create.split_whitespace().nth(1) == Some("2"), "{create}");
     }

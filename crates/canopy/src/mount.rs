@@ -25,7 +25,8 @@ pub struct MountArgs {
     /// Serve in this process instead of in the background.
     #[arg(long)]
     pub foreground: bool,
-    /// Seconds the kernel may cache a name lookup.
+    /// Seconds the kernel may cache a name lookup, or that a name is absent, and
+    /// the mount that a directory it made holds no name it has not made there.
     #[arg(long, default_value_t = 1.0)]
     pub entry_timeout: f64,
     /// Seconds the kernel may cache attributes.

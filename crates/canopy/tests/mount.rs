@@ -209,6 +209,65 @@ fn two_mounts_see_each_others_changes_once_the_timeouts_pass() {
     assert_eq!(fs::read(a.join("shared/g")).unwrap(), b"two, longer");
 }
 
+/// A directory this mount just made answers LOOKUPs of new names in it
+/// without a server (`fresh_dirs.rs`), but never hides a name made through
+/// the mount, not even one the kernel has forgotten; a name another client
+/// made there shows once the entry timeout has passed, or at once after a
+/// listing showed it.
+#[test]
+fn a_directory_just_made_answers_new_names_without_hiding_ones_made_here() {
+    let mut m = up();
+    let table = m.home.path().join("timings.txt");
+    let mnt = m.mount("mnt", &["--entry-timeout", "30", "--attr-timeout", "30", "--timings", table.to_str().unwrap()]);
+    fs::create_dir(mnt.join("d")).unwrap();
+    fs::write(mnt.join("d/made"), b"1").unwrap();
+    fs::write(mnt.join("y"), b"2").unwrap();
+    fs::hard_link(mnt.join("y"), mnt.join("d/linked")).unwrap();
+    fs::create_dir(mnt.join("d/sub")).unwrap();
+    std::os::unix::fs::symlink("made", mnt.join("d/sym")).unwrap();
+    // The kernel drops the names it holds (unused dentries and inodes): each
+    // is looked up again, and must be found.
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    for name in ["made", "linked", "sub", "sym"] {
+        assert!(fs::symlink_metadata(mnt.join("d").join(name)).is_ok(), "{name} made here was hidden");
+    }
+    assert_eq!(fs::read(mnt.join("d/made")).unwrap(), b"1");
+    assert_eq!(errno_of(fs::symlink_metadata(mnt.join("d/never"))), libc::ENOENT);
+    // Answered here: at least the creating lookups of the names above.
+    let answered = || -> u64 {
+        let text = fs::read_to_string(&table).unwrap_or_default();
+        let line = text.lines().find(|l| l.starts_with("lookups answered absent"));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+    };
+    let mut n = 0;
+    for _ in 0..40 {
+        n = answered();
+        if n >= 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(n >= 4, "lookups answered absent here: {n}");
+
+    // A name another client made, once listed, is not then answered absent
+    // (looked up again once the listing's own entry, kept for the attribute
+    // timeout, has expired).
+    let short = m.mount("short", &["--entry-timeout", "30", "--attr-timeout", "0.2"]);
+    fs::create_dir(short.join("listed")).unwrap();
+    m.ok(&["touch", "/listed/theirs"]);
+    let names: Vec<_> = fs::read_dir(short.join("listed")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["theirs"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(fs::symlink_metadata(short.join("listed/theirs")).is_ok(), "a listed name answered absent");
+
+    // Another client's name: seen once the entry timeout has passed.
+    let quick = m.mount("quick", &["--entry-timeout", "0.3", "--attr-timeout", "0.3"]);
+    fs::create_dir(quick.join("e")).unwrap();
+    m.ok(&["touch", "/e/theirs"]);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(fs::symlink_metadata(quick.join("e/theirs")).is_ok(), "another client's name hidden past the timeout");
+}
+
 #[test]
 fn an_unlinked_file_stays_readable_until_its_last_close() {
     use std::io::{Read, Seek, SeekFrom, Write};
