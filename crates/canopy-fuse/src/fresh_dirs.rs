@@ -53,20 +53,31 @@ pub(crate) struct FreshDirs {
     map: HashMap<u64, Fresh>,
     /// The names held in all directories together.
     names: usize,
+    /// How many times everything was forgotten: a mkdir that began before
+    /// the last time is not kept (`made`).
+    epoch: u64,
 }
 
 impl FreshDirs {
     /// `ttl`: the entry timeout; zero keeps nothing.
     pub(crate) fn new(ttl: Duration) -> FreshDirs {
-        FreshDirs { ttl, map: HashMap::new(), names: 0 }
+        FreshDirs { ttl, map: HashMap::new(), names: 0, epoch: 0 }
+    }
+
+    /// What to hand to [`FreshDirs::made`] for a mkdir about to be sent.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Directory `dir`, owned by `owner` with permission bits `mode`, was
-    /// just made by `maker` through this mount (its mkdir answered at `now`).
-    pub(crate) fn made(&mut self, dir: u64, maker: u32, owner: u32, mode: u32, now: Instant) {
+    /// just made by `maker` through this mount (its mkdir answered at `now`,
+    /// sent at `epoch`).
+    pub(crate) fn made(&mut self, dir: u64, maker: u32, owner: u32, mode: u32, epoch: u64, now: Instant) {
         // The owner must be able to search it, and be who asks: else a
-        // server's answer could be a rights error, not "absent".
-        if self.ttl.is_zero() || owner != maker || mode & 0o100 == 0 {
+        // server's answer could be a rights error, not "absent". A rights
+        // change or rename made while the mkdir was under way may have
+        // changed what a lookup below it answers.
+        if self.ttl.is_zero() || owner != maker || mode & 0o100 == 0 || epoch != self.epoch {
             return;
         }
         if self.map.len() >= MAX_DIRS {
@@ -122,6 +133,7 @@ impl FreshDirs {
     pub(crate) fn forget_all(&mut self) {
         self.map.clear();
         self.names = 0;
+        self.epoch += 1;
     }
 }
 
@@ -130,10 +142,12 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+    /// The epoch of a table nothing was forgotten from.
+    const EPOCH: u64 = 0;
 
     fn table(t0: Instant) -> FreshDirs {
         let mut f = FreshDirs::new(S);
-        f.made(5, 1000, 1000, 0o755, t0);
+        f.made(5, 1000, 1000, 0o755, EPOCH, t0);
         f
     }
 
@@ -163,9 +177,9 @@ mod tests {
         let t0 = Instant::now();
         let mut f = table(t0);
         assert_eq!(f.absent(5, "a", 1001, t0), None, "another uid asks a server");
-        f.made(6, 1000, 1000, 0o655, t0);
+        f.made(6, 1000, 1000, 0o655, EPOCH, t0);
         assert_eq!(f.absent(6, "a", 1000, t0), None, "no search right for the owner");
-        f.made(7, 0, 1000, 0o755, t0);
+        f.made(7, 0, 1000, 0o755, EPOCH, t0);
         assert_eq!(f.absent(7, "a", 0, t0), None, "made for another owner");
         assert_eq!(f.absent(7, "a", 1000, t0), None);
     }
@@ -174,7 +188,7 @@ mod tests {
     fn a_rights_change_forgets_every_directory() {
         let t0 = Instant::now();
         let mut f = table(t0);
-        f.made(6, 1000, 1000, 0o700, t0);
+        f.made(6, 1000, 1000, 0o700, EPOCH, t0);
         f.forget_all();
         assert_eq!(f.absent(5, "a", 1000, t0), None);
         assert_eq!(f.absent(6, "a", 1000, t0), None);
@@ -196,7 +210,8 @@ mod tests {
         let per_dir = MAX_NAMES - 1;
         let dirs = MAX_ALL_NAMES / per_dir + 1;
         for d in 0..dirs as u64 {
-            f.made(d, 1, 1, 0o700, t0);
+            let epoch = f.epoch();
+            f.made(d, 1, 1, 0o700, epoch, t0);
             for i in 0..per_dir {
                 f.making(d, &i.to_string());
             }
@@ -205,18 +220,32 @@ mod tests {
 
         let mut f = FreshDirs::new(S);
         for d in 0..MAX_DIRS as u64 {
-            f.made(d, 1, 1, 0o700, t0);
+            let epoch = f.epoch();
+            f.made(d, 1, 1, 0o700, epoch, t0);
         }
         let later = t0 + Duration::from_millis(500);
-        f.made(u64::MAX, 1, 1, 0o700, later);
+        f.made(u64::MAX, 1, 1, 0o700, EPOCH, later);
         assert!(f.map.len() <= MAX_DIRS);
         assert!(f.absent(u64::MAX, "x", 1, later).is_some(), "the newest is kept");
         let mut g = FreshDirs::new(S);
         for d in 0..MAX_DIRS as u64 {
-            g.made(d, 1, 1, 0o700, t0);
+            g.made(d, 1, 1, 0o700, EPOCH, t0);
         }
-        g.made(u64::MAX, 1, 1, 0o700, t0 + 2 * S);
+        g.made(u64::MAX, 1, 1, 0o700, EPOCH, t0 + 2 * S);
         assert_eq!(g.map.len(), 1, "the expired ones made room");
+    }
+
+    #[test]
+    fn a_mkdir_under_way_while_everything_was_forgotten_is_not_kept() {
+        let t0 = Instant::now();
+        let mut f = FreshDirs::new(S);
+        let sent = f.epoch();
+        f.forget_all();
+        f.made(5, 1, 1, 0o700, sent, t0);
+        assert_eq!(f.absent(5, "a", 1, t0), None);
+        let sent = f.epoch();
+        f.made(5, 1, 1, 0o700, sent, t0);
+        assert!(f.absent(5, "a", 1, t0).is_some());
     }
 
     #[test]
@@ -233,7 +262,7 @@ mod tests {
     fn no_timeout_keeps_nothing() {
         let t0 = Instant::now();
         let mut f = FreshDirs::new(Duration::ZERO);
-        f.made(5, 1, 1, 0o700, t0);
+        f.made(5, 1, 1, 0o700, EPOCH, t0);
         assert_eq!(f.absent(5, "a", 1, t0), None);
     }
 }

@@ -478,9 +478,10 @@ impl Core {
         let made: R<_> = async {
             let path = self.child(parent, name)?;
             self.making(parent, name);
+            let epoch = self.fresh.lock().epoch();
             // mkdir answers the whole new directory, times included.
             let attr = call(self.caller(req)?.mkdir(&path, mode & 0o7777)).await?;
-            self.fresh.lock().made(attr.ino, req.uid, attr.uid, attr.mode, Instant::now());
+            self.fresh.lock().made(attr.ino, req.uid, attr.uid, attr.mode, epoch, Instant::now());
             self.subdir_changed_in(parent, true);
             Ok((attr, path))
         }
