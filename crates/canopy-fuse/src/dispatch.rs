@@ -120,6 +120,15 @@ impl CanopyFs {
         }
     }
 
+    /// Lets `handler` answer in place if it can without waiting (timed), else
+    /// gives its reply back for a handler that must wait.
+    fn at_once<Rp>(&self, kind: Kind, handler: impl FnOnce(&Core) -> Result<(), Rp>) -> Result<(), Rp> {
+        let start = Instant::now();
+        handler(&self.core)?;
+        self.times.record(kind, start.elapsed());
+        Ok(())
+    }
+
     /// Runs a cheap `handler` in place, timed.
     fn answer(&self, kind: Kind, handler: impl FnOnce(&Core)) {
         let start = Instant::now();
@@ -190,10 +199,8 @@ impl Filesystem for CanopyFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         // A new name in a directory this mount just made: answered here.
-        let start = Instant::now();
-        let Err(reply) = self.core.lookup_known_absent(&Caller::of(req), parent, name, reply) else {
-            self.times.answered_absent();
-            return self.times.record(Kind::Lookup, start.elapsed());
+        let Err(reply) = self.at_once(Kind::Lookup, |c| c.lookup_known_absent(&Caller::of(req), parent, name, reply)) else {
+            return self.times.answered_absent();
         };
         let name = owned(name);
         self.spawn_async(Kind::Lookup, req, move |c, who| async move { c.lookup(&who, parent, &name, reply).await });
@@ -206,10 +213,7 @@ impl Filesystem for CanopyFs {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         // Held directory attributes: answered here, neither a runtime nor a
         // task needed (a directory's GETATTR follows every create in it).
-        let start = Instant::now();
-        let Err(reply) = self.core.getattr_held(&Caller::of(req), ino, reply) else {
-            return self.times.record(Kind::Getattr, start.elapsed());
-        };
+        let Err(reply) = self.at_once(Kind::Getattr, |c| c.getattr_held(&Caller::of(req), ino, reply)) else { return };
         self.spawn_async(Kind::Getattr, req, move |c, who| async move { c.getattr(&who, ino, fh, reply).await });
     }
 

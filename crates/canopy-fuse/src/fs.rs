@@ -390,14 +390,13 @@ impl Core {
     /// left. Gives `reply` back when a server is to be asked: the name is not
     /// known absent, or a server would refuse it or the caller (`creds`).
     pub(crate) fn lookup_known_absent(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) -> Result<(), ReplyEntry> {
-        let Some(name) = name.to_str() else { return Err(reply) };
-        let Some(left) = self.fresh.lock().absent(parent.0, name, req.uid, Instant::now()) else { return Err(reply) };
-        let valid = || {
-            let path = self.child(parent, OsStr::new(name)).ok()?;
-            let plain = name != "." && name != ".." && canopy_proto::path::check_name(name).is_ok();
-            (plain && canopy_proto::path::NsPath::parse(&path).is_ok()).then_some(())
-        };
-        if valid().is_none() || (self.must_show_caps(req) && self.creds(req).is_err()) {
+        let Some(text) = name.to_str() else { return Err(reply) };
+        let Some(left) = self.fresh.lock().absent(parent.0, text, req.uid, Instant::now()) else { return Err(reply) };
+        // A name or path a server would refuse, or "." and "..", which name
+        // what exists.
+        let plain = text != "." && text != ".." && canopy_proto::path::check_name(text).is_ok();
+        let valid = plain && self.child(parent, name).is_ok_and(|p| canopy_proto::path::NsPath::parse(&p).is_ok());
+        if !valid || (self.must_show_caps(req) && self.creds(req).is_err()) {
             return Err(reply);
         }
         reply.entry_with_ttls(&Duration::ZERO, &left, &absent(), Generation(0));
