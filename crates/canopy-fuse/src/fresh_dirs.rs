@@ -16,12 +16,14 @@
 //! client makes there is seen here up to the entry timeout after that, never
 //! later (an answer from here carries only the time left). Only the maker's
 //! uid gets such answers, and only where the directory lets its owner search
-//! it; a rights change this mount makes to a directory (`chmod`, `chown`) or
-//! one whose outcome it does not know forgets them all, since a lookup below
-//! the directory depends on them, and so does any rename this mount makes
-//! (a directory moved may take fresh ones below it where their maker may not
-//! search). Listing a directory from a server forgets it: the listing may
-//! show another client's names, which must not then be answered absent.
+//! it. A rights change this mount makes to a directory (`chmod`, `chown`) or
+//! one whose outcome it does not know forgets the fresh directories at and
+//! below it, since a lookup below a directory depends on its rights and its
+//! ancestors'; a rename forgets those at and below both of its names (a
+//! directory moved may take fresh ones where their maker may not search),
+//! and records the new name as made in its new parent. A listing from a
+//! server that shows a name this mount has not made there (another
+//! client's, which must not then be answered absent) forgets the directory.
 //! Removing a name changes nothing: an absent name stays absent.
 //!
 //! Pure bookkeeping, no I/O: tested without a mount.
@@ -120,19 +122,38 @@ impl FreshDirs {
         }
     }
 
-    /// Directory `dir` is listed from a server, or gone: a name another client
-    /// made there may be shown, and must then not be answered absent.
+    /// Directory `dir` was listed from a server, showing `names`: one this
+    /// mount has not made there is another client's, which must not then be
+    /// answered absent, so the directory is forgotten. A listing of only
+    /// names made here is what this mount knows already, and keeps it.
+    pub(crate) fn listed<'a>(&mut self, dir: u64, mut names: impl Iterator<Item = &'a str>) {
+        let Some(fresh) = self.map.get(&dir) else { return };
+        if names.any(|name| !fresh.names.contains(name)) {
+            self.forget(dir);
+        }
+    }
+
+    /// Directory `dir` is gone, or its contents are no longer known.
     pub(crate) fn forget(&mut self, dir: u64) {
         if let Some(fresh) = self.map.remove(&dir) {
             self.names -= fresh.names.len();
         }
     }
 
-    /// Rights on a directory changed, or may have: every lookup below it may
-    /// now answer differently, so nothing is answered from here any more.
+    /// Everything: the table is full.
     pub(crate) fn forget_all(&mut self) {
         self.map.clear();
         self.names = 0;
+        self.epoch += 1;
+    }
+
+    /// The directories `changed` picks (by id and maker) were renamed or had
+    /// their rights or an ancestor's changed, or may have: a lookup below one
+    /// may now answer differently (a rights error), so they are forgotten.
+    /// So is any mkdir under way now, whose directory may be below one.
+    pub(crate) fn forget_if(&mut self, changed: impl Fn(u64, u32) -> bool) {
+        self.map.retain(|dir, fresh| !changed(*dir, fresh.maker));
+        self.names = self.map.values().map(|f| f.names.len()).sum();
         self.epoch += 1;
     }
 }
@@ -185,13 +206,22 @@ mod tests {
     }
 
     #[test]
-    fn a_rights_change_forgets_every_directory() {
+    fn a_move_or_rights_change_forgets_the_directories_it_picks_and_any_mkdir_under_way() {
         let t0 = Instant::now();
         let mut f = table(t0);
         f.made(6, 1000, 1000, 0o700, EPOCH, t0);
+        f.making(5, "a");
+        f.making(6, "b");
+        let sent = f.epoch();
+        f.forget_if(|dir, maker| dir == 6 && maker == 1000);
+        assert!(f.absent(5, "x", 1000, t0).is_some(), "not picked: kept");
+        assert_eq!(f.absent(5, "a", 1000, t0), None, "with its names");
+        assert_eq!(f.absent(6, "x", 1000, t0), None);
+        assert_eq!(f.names, 1, "the forgotten one's names no longer counted");
+        f.made(7, 1000, 1000, 0o700, sent, t0);
+        assert_eq!(f.absent(7, "x", 1000, t0), None, "made while it was forgetting: maybe below one it picked");
         f.forget_all();
-        assert_eq!(f.absent(5, "a", 1000, t0), None);
-        assert_eq!(f.absent(6, "a", 1000, t0), None);
+        assert_eq!(f.absent(5, "x", 1000, t0), None);
     }
 
     #[test]
@@ -249,12 +279,16 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_listed_from_a_server_is_forgotten() {
+    fn a_listing_showing_another_clients_name_forgets_the_directory() {
         let t0 = Instant::now();
         let mut f = table(t0);
         f.making(5, "a");
-        f.forget(5);
+        f.listed(5, [].into_iter());
+        f.listed(5, ["a"].into_iter());
+        assert!(f.absent(5, "b", 1000, t0).is_some(), "only names made here: nothing new");
+        f.listed(5, ["a", "b"].into_iter());
         assert_eq!(f.absent(5, "b", 1000, t0), None);
+        assert_eq!(f.absent(5, "c", 1000, t0), None, "the whole directory is forgotten");
         assert_eq!(f.names, 0);
     }
 

@@ -10,7 +10,7 @@ use crate::dir_attrs::DirAttrs;
 use crate::fresh_dirs::FreshDirs;
 use crate::groups::{Process, ProcessCache};
 use crate::handles::{Contents, Handles};
-use crate::nodes::{child_path, Nodes, ROOT};
+use crate::nodes::{child_path, is_within, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
 use canopy_proto::clock::{SharedClock, SystemClock};
@@ -188,6 +188,18 @@ impl Core {
         }
     }
 
+    /// The directories at or below `paths` moved or had their rights
+    /// changed, or may have: the fresh ones among them are forgotten, and
+    /// so is any whose path is no longer known, except where `searchable`
+    /// says its maker may still search the changed directory.
+    fn forget_fresh_within(&self, paths: &[&str], searchable: impl Fn(u32) -> bool) {
+        let nodes = self.nodes.lock();
+        self.fresh.lock().forget_if(|dir, maker| {
+            let below = nodes.path(dir).is_none_or(|p| paths.iter().any(|changed| is_within(p, changed)));
+            below && !searchable(maker)
+        });
+    }
+
     async fn getattr_of(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>) -> R<Attr> {
         let path = self.nodes.lock().path(ino.0).map(str::to_string);
         match path {
@@ -215,9 +227,12 @@ impl Core {
         let rights = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
         let attr = call(who.setattr(&path, &set)).await;
         // A directory's rights (or ones whose outcome is not known) decide
-        // lookups below it: nothing new is known absent any more.
+        // lookups below it: nothing new there is known absent any more,
+        // unless its owner is still who made the fresh one and may search
+        // it (`rsync` makes a directory 0700, then sets its mode).
         if rights && attr.as_ref().map_or(true, |a| a.kind == FileKind::Dir) {
-            self.fresh.lock().forget_all();
+            let owner = attr.as_ref().ok().filter(|a| a.mode & 0o100 != 0).map(|a| a.uid);
+            self.forget_fresh_within(&[&path], |maker| owner == Some(maker));
         }
         let attr = attr?;
         if let Some(size) = set.size {
@@ -314,10 +329,9 @@ impl Core {
 
     async fn opendir_of(&self, req: &Caller, ino: INodeNo) -> R<u64> {
         let path = self.path(ino)?;
-        // A listing may show names another client made: none is answered
-        // absent from here after it.
-        self.fresh.lock().forget(ino.0);
         let entries = call(self.caller(req)?.readdir(&path)).await?;
+        // Names another client made, once listed, are not answered absent.
+        self.fresh.lock().listed(ino.0, entries.iter().map(|e| e.name.as_str()));
         let mut dirs = self.dirs.lock();
         dirs.next += 1;
         let fh = dirs.next;
@@ -540,10 +554,11 @@ impl Core {
     ) {
         let done: R<_> = async {
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            self.making(newparent, newname);
             let r = self.rename_of(req, &from, &to, flags).await;
             // A directory moved may have taken fresh ones below it where
-            // their maker may not search (and a file need not be told apart).
-            self.fresh.lock().forget_all();
+            // their maker may not search (a file moved takes none).
+            self.forget_fresh_within(&[&from, &to], |_| false);
             // Whether a directory moved (link counts change, and its own
             // ctime) is not known here without a stat: all are asked again.
             let moved = self.nodes.lock().find(&to);

@@ -42,16 +42,16 @@ pub fn child_path(parent: &str, name: &str) -> String {
     }
 }
 
+/// Whether Canopy path `path` is `dir` or below it.
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/" || path.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// `path` with the prefix `from` replaced by `to`, if `path` is `from` or below it.
 fn moved(path: &str, from: &str, to: &str) -> Option<String> {
-    if path == from {
-        return Some(to.to_string());
-    }
-    if from == "/" {
-        return None; // the root is never renamed
-    }
-    let rest = path.strip_prefix(from)?;
-    rest.starts_with('/').then(|| format!("{to}{rest}"))
+    // The root is never renamed: nothing is below it but itself.
+    let below = is_within(path, from) && (from != "/" || path == "/");
+    below.then(|| format!("{to}{}", &path[from.len()..]))
 }
 
 impl Nodes {
@@ -219,5 +219,7 @@ mod tests {
         assert_eq!(child_path("/a", "b"), "/a/b");
         assert_eq!(moved("/a/b", "/a", "/c"), Some("/c/b".to_string()));
         assert_eq!(moved("/ab", "/a", "/c"), None);
+        assert!(is_within("/a", "/a") && is_within("/a/b", "/a") && is_within("/a", "/"));
+        assert!(!is_within("/ab", "/a") && !is_within("/", "/a"));
     }
 }

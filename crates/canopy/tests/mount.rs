@@ -249,6 +249,44 @@ fn a_directory_just_made_answers_new_names_without_hiding_ones_made_here() {
     }
     assert!(n >= 4, "lookups answered absent here: {n}");
 
+    // A file renamed into a fresh directory is a name made there; moving a
+    // file leaves the directory fresh, moving the directory does not.
+    // (The table is written every second.) A listing showing only names made
+    // here keeps it fresh too.
+    fs::rename(mnt.join("d/made"), mnt.join("d/renamed")).unwrap();
+    assert_eq!(fs::read_dir(mnt.join("d")).unwrap().count(), 4);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = answered();
+    fs::write(mnt.join("d/after"), b"3").unwrap();
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    assert_eq!(fs::read(mnt.join("d/renamed")).unwrap(), b"1", "a name renamed into a fresh directory was hidden");
+    assert_eq!(errno_of(fs::symlink_metadata(mnt.join("d/made"))), libc::ENOENT);
+    let still_fresh = (0..40).map(|_| std::thread::sleep(Duration::from_millis(100))).map(|_| answered()).find(|a| *a > before);
+    assert!(still_fresh.is_some(), "a file's rename or a listing of names made here forgot the directory");
+    fs::rename(mnt.join("d"), mnt.join("moved")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = answered();
+    fs::write(mnt.join("moved/later"), b"4").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(answered(), before, "a moved directory still answered new names here");
+    assert!(fs::symlink_metadata(mnt.join("moved/later")).is_ok());
+    // A rights change keeps those at and below it only while their maker
+    // owns it and may search it (root, the maker here, may anyway).
+    let chmod = |mode| fs::set_permissions(mnt.join("p"), std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    fs::create_dir_all(mnt.join("p/q")).unwrap();
+    chmod(0o711);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = answered();
+    fs::write(mnt.join("p/q/x"), b"5").unwrap();
+    let kept = (0..40).map(|_| std::thread::sleep(Duration::from_millis(100))).map(|_| answered()).find(|a| *a > before);
+    assert!(kept.is_some(), "a mode its owner may still search forgot the fresh directory below");
+    chmod(0o611);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = answered();
+    fs::write(mnt.join("p/q/y"), b"6").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(answered(), before, "a directory below one its owner may not search still answered new names here");
+
     // A name another client made, once listed, is not then answered absent
     // (looked up again once the listing's own entry, kept for the attribute
     // timeout, has expired).
