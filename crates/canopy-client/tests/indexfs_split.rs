@@ -146,7 +146,7 @@ async fn a_directory_chmod_follows_its_entry_to_a_split_partition() {
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
     // A name the first split of partition 0 moves.
-    let candidates: BTreeSet<String> = (0..32).map(|i| format!("d{i}")).collect();
+    let candidates = candidate_names();
     let dir = format!("/big/{}", moving(&candidates)[0]);
     c.mkdir(&dir, 0o755).await.unwrap();
     let hook = Arc::new(SplitWhenLocked { by: cluster.fresh_client(), fired: AtomicBool::new(false) });
@@ -230,7 +230,7 @@ async fn a_file_renamed_onto_a_directory_a_split_moved_is_eisdir_before_rights()
     let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
-    let candidates: BTreeSet<String> = (0..32).map(|i| format!("d{i}")).collect();
+    let candidates = candidate_names();
     let moves = moving(&candidates);
     let stays = candidates.iter().find(|n| !moves.contains(n)).expect("a name that stays");
     let (src, dst) = (format!("/big/{stays}"), format!("/big/{}", moves[0]));
@@ -253,6 +253,12 @@ async fn grow_until_split(c: &Client, dir: &str) {
     c.bulk_create(dir, &grow, 0o644).await.unwrap();
     settle(c).await;
     assert!(counter(c, "splits").await >= 1, "the directory split");
+}
+
+/// Names enough that the first split of partition 0 moves some and keeps
+/// some (see [`moving`]).
+fn candidate_names() -> BTreeSet<String> {
+    (0..32).map(|i| format!("d{i}")).collect()
 }
 
 /// Names the first split of a partition 0 moves (to partition 1).

@@ -142,9 +142,7 @@ impl FreshDirs {
 
     /// Everything: the table is full.
     pub(crate) fn forget_all(&mut self) {
-        self.map.clear();
-        self.names = 0;
-        self.epoch += 1;
+        self.forget_if(|_, _| true);
     }
 
     /// The directories `changed` picks (by id and maker) were renamed or had

@@ -10,10 +10,11 @@ use crate::dir_attrs::DirAttrs;
 use crate::fresh_dirs::FreshDirs;
 use crate::groups::{Process, ProcessCache};
 use crate::handles::{Contents, Handles};
-use crate::nodes::{child_path, is_within, Nodes, ROOT};
+use crate::nodes::{child_path, Nodes, ROOT};
 use crate::options::MountOptions;
 use canopy_client::Client;
 use canopy_proto::clock::{SharedClock, SystemClock};
+use canopy_proto::path::is_within;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, FileType, FopenFlags, Generation, INodeNo,

@@ -10,6 +10,7 @@
 //!
 //! Pure bookkeeping, no I/O: tested without a mount.
 
+use canopy_proto::path::is_within;
 use std::collections::HashMap;
 
 pub const ROOT: u64 = 1;
@@ -40,11 +41,6 @@ pub fn child_path(parent: &str, name: &str) -> String {
     } else {
         format!("{parent}/{name}")
     }
-}
-
-/// Whether Canopy path `path` is `dir` or below it.
-pub fn is_within(path: &str, dir: &str) -> bool {
-    dir == "/" || path.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// `path` with the prefix `from` replaced by `to`, if `path` is `from` or below it.
@@ -219,7 +215,5 @@ mod tests {
         assert_eq!(child_path("/a", "b"), "/a/b");
         assert_eq!(moved("/a/b", "/a", "/c"), Some("/c/b".to_string()));
         assert_eq!(moved("/ab", "/a", "/c"), None);
-        assert!(is_within("/a", "/a") && is_within("/a/b", "/a") && is_within("/a", "/"));
-        assert!(!is_within("/ab", "/a") && !is_within("/", "/a"));
     }
 }

@@ -26,6 +26,12 @@ pub const PATH_MAX: usize = 4096;
 pub const NS_PATH_MAX: usize = 8 * PATH_MAX;
 pub const NAME_MAX: usize = 255;
 
+/// True if canonical path `path` is `dir` or lies below it (for callers that
+/// keep paths as text, such as the mount's node table).
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/" || path.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// A validated, canonical absolute path (`/` or `/a/b`, never a trailing slash).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NsPath(String);
@@ -113,11 +119,7 @@ impl NsPath {
 
     /// True if `self` is `other` or lies below it.
     pub fn is_within(&self, other: &NsPath) -> bool {
-        if other.is_root() {
-            return true;
-        }
-        self.0 == other.0
-            || (self.0.starts_with(&other.0) && self.0.as_bytes()[other.0.len()] == b'/')
+        is_within(&self.0, &other.0)
     }
 
     /// Replaces the prefix `from` (which `self` must be within) by `to`.
@@ -215,6 +217,8 @@ mod tests {
         assert!(ab.is_within(&ab));
         assert!(!NsPath::parse("/ab").unwrap().is_within(&NsPath::parse("/a").unwrap()));
         assert!(ab.is_within(&NsPath::root()));
+        assert!(is_within("/a", "/a") && is_within("/a/b", "/a") && is_within("/a", "/"));
+        assert!(!is_within("/ab", "/a") && !is_within("/", "/a"));
         let moved = ab.rebase(&parent, &NsPath::parse("/x/y").unwrap());
         assert_eq!(moved.as_str(), "/x/y/b");
         assert_eq!(ab.rebase(&ab, &NsPath::parse("/z").unwrap()).as_str(), "/z");
