@@ -181,6 +181,30 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
     }
 }
 
+/// A rename onto a directory that is not empty (`ENOTEMPTY`) whose
+/// coordinator dies once it holds its locks: recovery undoes nothing it did
+/// not do, so the destination keeps every row below it (recovery once deleted
+/// them, and its subdirectories' rows, as if they were the rename's copies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_that_died_before_removing_its_destination_leaves_it_whole() {
+    for (src, dst) in [("/a/sub", "/b"), ("/a", "/b")] {
+        let cluster = cluster();
+        let root = cluster.fresh_client();
+        populate(&root).await;
+        root.create("/b/victim/kept", 0o644).await.unwrap();
+        let before = tree(&root).await;
+        tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+        let intent = Intent::Rename { src: src.into(), dst: dst.into() };
+        let dying = cluster.client_with_hook(Arc::new(DieAt(Step::Locked(intent))), LEASE_MS);
+        assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} -> {dst}");
+        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+        assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{src} -> {dst}");
+        assert_eq!(tree(&root).await, before, "{src} -> {dst} died holding its locks");
+        let fsck = root.fsck().await.unwrap();
+        assert!(fsck.is_clean(), "{src} -> {dst}: {:?}", fsck.problems);
+    }
+}
+
 /// A directory rename refused because a server is down (`ECONNREFUSED`:
 /// certain, nothing changed) leaves nothing frozen on the servers that are
 /// up. Each server in turn is down for one attempt; those the rename reaches

@@ -21,14 +21,16 @@
 //! Recovery of a dead coordinator (`recover_dir_rename`) decides from the
 //! rows, freezing each directory on both sides before reading it: if the
 //! destination holds the source's inode the rename committed (rows the copy
-//! missed are copied, the old ones deleted); otherwise the copies are deleted.
+//! missed are copied, the old ones deleted); otherwise the copies are deleted
+//! (rows at the destination naming the same directory or inode as the
+//! source's), and nothing else there.
 
 use super::Giraffa;
 use crate::core::unexpected;
 use crate::namespace::Res;
 use crate::txn::{after_commit, Step, Txn};
 use canopy_proto::giraffa::{self, DirRow, GfRow, MAX_ROWS, ROW_BYTES};
-use canopy_proto::msg::{DirLookup, DirTimes, Intent};
+use canopy_proto::msg::{DirLookup, DirTimes, Intent, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, Request};
 
@@ -262,8 +264,8 @@ impl Giraffa {
 
     /// A dead coordinator's directory rename: committed if the destination
     /// holds the source's inode (then rows the copy missed are copied and the
-    /// old rows deleted), else the copies are deleted. Each directory is
-    /// frozen, on both sides, before it is read.
+    /// old rows deleted), else the copies are deleted and nothing else at the
+    /// destination. Each directory is frozen, on both sides, before it is read.
     pub(super) async fn recover_dir_rename(&self, src: &NsPath, dst: &NsPath, src_ino: Option<u64>, dst_ino: Option<u64>) -> Res<()> {
         let committed = dst_ino.is_some() && (src_ino.is_none() || src_ino == dst_ino);
         let (keep, drop) = if committed { (dst, src) } else { (src, dst) };
@@ -274,7 +276,14 @@ impl Giraffa {
         let mut next = vec![keep.clone()];
         while let Some(dir) = next.pop() {
             let other = moved(&dir, keep, drop)?;
-            let (kept, there) = (self.scan_all(&dir).await?, self.scan_all(&other).await?);
+            let (kept, mut there) = (self.scan_all(&dir).await?, self.scan_all(&other).await?);
+            if !committed {
+                // Undone: only the copies go. A destination the rename had not
+                // yet removed (it died before its rmdir) is another directory
+                // whose rows are no copies, and neither is anything made there
+                // after a dead coordinator's freeze ran out.
+                there.retain(|t| kept.iter().any(|k| is_copy(t, k)));
+            }
             let mut children = Vec::new();
             for row in kept.iter().chain(&there) {
                 if let GfRow::Dir { name, .. } = row {
@@ -321,6 +330,21 @@ impl Giraffa {
 
 /// `row` of a directory below `from`, as it will be below `to` (a
 /// subdirectory's row names its new path).
+/// Whether `row` is a rename's copy of `of`: the same name for the same
+/// directory or inode.
+fn is_copy(row: &GfRow, of: &GfRow) -> bool {
+    row.name() == of.name() && object_of(row) == object_of(of)
+}
+
+/// What a row names: (a directory?, its id or inode number).
+fn object_of(row: &GfRow) -> (bool, u64) {
+    match row {
+        GfRow::Dir { row, .. } => (true, row.lookup.id),
+        GfRow::File { record: Record::Inode(i), .. } => (false, i.attr.ino),
+        GfRow::File { record: Record::Linked { ino, .. }, .. } => (false, *ino),
+    }
+}
+
 fn rebased(row: &GfRow, from: &NsPath, to: &NsPath) -> Res<GfRow> {
     match row {
         GfRow::Dir { name, row: r, times } => {
