@@ -24,7 +24,7 @@
 
 use crate::namespace::Res;
 use crate::shardfs::ShardFs;
-use crate::txn::Txn;
+use crate::txn::{file_ino, Txn};
 use canopy_proto::msg::{DirLookup, Intent, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
@@ -126,12 +126,6 @@ impl ShardFs {
 
     /// The inode at `path` on its primary, if a file is there.
     async fn ino_at(&self, path: &NsPath) -> Res<Option<u64>> {
-        match self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { at: path.to_string().into() }).await {
-            Ok(Reply::Attr(a)) => Ok(Some(a.ino)),
-            Ok(Reply::Redirect { ino, .. }) => Ok(Some(ino)),
-            Ok(_) => Err(Errno::EPROTO),
-            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::EREMOTE) => Ok(None),
-            Err(e) => Err(e),
-        }
+        file_ino(self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { at: path.to_string().into() }).await)
     }
 }

@@ -66,6 +66,32 @@ pub(crate) fn first_unknown(results: &[(u32, Res<Reply>)]) -> Option<(u32, Errno
     results.iter().find_map(|(i, r)| r.as_ref().err().filter(|e| outcome_unknown(e)).map(|e| (*i, *e)))
 }
 
+/// What a recovery may read as "not there": `None` only when a server said so
+/// (`ENOENT`, or `ENOTDIR` for a path through a file). Any other failure (a
+/// server down, a split under way, a lease wait cut short) is passed on, so the
+/// transaction stays with the lock service and is recovered again later, not
+/// declared done on a guess.
+pub(crate) fn unless_absent<T>(r: Res<T>) -> Res<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The inode number in a `RecoveryStat` answer, if a file is there: `None` when
+/// the server says none is (`EREMOTE`: a directory, named away from its home).
+/// Other failures are passed on, as [`unless_absent`] does.
+pub(crate) fn file_ino(r: Res<Reply>) -> Res<Option<u64>> {
+    match r {
+        Ok(Reply::Attr(a)) => Ok(Some(a.ino)),
+        Ok(Reply::Redirect { ino, .. }) => Ok(Some(ino)),
+        Ok(_) => Err(Errno::EPROTO),
+        Err(Errno::EREMOTE) => Ok(None),
+        r => unless_absent(r).map(|_| None),
+    }
+}
+
 /// The error of a transaction step that failed after its commit point: the
 /// change is decided but not everywhere, so the transaction is left to recovery
 /// (EIO). `ESTALE` says another client already took the transaction over.

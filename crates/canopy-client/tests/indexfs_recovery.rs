@@ -2,10 +2,12 @@
 //! directory transaction (mkdir, rmdir, chmod, chown, a directory rename and a
 //! file rename between two servers), then another client recovers it. The
 //! namespace must then equal the tree before the operation or after it, the one
-//! its commit point says, and fsck must be clean.
+//! its commit point says, and fsck must be clean. Recovery meets faults too:
+//! a server down while it runs, a rename's last answer lost, an insert of
+//! unknown outcome over a directory the rename had sealed to replace.
 
 use canopy_client::txn::Step;
-use canopy_client::Client;
+use canopy_client::{Client, NsOptions};
 use canopy_proto::giga;
 use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
@@ -80,16 +82,19 @@ impl Op {
     }
 }
 
-/// A top-level /pN whose entries live on another server than /a's.
+/// A top-level /pN whose entries live on another server than /a's and the
+/// root's (so a recovery with that server down can still resolve /pN).
 async fn elsewhere(c: &Client) -> String {
     let a = giga::home(c.stat("/a").await.unwrap().ino, SERVERS);
+    let root = giga::home(c.stat("/").await.unwrap().ino, SERVERS);
+    assert_ne!(a, root, "/a's entries and the root's on one server");
     for i in 0..8 {
         let p = format!("/p{i}");
-        if giga::home(c.stat(&p).await.unwrap().ino, SERVERS) != a {
+        if ![a, root].contains(&giga::home(c.stat(&p).await.unwrap().ino, SERVERS)) {
             return p;
         }
     }
-    panic!("every /pN shares /a's home");
+    panic!("every /pN shares /a's home or the root's");
 }
 
 async fn expected_trees(op: &Op) -> (Tree, Tree) {
@@ -101,29 +106,48 @@ async fn expected_trees(op: &Op) -> (Tree, Tree) {
     (before, tree(&c).await)
 }
 
-async fn die_and_recover(op: &Op, step: Step, committed: bool, before: &Tree, after: &Tree) {
+/// A cluster with [`populate`]'s tree, and a root client of it.
+async fn populated() -> (InProcCluster, Client) {
     let cluster = InProcCluster::memory_mode("indexfs", SERVERS);
     let root = cluster.client();
     populate(&root).await;
+    (cluster, root)
+}
+
+/// The /pN [`elsewhere`] finds. The same ids come out of every fresh
+/// cluster, so it is on another server than /a in each.
+async fn away() -> String {
+    let (_, probe) = populated().await;
+    elsewhere(&probe).await
+}
+
+/// Once the dead transaction's lease ran out, a fresh client recovers exactly
+/// one transaction and leaves tree `want`, fsck clean.
+async fn recovered_to(cluster: &InProcCluster, want: &Tree, what: &str) {
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{what}");
+    let reader = cluster.fresh_client();
+    assert_eq!(&tree(&reader).await, want, "{what}");
+    let fsck = reader.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{what}: {:?}", fsck.problems);
+}
+
+/// A client with the tests' short lease.
+fn short_lease_client(cluster: &InProcCluster) -> Client {
+    cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() })
+}
+
+async fn die_and_recover(op: &Op, step: Step, committed: bool, before: &Tree, after: &Tree) {
+    let (cluster, _) = populated().await;
     let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
     assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-    let recovering = cluster.fresh_client();
-    assert_eq!(recovering.repair().await, Ok(1), "{op:?} at {step:?}");
-    let reader = cluster.fresh_client();
     let want = if committed { after } else { before };
-    assert_eq!(&tree(&reader).await, want, "{op:?} died at {step:?}");
-    let fsck = reader.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{op:?} died at {step:?}: {:?}", fsck.problems);
+    recovered_to(&cluster, want, &format!("{op:?} died at {step:?}")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_step_of_every_indexfs_transaction_recovers_to_all_or_nothing() {
-    // The same ids come out of every fresh cluster, so the /pN found here is
-    // on another server than /a in each.
-    let probe = InProcCluster::memory_mode("indexfs", SERVERS);
-    populate(&probe.client()).await;
-    let away = elsewhere(&probe.client()).await;
+    let away = away().await;
     for op in [Op::Mkdir, Op::Rmdir, Op::Chmod, Op::Chown, Op::RenameDir(away.clone()), Op::RenameFile(away.clone())] {
         let (before, after) = expected_trees(&op).await;
         assert_ne!(before, after, "{op:?} changes something");
@@ -131,4 +155,70 @@ async fn every_step_of_every_indexfs_transaction_recovers_to_all_or_nothing() {
             die_and_recover(&op, step, committed, &before, &after).await;
         }
     }
+}
+
+/// The server holding the names of `path`'s parent (one partition: these
+/// directories hold fewer names than a split needs).
+async fn server_of_name(c: &Client, path: &str) -> u32 {
+    let (parent, _) = path.rsplit_once('/').unwrap();
+    giga::home(c.stat(parent).await.unwrap().ino, SERVERS)
+}
+
+/// A rename between servers whose coordinator died after its commit point is
+/// recovered while one of its two servers is down: the recovery cannot see
+/// both names, so it must fail and leave the transaction for later (not take
+/// the missing answer for "nothing there" and drop the record), and once the
+/// server is back the rename is rolled forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_recovered_while_a_server_is_down_waits_for_it() {
+    let away = away().await;
+    for op in [Op::RenameDir(away.clone()), Op::RenameFile(away.clone())] {
+        let (_, after) = expected_trees(&op).await;
+        let Intent::Rename { src, dst } = op.intent() else { unreachable!() };
+        for side in [&src, &dst] {
+            let (cluster, root) = populated().await;
+            let down = server_of_name(&root, side).await;
+            let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(op.intent()))), LEASE_MS);
+            assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN));
+            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            cluster.faults().down(down);
+            // Its lease as short as the coordinator's, so the transaction it
+            // fails to recover is soon handed over again.
+            assert!(short_lease_client(&cluster).repair().await.is_err(), "{op:?} recovered with the server of {side} down");
+            cluster.faults().revive(down);
+            recovered_to(&cluster, &after, &format!("{op:?} with {side}'s server down at first")).await;
+        }
+    }
+}
+
+/// A directory rename whose last step (dropping the source) was applied but
+/// its answer lost is left to recovery, which finds the source gone and the
+/// destination a directory (its entry away from its home answers `EREMOTE`
+/// to a file's probe: no file there, not a failure to retry forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_whose_last_answer_was_lost_is_finished_by_recovery() {
+    let op = Op::RenameDir(away().await);
+    let (_, after) = expected_trees(&op).await;
+    let (cluster, root) = populated().await;
+    let src = server_of_name(&root, "/a/sub").await;
+    cluster.faults().die_after(src, "IxRenameDirCommit");
+    assert_eq!(op.run(&short_lease_client(&cluster)).await, Err(Errno::EIO));
+    cluster.faults().revive(src);
+    recovered_to(&cluster, &after, "the source dropped, its answer lost").await;
+}
+
+/// A rename onto an empty directory seals that directory first; when its
+/// insert's outcome is unknown (not applied) and recovery rolls it back, the
+/// directory is unsealed, so it takes new entries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_rolled_back_unseals_the_directory_it_would_have_replaced() {
+    let dst = format!("{}/sub", away().await);
+    let (cluster, root) = populated().await;
+    root.mkdir(&dst, 0o755).await.unwrap();
+    let before = tree(&root).await;
+    cluster.faults().refuse_next(server_of_name(&root, &dst).await, "IxRenameDirIn", Errno::ETIMEDOUT);
+    assert_eq!(short_lease_client(&cluster).rename("/a/sub", &dst).await, Err(Errno::EIO));
+    recovered_to(&cluster, &before, "the insert's outcome unknown").await;
+    root.create(&format!("{dst}/new"), 0o644).await.unwrap();
+    root.mkdir(&format!("{dst}/newdir"), 0o755).await.unwrap();
 }

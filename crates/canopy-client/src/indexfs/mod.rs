@@ -42,7 +42,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, outcome_unknown, Step, Txn};
+use crate::txn::{after_commit, file_ino, outcome_unknown, unless_absent, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -683,25 +683,16 @@ impl IndexFs {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
                 let name = p.name().unwrap_or_default();
-                match self.fresh_lookup(parent.id, name).await {
-                    Ok(l) => {
-                        let depth = p.components().count() as u32;
-                        self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
-                        Ok(())
-                    }
-                    Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
-                    Err(e) => Err(e),
-                }
+                let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+                let depth = p.components().count() as u32;
+                self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
+                Ok(())
             }
             Intent::Rmdir { path } => {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
                 let name = p.name().unwrap_or_default();
-                let child = match self.fresh_lookup(parent.id, name).await {
-                    Ok(l) => l,
-                    Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
-                    Err(e) => return Err(e),
-                };
+                let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
                 match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
                     // The header is still there: undo (unseal).
                     Ok(_) => self.unseal_all(child.id).await,
@@ -718,10 +709,9 @@ impl IndexFs {
             Intent::DirSetAttr { path } => {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-                match self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await {
-                    Ok(l) => self.header_set_all(&l).await,
-                    Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
-                    Err(e) => Err(e),
+                match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
+                    Some(l) => self.header_set_all(&l).await,
+                    None => Ok(()),
                 }
             }
             Intent::Rename { src, dst } => {
@@ -738,16 +728,20 @@ impl IndexFs {
 
     /// A directory rename between servers that died after its insert (the
     /// commit point) left one directory under both names: drop the source.
-    /// False if the source is no directory (a file rename, or nothing to do).
+    /// One that died before it may have sealed a directory it was to replace:
+    /// unseal it. False if the source is no directory (a file rename, or
+    /// nothing to do).
     async fn recover_dir_rename(&self, s: &NsPath, d: &NsPath) -> Res<bool> {
         let root = Creds::root();
-        let (Ok(sp), Ok(dp)) = (self.place(&root, s).await, self.place(&root, d).await) else { return Ok(false) };
+        let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, s).await)?, unless_absent(self.place(&root, d).await)?) else { return Ok(false) };
         let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Ok(false) };
-        let Ok(src) = self.fresh_lookup(sdir.id, sname).await else { return Ok(false) };
-        if let Ok(dst) = self.fresh_lookup(ddir.id, dname).await {
+        let Some(src) = unless_absent(self.fresh_lookup(sdir.id, sname).await)? else { return Ok(false) };
+        if let Some(dst) = unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
             if dst.id == src.id {
                 let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
                 self.place_rpc(&sp, &root, commit).await?;
+            } else {
+                self.unseal_all(dst.id).await?;
             }
         }
         Ok(true)
@@ -757,8 +751,8 @@ impl IndexFs {
     /// the source left one inode under both names: drop the source.
     async fn recover_file_rename(&self, s: &NsPath, d: &NsPath) -> Res<()> {
         let root = Creds::root();
-        let (Ok(sp), Ok(dp)) = (self.place(&root, s).await, self.place(&root, d).await) else { return Ok(()) };
-        if let (Some(a), Some(b)) = (self.ino_at(&sp).await, self.ino_at(&dp).await) {
+        let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, s).await)?, unless_absent(self.place(&root, d).await)?) else { return Ok(()) };
+        if let (Some(a), Some(b)) = (self.ino_at(&sp).await?, self.ino_at(&dp).await?) {
             if a == b {
                 self.place_rpc(&sp, &root, Request::RenameOutCommit { src: sp.at.clone(), ino: a }).await?;
             }
@@ -766,13 +760,9 @@ impl IndexFs {
         Ok(())
     }
 
-    /// The inode number of the file at `place`, if there is one.
-    async fn ino_at(&self, place: &Place) -> Option<u64> {
-        match self.place_rpc(place, &Creds::root(), Request::RecoveryStat { at: place.at.clone() }).await {
-            Ok(Reply::Attr(a)) => Some(a.ino),
-            Ok(Reply::Redirect { ino, .. }) => Some(ino),
-            _ => None,
-        }
+    /// The inode number of the file at `place`, if a server says there is one.
+    async fn ino_at(&self, place: &Place) -> Res<Option<u64>> {
+        file_ino(self.place_rpc(place, &Creds::root(), Request::RecoveryStat { at: place.at.clone() }).await)
     }
 
     /// One batch of a bulk insertion into `p`: (files made, names refused).
@@ -788,11 +778,7 @@ impl IndexFs {
     async fn fresh_parent(&self, p: &NsPath) -> Res<Option<DirLookup>> {
         let Some((pp, _)) = p.split() else { return Ok(None) };
         self.cache().clear();
-        match self.resolve_dir(&Creds::root(), &pp).await {
-            Ok(l) => Ok(Some(l)),
-            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(None),
-            Err(e) => Err(e),
-        }
+        unless_absent(self.resolve_dir(&Creds::root(), &pp).await)
     }
 
     async fn fresh_lookup(&self, dir: u64, name: &str) -> Res<DirLookup> {
