@@ -1,8 +1,9 @@
 //! The cluster-wide consistency check behind `canopy fsck`: every server's
 //! replicated directory state identical, each server's local problems, every hard
-//! link's nlink equal to the names referring to it, no transaction waiting for
-//! recovery. A transaction whose lease is live is in flight, not a problem: it is
-//! reported as a note, with when recovery takes it over if its client is gone.
+//! link's nlink equal to the names referring to it, every partitioned directory
+//! named exactly once, no transaction waiting for recovery. A transaction whose
+//! lease is live is in flight, not a problem: it is reported as a note, with
+//! when recovery takes it over if its client is gone.
 
 use canopy_proto::msg::{FsckReport, TxnInfo};
 use std::collections::HashMap;
@@ -66,6 +67,7 @@ pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo], layout: DirLayout) ->
     for ((ino, home), n) in refs {
         s.problems.push(format!("{n} names refer to inode {ino:#x} missing from server {home}"));
     }
+    check_dir_names(reports, txns, &mut s);
     for t in txns {
         if t.expires_in_ms >= 0 {
             let secs = t.expires_in_ms as f64 / 1000.0;
@@ -78,9 +80,42 @@ pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo], layout: DirLayout) ->
     s
 }
 
+/// Partitioned directories: each is named by exactly one entry, and every
+/// entry names a directory that has its home partition. Directory
+/// transactions pass through other states (a rename between servers names
+/// its directory twice from its insert to its commit, an mkdir names one
+/// before its header is made, an rmdir drops the header before the name), so
+/// while any transaction is in flight what this finds is a note, not a
+/// problem; fsck settles once none is.
+fn check_dir_names(reports: &[FsckReport], txns: &[TxnInfo], s: &mut FsckSummary) {
+    let mut names: HashMap<u64, u32> = HashMap::new();
+    for id in reports.iter().flat_map(|r| &r.dir_names) {
+        *names.entry(*id).or_default() += 1;
+    }
+    let mut found = Vec::new();
+    for r in reports {
+        for id in &r.dir_homes {
+            match names.remove(id).unwrap_or(0) {
+                1 => {}
+                0 => found.push(format!("directory {id:#x} (home on server {}) has no name", r.server)),
+                n => found.push(format!("directory {id:#x} (home on server {}) has {n} names", r.server)),
+            }
+        }
+    }
+    for (id, n) in names {
+        found.push(format!("{n} names refer to directory {id:#x}, whose home holds no header"));
+    }
+    if txns.iter().any(|t| t.expires_in_ms >= 0) {
+        s.in_flight.extend(found.into_iter().map(|f| format!("{f} (a transaction is in flight)")));
+    } else {
+        s.problems.extend(found);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_proto::msg::Intent;
 
     fn report(server: u32, digest: u64) -> FsckReport {
         FsckReport { server, dir_digest: digest, dirs: 3, ..FsckReport::default() }
@@ -100,7 +135,7 @@ mod tests {
     fn detects_divergence_bad_nlink_and_leftover_txns() {
         let mut b = report(1, 8);
         b.inodes = vec![(9, 2)];
-        let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
+        let txn = TxnInfo { txn: 4, intent: Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
         let s = summarise(&[report(0, 7), b], &[txn], DirLayout::Replicated);
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
     }
@@ -115,8 +150,32 @@ mod tests {
     }
 
     #[test]
+    fn a_partitioned_directory_has_exactly_one_name() {
+        let (mut a, mut b) = (report(0, 0), report(1, 0));
+        a.dir_homes = vec![5, 6, 7];
+        a.dir_names = vec![5, 6];
+        b.dir_names = vec![6, 9];
+        let s = summarise(&[a.clone(), b.clone()], &[], DirLayout::Partitioned);
+        let mut problems = s.problems.clone();
+        problems.sort();
+        assert_eq!(
+            problems,
+            vec![
+                "1 names refer to directory 0x9, whose home holds no header",
+                "directory 0x6 (home on server 0) has 2 names",
+                "directory 0x7 (home on server 0) has no name",
+            ]
+        );
+        // While a transaction is in flight, they are notes.
+        let rename = TxnInfo { txn: 4, intent: Intent::Rename { src: "/x".into(), dst: "/y".into() }, locks: vec![], expires_in_ms: 900 };
+        let s = summarise(&[a, b], &[rename], DirLayout::Partitioned);
+        assert!(s.is_clean(), "{:?}", s.problems);
+        assert!(s.in_flight.contains(&"directory 0x6 (home on server 0) has 2 names (a transaction is in flight)".to_string()), "{:?}", s.in_flight);
+    }
+
+    #[test]
     fn a_live_transaction_is_in_flight_not_a_problem() {
-        let txn = TxnInfo { txn: 4, intent: canopy_proto::msg::Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
+        let txn = TxnInfo { txn: 4, intent: Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
         let s = summarise(&[report(0, 7)], &[txn], DirLayout::Replicated);
         assert!(s.is_clean(), "{:?}", s.problems);
         assert_eq!(s.in_flight, vec!["transaction 4 in flight: rmdir /x; recovered after 2.5 s if its client is gone"]);

@@ -181,6 +181,11 @@ async fn a_rename_recovered_while_a_server_is_down_waits_for_it() {
             let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(op.intent()))), LEASE_MS);
             assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN));
             tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            if let Op::RenameDir(_) = op {
+                // Until recovered, fsck sees the directory under both names.
+                let fsck = cluster.fresh_client().fsck().await.unwrap();
+                assert!(fsck.problems.iter().any(|p| p.ends_with("has 2 names")), "{:?}", fsck.problems);
+            }
             cluster.faults().down(down);
             // Its lease as short as the coordinator's, so the transaction it
             // fails to recover is soon handed over again.

@@ -293,6 +293,11 @@ pub struct FsckReport {
     pub links: Vec<(u64, u32)>,
     /// Shared inodes homed here: (ino, nlink, inline entries referring to it here).
     pub inodes: Vec<(u64, u32)>,
+    /// Partitioned directories (IndexFS): the ids the subdirectory entries
+    /// held here name, and the directories whose home partition is here (the
+    /// root's excepted), for the check that each has exactly one name.
+    pub dir_names: Vec<u64>,
+    pub dir_homes: Vec<u64>,
 }
 
 macro_rules! requests {

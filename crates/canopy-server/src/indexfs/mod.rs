@@ -443,6 +443,7 @@ impl IndexFs {
             })
             .map_err(io)?;
         r.dirs = headers.keys().filter(|(_, p)| *p == 0).count() as u64;
+        r.dir_homes = headers.keys().filter(|(id, p)| *p == 0 && *id != ROOT_ID).map(|(id, _)| *id).collect();
         // Per directory: the partitions held here and the bitmap they know.
         let mut by_dir: std::collections::HashMap<u64, (Vec<Header>, PartMap)> = std::collections::HashMap::new();
         for ((dir, _), h) in &headers {
@@ -454,13 +455,19 @@ impl IndexFs {
         let mut subdirs: std::collections::HashMap<(u64, u32), u64> = std::collections::HashMap::new();
         for cf in [ENTRIES, DIRS] {
             core.store
-                .for_each(cf, b"", &mut |k, _| {
+                .for_each(cf, b"", &mut |k, v| {
                     let dir = k.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
                     let name = ix_name(k).unwrap_or_default();
                     let Some((here, map)) = by_dir.get(&dir) else {
                         r.problems.push(format!("server {me}: entry {name:?} in directory {dir:#x} that has no partition here"));
                         return true;
                     };
+                    if cf == DIRS {
+                        match keys::decode::<DirEntryValue>(v) {
+                            Some(e) => r.dir_names.push(e.lookup.id),
+                            None => r.problems.push(format!("server {me}: undecodable subdirectory {name:?} in directory {dir:#x}")),
+                        }
+                    }
                     let part = map.part_of(giga::name_hash(&name));
                     if here.iter().any(|h| h.part == part) {
                         if cf == DIRS {
