@@ -33,7 +33,7 @@ use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::msg::{dir_id_of_txn, At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, Record, RenameDirStep, ServerStats};
+use canopy_proto::msg::{dir_id_of_txn, At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, RenameDirStep, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -621,10 +621,7 @@ impl ShardFs {
             Reply::Record(r) => r,
             other => return Err(unexpected(other)),
         };
-        let ino = match &record {
-            Record::Inode(i) => i.attr.ino,
-            Record::Linked { ino, .. } => *ino,
-        };
+        let ino = record.ino();
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(|| Step::Locked(intent())).await?;
         let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone().into(), dst: d.clone().into(), record }).await?;

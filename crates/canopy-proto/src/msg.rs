@@ -35,6 +35,16 @@ pub enum Record {
     Linked { ino: u64, home: u32 },
 }
 
+impl Record {
+    /// The inode number the entry names, inline or shared.
+    pub fn ino(&self) -> u64 {
+        match self {
+            Record::Inode(i) => i.attr.ino,
+            Record::Linked { ino, .. } => *ino,
+        }
+    }
+}
+
 /// A file, symlink or special file inode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {

@@ -13,12 +13,6 @@ use canopy_proto::msg::Record;
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
-fn record_ino(r: &Record) -> u64 {
-    match r {
-        Record::Inode(i) => i.attr.ino,
-        Record::Linked { ino, .. } => *ino,
-    }
-}
 
 /// What the destination side of a file rename decided.
 enum InOutcome {
@@ -67,7 +61,7 @@ impl MetaServer {
         perm::require_dir_write(creds, ddir)?;
         let mut dropped = DroppedName::default();
         if let Some(existing) = replaced {
-            if record_ino(&existing) == record_ino(&record) {
+            if existing.ino() == record.ino() {
                 return Ok(InOutcome::SameFile);
             }
             perm::check_sticky(creds, ddir, self.record_uid(&existing))?;
@@ -117,7 +111,7 @@ impl MetaServer {
     pub(crate) fn rename_out_commit(&self, src: &Target, ino: u64) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[src], true)?;
         if let Located::File { parent, name, record } = self.locate(&Creds::root(), src)? {
-            if record_ino(&record) == ino {
+            if record.ino() == ino {
                 let mut b = Batch::new();
                 b.delete(ENTRIES, self.entry_key(parent, &name));
                 self.write(b)?;

@@ -27,7 +27,7 @@ use crate::txn::{after_commit, Txn};
 use canopy_posix::lockset::path_locks;
 use canopy_posix::perm;
 use canopy_proto::giraffa::{self, DirProof};
-use canopy_proto::msg::{FileRef, IfExists, Intent, LockMode, NewKind, Record, ServerStats};
+use canopy_proto::msg::{FileRef, IfExists, Intent, LockMode, NewKind, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::Transport;
@@ -337,10 +337,7 @@ impl Giraffa {
             Reply::Record(r) => r,
             other => return Err(unexpected(other)),
         };
-        let ino = match &record {
-            Record::Inode(i) => i.attr.ino,
-            Record::Linked { ino, .. } => *ino,
-        };
+        let ino = record.ino();
         let into = Request::RenameIn { src: s.clone().into(), dst: d.into(), record };
         let inserted = self.vouched(c, &[dp], self.row_server(dst), &into).await?;
         if inserted == Reply::Unit {

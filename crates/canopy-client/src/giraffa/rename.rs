@@ -30,7 +30,7 @@ use crate::core::unexpected;
 use crate::namespace::Res;
 use crate::txn::{after_commit, Step, Txn};
 use canopy_proto::giraffa::{self, DirRow, GfRow, MAX_ROWS, ROW_BYTES};
-use canopy_proto::msg::{DirLookup, DirTimes, Intent, Record};
+use canopy_proto::msg::{DirLookup, DirTimes, Intent};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply, Request};
 
@@ -328,8 +328,6 @@ impl Giraffa {
     }
 }
 
-/// `row` of a directory below `from`, as it will be below `to` (a
-/// subdirectory's row names its new path).
 /// Whether `row` is a rename's copy of `of`: the same name for the same
 /// directory or inode.
 fn is_copy(row: &GfRow, of: &GfRow) -> bool {
@@ -340,11 +338,12 @@ fn is_copy(row: &GfRow, of: &GfRow) -> bool {
 fn object_of(row: &GfRow) -> (bool, u64) {
     match row {
         GfRow::Dir { row, .. } => (true, row.lookup.id),
-        GfRow::File { record: Record::Inode(i), .. } => (false, i.attr.ino),
-        GfRow::File { record: Record::Linked { ino, .. }, .. } => (false, *ino),
+        GfRow::File { record, .. } => (false, record.ino()),
     }
 }
 
+/// `row` of a directory below `from`, as it will be below `to` (a
+/// subdirectory's row names its new path).
 fn rebased(row: &GfRow, from: &NsPath, to: &NsPath) -> Res<GfRow> {
     match row {
         GfRow::Dir { name, row: r, times } => {

@@ -47,7 +47,7 @@ use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::giga::{self, PartMap};
-use canopy_proto::msg::{At, DirLookup, FileRef, IfExists, Intent, LockMode, NewKind, Record, ServerStats};
+use canopy_proto::msg::{At, DirLookup, FileRef, IfExists, Intent, LockMode, NewKind, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::Transport;
@@ -617,10 +617,7 @@ impl IndexFs {
             Reply::Record(r) => r,
             other => return Err(unexpected(other)),
         };
-        let ino = match &record {
-            Record::Inode(i) => i.attr.ino,
-            Record::Linked { ino, .. } => *ino,
-        };
+        let ino = record.ino();
         let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record }).await?;
         if inserted == Reply::Unit {
             return Ok(());
