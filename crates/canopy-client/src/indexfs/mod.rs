@@ -714,9 +714,11 @@ impl IndexFs {
             Intent::Rename { src, dst } => {
                 let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
                 self.cache().clear();
-                match self.recover_dir_rename(&s, &d).await? {
+                // A parent gone: neither name holds anything to finish.
+                let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
+                match self.recover_dir_rename(&sp, &dp).await? {
                     true => Ok(()),
-                    false => self.recover_file_rename(&s, &d).await,
+                    false => self.recover_file_rename(&sp, &dp).await,
                 }
             }
             Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
@@ -728,15 +730,13 @@ impl IndexFs {
     /// One that died before it may have sealed a directory it was to replace:
     /// unseal it. False if the source is no directory (a file rename, or
     /// nothing to do).
-    async fn recover_dir_rename(&self, s: &NsPath, d: &NsPath) -> Res<bool> {
-        let root = Creds::root();
-        let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, s).await)?, unless_absent(self.place(&root, d).await)?) else { return Ok(false) };
+    async fn recover_dir_rename(&self, sp: &Place, dp: &Place) -> Res<bool> {
         let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Ok(false) };
         let Some(src) = unless_absent(self.fresh_lookup(sdir.id, sname).await)? else { return Ok(false) };
         if let Some(dst) = unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
             if dst.id == src.id {
                 let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
-                self.place_rpc(&sp, &root, commit).await?;
+                self.place_rpc(sp, &Creds::root(), commit).await?;
             } else {
                 self.unseal_all(dst.id).await?;
             }
@@ -746,12 +746,10 @@ impl IndexFs {
 
     /// A file rename that died between inserting the destination and dropping
     /// the source left one inode under both names: drop the source.
-    async fn recover_file_rename(&self, s: &NsPath, d: &NsPath) -> Res<()> {
-        let root = Creds::root();
-        let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, s).await)?, unless_absent(self.place(&root, d).await)?) else { return Ok(()) };
-        if let (Some(a), Some(b)) = (self.ino_at(&sp).await?, self.ino_at(&dp).await?) {
+    async fn recover_file_rename(&self, sp: &Place, dp: &Place) -> Res<()> {
+        if let (Some(a), Some(b)) = (self.ino_at(sp).await?, self.ino_at(dp).await?) {
             if a == b {
-                self.place_rpc(&sp, &root, Request::RenameOutCommit { src: sp.at.clone(), ino: a }).await?;
+                self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino: a }).await?;
             }
         }
         Ok(())
