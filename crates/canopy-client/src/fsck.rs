@@ -7,6 +7,7 @@
 
 use canopy_proto::msg::{FsckReport, TxnInfo};
 use std::collections::HashMap;
+use std::hash::Hash;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FsckSummary {
@@ -48,23 +49,18 @@ pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo], layout: DirLayout) ->
             }
         }
     }
-    let mut refs: HashMap<(u64, u32), u32> = HashMap::new();
     for r in reports {
         s.files += r.files;
         s.problems.extend(r.problems.iter().cloned());
-        for l in &r.links {
-            *refs.entry(*l).or_default() += 1;
-        }
     }
-    for r in reports {
-        for (ino, nlink) in &r.inodes {
-            let names = refs.remove(&(*ino, r.server)).unwrap_or(0);
-            if names != *nlink {
-                s.problems.push(format!("inode {ino:#x} on server {}: nlink {nlink} but {names} names", r.server));
-            }
-        }
+    let links = tally(
+        reports.iter().flat_map(|r| r.links.iter().copied()),
+        reports.iter().flat_map(|r| r.inodes.iter().map(|&(ino, nlink)| ((ino, r.server), r.server, nlink))),
+    );
+    for ((ino, _), server, nlink, names) in links.wrong {
+        s.problems.push(format!("inode {ino:#x} on server {server}: nlink {nlink} but {names} names"));
     }
-    for ((ino, home), n) in refs {
+    for ((ino, home), n) in links.dangling {
         s.problems.push(format!("{n} names refer to inode {ino:#x} missing from server {home}"));
     }
     check_dir_names(reports, txns, &mut s);
@@ -88,21 +84,19 @@ pub fn summarise(reports: &[FsckReport], txns: &[TxnInfo], layout: DirLayout) ->
 /// while any transaction is in flight what this finds is a note, not a
 /// problem; fsck settles once none is.
 fn check_dir_names(reports: &[FsckReport], txns: &[TxnInfo], s: &mut FsckSummary) {
-    let mut names: HashMap<u64, u32> = HashMap::new();
-    for id in reports.iter().flat_map(|r| &r.dir_names) {
-        *names.entry(*id).or_default() += 1;
-    }
-    let mut found = Vec::new();
-    for r in reports {
-        for id in &r.dir_homes {
-            match names.remove(id).unwrap_or(0) {
-                1 => {}
-                0 => found.push(format!("directory {id:#x} (home on server {}) has no name", r.server)),
-                n => found.push(format!("directory {id:#x} (home on server {}) has {n} names", r.server)),
-            }
-        }
-    }
-    for (id, n) in names {
+    let dirs = tally(
+        reports.iter().flat_map(|r| r.dir_names.iter().copied()),
+        reports.iter().flat_map(|r| r.dir_homes.iter().map(|&id| (id, r.server, 1))),
+    );
+    let mut found: Vec<String> = dirs
+        .wrong
+        .into_iter()
+        .map(|(id, server, _, names)| match names {
+            0 => format!("directory {id:#x} (home on server {server}) has no name"),
+            n => format!("directory {id:#x} (home on server {server}) has {n} names"),
+        })
+        .collect();
+    for (id, n) in dirs.dangling {
         found.push(format!("{n} names refer to directory {id:#x}, whose home holds no header"));
     }
     if txns.iter().any(|t| t.expires_in_ms >= 0) {
@@ -110,6 +104,32 @@ fn check_dir_names(reports: &[FsckReport], txns: &[TxnInfo], s: &mut FsckSummary
     } else {
         s.problems.extend(found);
     }
+}
+
+/// References matched against the objects they refer to.
+struct Tally<K> {
+    /// Objects referred to other than they expect: (key, server holding it,
+    /// references expected, references found).
+    wrong: Vec<(K, u32, u32, u32)>,
+    /// Keys referred to that no server holds, with how many references.
+    dangling: Vec<(K, u32)>,
+}
+
+/// Counts `refs` (one key per reference) against `held`: each object once,
+/// as (key, server holding it, references it expects).
+fn tally<K: Hash + Eq>(refs: impl IntoIterator<Item = K>, held: impl IntoIterator<Item = (K, u32, u32)>) -> Tally<K> {
+    let mut count: HashMap<K, u32> = HashMap::new();
+    for key in refs {
+        *count.entry(key).or_default() += 1;
+    }
+    let mut wrong = Vec::new();
+    for (key, server, expected) in held {
+        let found = count.remove(&key).unwrap_or(0);
+        if found != expected {
+            wrong.push((key, server, expected, found));
+        }
+    }
+    Tally { wrong, dangling: count.into_iter().collect() }
 }
 
 #[cfg(test)]
