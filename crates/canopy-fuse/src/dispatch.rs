@@ -19,6 +19,7 @@
 //! listing opendir read, `releasedir`, `fsyncdir`, a GETATTR the mount's held
 //! directory attributes answer) runs in place; `init` configures the kernel.
 
+use crate::awake::AwakeWhileBusy;
 use crate::fs::{Caller, Core};
 use crate::handles::Handles;
 use crate::options::MountOptions;
@@ -58,6 +59,8 @@ pub struct CanopyFs {
     /// Makes each FUSE thread's own client, for the namespace handlers it
     /// runs in place (`own.rs`); none: they run on the shared runtime.
     own: Option<ClientFactory>,
+    /// Keeps idle CPUs polling while requests come (`--no-idle-polling`: none).
+    awake: Option<AwakeWhileBusy>,
 }
 
 impl CanopyFs {
@@ -66,7 +69,23 @@ impl CanopyFs {
     pub fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions, own: Option<ClientFactory>) -> CanopyFs {
         let in_place = InPlace::new(IN_PLACE_MAX.min(opts.threads.saturating_sub(1)));
         let times = Arc::new(RequestTimes::default());
-        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place, times, own }
+        let awake = if opts.idle_polling { AwakeWhileBusy::start() } else { None };
+        CanopyFs { core: Arc::new(Core::new(rt, client, handles, opts)), in_place, times, own, awake }
+    }
+
+    /// A request came: the CPUs are kept quick to wake while they come.
+    fn came(&self) {
+        if let Some(a) = &self.awake {
+            a.touch();
+        }
+    }
+
+    /// A request's handler could not run in place: a crowd of them.
+    fn handed_off(&self) {
+        self.times.handed_off();
+        if let Some(a) = &self.awake {
+            a.crowded();
+        }
     }
 
     pub fn options(&self) -> &MountOptions {
@@ -81,6 +100,7 @@ impl CanopyFs {
     /// Runs a blocking `handler` with the core and the caller: in place when
     /// it may, else on the blocking pool.
     fn spawn(&self, kind: Kind, req: &Request, handler: impl FnOnce(&Core, &Caller) + Send + 'static) {
+        self.came();
         let (core, who, times, start) = (self.core.clone(), Caller::of(req), self.times.clone(), Instant::now());
         let timed = move || {
             handler(&core, &who);
@@ -89,7 +109,7 @@ impl CanopyFs {
         match self.in_place.claim() {
             Some(_busy) => survive(timed),
             None => {
-                self.times.handed_off();
+                self.handed_off();
                 drop(self.core.rt.spawn_blocking(timed));
             }
         }
@@ -101,6 +121,7 @@ impl CanopyFs {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        self.came();
         let (core, who, rt) = (self.core.clone(), Caller::of(req), &self.core.rt);
         let (times, start, handled) = (self.times.clone(), Instant::now(), handler(core, who));
         let timed = async move {
@@ -114,7 +135,7 @@ impl CanopyFs {
             }),
             // A task that panics drops its reply, which answers EIO.
             None => {
-                self.times.handed_off();
+                self.handed_off();
                 drop(rt.spawn(timed));
             }
         }
@@ -123,6 +144,7 @@ impl CanopyFs {
     /// Lets `handler` answer in place if it can without waiting (timed), else
     /// gives its reply back for a handler that must wait.
     fn at_once<Rp>(&self, kind: Kind, handler: impl FnOnce(&Core) -> Result<(), Rp>) -> Result<(), Rp> {
+        self.came();
         let start = Instant::now();
         handler(&self.core)?;
         self.times.record(kind, start.elapsed());
@@ -131,6 +153,7 @@ impl CanopyFs {
 
     /// Runs a cheap `handler` in place, timed.
     fn answer(&self, kind: Kind, handler: impl FnOnce(&Core)) {
+        self.came();
         let start = Instant::now();
         handler(&self.core);
         self.times.record(kind, start.elapsed());

@@ -12,6 +12,7 @@
 //! - `own`: a FUSE thread's own runtime and client, for handlers run in place.
 //! - `fs` and `file_io`: the request handlers.
 //! - [`options`]: the mount's settings and their defaults.
+//! - [`awake`]: idle CPUs kept quick to wake while requests come.
 //! - [`timings`]: counts and latencies of each kind of kernel request.
 //! - [`mount`]: mounting, serving and unmounting.
 //!
@@ -25,6 +26,7 @@
 //! It reaches the cluster through `canopy-client` alone and never depends on
 //! `canopy-server`, `canopy-lock` or `canopy-store`: a mount links no RocksDB.
 
+pub mod awake;
 pub mod backend;
 pub mod convert;
 mod dir_attrs;

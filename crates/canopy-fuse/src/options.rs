@@ -31,6 +31,10 @@ pub struct MountOptions {
     pub default_permissions: bool,
     /// Keep directories' mtime and ctime up to date (one more RPC per change).
     pub dir_times: bool,
+    /// While requests come, ask the kernel to keep idle CPUs polling rather
+    /// than halted, so each wake-up in a request's chain is quick
+    /// (`awake.rs`).
+    pub idle_polling: bool,
 }
 
 impl Default for MountOptions {
@@ -43,6 +47,7 @@ impl Default for MountOptions {
             allow_other: false,
             default_permissions: kernel_checks_by_default(false),
             dir_times: true,
+            idle_polling: true,
         }
     }
 }
