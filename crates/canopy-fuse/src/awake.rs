@@ -11,10 +11,11 @@
 //! eight in series.
 //!
 //! So while requests come, the mount asks the kernel (PM QoS,
-//! `/dev/cpu_dma_latency`) for a CPU wake-up latency of 0: idle CPUs then poll
-//! for work instead of halting, and a wake-up needs no interrupt. The request
-//! is withdrawn after a window in which no request came, so an idle mount lets
-//! the CPUs halt. The cost: CPU time that would have been halted is spent
+//! `/dev/cpu_dma_latency`) for a CPU wake-up latency of 0: where the idle
+//! driver has a polling state (x86's haltpoll, intel_idle, acpi_idle), idle
+//! CPUs then poll for work instead of halting, and a wake-up needs no
+//! interrupt. The request is withdrawn after a window in which no request
+//! came, so an idle mount lets the CPUs halt. The cost: CPU time that would have been halted is spent
 //! polling while the mount is busy (the hypervisor sees those CPUs busy), on
 //! every CPU of the machine, since the request is the machine's.
 
@@ -65,10 +66,15 @@ impl LatencyRequest for CpuLatency {
 /// What the mount's FUSE threads and the holding thread share.
 #[derive(Default)]
 struct Shared {
-    /// A request came since the holding thread last looked.
+    /// A request came since the holding thread last looked. Written by a
+    /// request and read by the thread, against `watching` the other way round
+    /// (each stores one and then loads the other): sequentially consistent,
+    /// so that one of the two always sees the other's store and a burst never
+    /// finds the thread asleep without waking it.
     busy: AtomicBool,
-    /// More requests came at once than the FUSE threads run in place, since
-    /// the holding thread last looked.
+    /// A request came that no FUSE thread could run in place (with the
+    /// default 8 threads: seven others were running), since the holding
+    /// thread last looked.
     crowded: AtomicBool,
     /// The holding thread is awake, looking each window: requests need not
     /// wake it.
@@ -114,14 +120,14 @@ impl AwakeWhileBusy {
     pub fn touch(&self) {
         let s = &self.shared;
         if !s.busy.load(Ordering::Relaxed) {
-            s.busy.store(true, Ordering::Release);
-            if !s.watching.load(Ordering::Acquire) {
+            s.busy.store(true, Ordering::SeqCst);
+            if !s.watching.load(Ordering::SeqCst) {
                 self.holder.unpark();
             }
         }
     }
 
-    /// A request came while the FUSE threads were all taken by others.
+    /// A request came that no FUSE thread could run in place.
     pub fn crowded(&self) {
         if !self.shared.crowded.load(Ordering::Relaxed) {
             self.shared.crowded.store(true, Ordering::Relaxed);
@@ -144,25 +150,25 @@ impl Drop for AwakeWhileBusy {
 fn hold_while_busy(s: &Shared, req: impl LatencyRequest, window: Duration) {
     let mut hold = Hold { req, on: false, said: false };
     loop {
-        while !s.busy.load(Ordering::Acquire) {
+        while !s.busy.load(Ordering::SeqCst) {
             if s.stop.load(Ordering::Acquire) {
                 return;
             }
             std::thread::park();
         }
-        s.watching.store(true, Ordering::Release);
+        s.watching.store(true, Ordering::SeqCst);
         let mut want = true;
         loop {
             hold.set(want);
-            if !sleep_unless_stopped(s, window) || !s.busy.swap(false, Ordering::AcqRel) {
+            if !sleep_unless_stopped(s, window) || !s.busy.swap(false, Ordering::SeqCst) {
                 break;
             }
             want = !s.crowded.swap(false, Ordering::AcqRel);
         }
         // A touch between the last look and `watching` going false finds it
         // still true and does not wake this thread: the loop's first look
-        // sees it.
-        s.watching.store(false, Ordering::Release);
+        // sees it (see `Shared::busy`).
+        s.watching.store(false, Ordering::SeqCst);
         hold.set(false);
         if s.stop.load(Ordering::Acquire) {
             return;
@@ -259,37 +265,43 @@ mod tests {
         assert!(rec.reaches(&["hold", "release", "hold", "release"]), "{:?}", rec.now());
     }
 
+    /// Touches every 10 ms for `ms`, each marked crowded if told.
+    fn requests(awake: &AwakeWhileBusy, crowded: bool, ms: u64) {
+        for _ in 0..ms / 10 {
+            awake.touch();
+            if crowded {
+                awake.crowded();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn requests_within_each_window_keep_one_hold() {
         let rec = Record::default();
-        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_secs(1)).unwrap();
-        for _ in 0..30 {
-            awake.touch();
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_millis(200)).unwrap();
+        // Six windows, each with requests.
+        requests(&awake, false, 1200);
         assert_eq!(rec.now(), ["hold"]);
         assert!(rec.reaches(&["hold", "release"]), "{:?}", rec.now());
+    }
+
+    /// Whether the latest event is a hold (false: a release, or nothing yet).
+    fn holding(rec: &Record) -> bool {
+        rec.now().last() == Some(&"hold")
     }
 
     #[test]
     fn a_crowd_lets_the_hold_go_until_requests_come_few_again() {
         let rec = Record::default();
-        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_millis(100)).unwrap();
-        let requests = |crowded: bool, ms: u64| {
-            for _ in 0..ms / 10 {
-                awake.touch();
-                if crowded {
-                    awake.crowded();
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        };
-        requests(true, 600);
-        // Held for the burst's first window, before a crowd was seen.
-        assert_eq!(rec.now(), ["hold", "release"]);
-        requests(false, 800);
-        assert_eq!(rec.now(), ["hold", "release", "hold"]);
-        assert!(rec.reaches(&["hold", "release", "hold", "release"]), "{:?}", rec.now());
+        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_millis(200)).unwrap();
+        requests(&awake, true, 1200);
+        // Held for the burst's first window at most, before a crowd was seen.
+        assert!(!holding(&rec), "{:?}", rec.now());
+        requests(&awake, false, 1200);
+        assert!(holding(&rec), "{:?}", rec.now());
+        requests(&awake, true, 1200);
+        assert!(!holding(&rec), "{:?}", rec.now());
     }
 
     #[test]

@@ -65,12 +65,14 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_dir_times: bool,
     /// Let idle CPUs halt between requests. By default, while requests come
-    /// (and for 50 ms after the last), the mount asks the kernel to keep idle
-    /// CPUs polling for work (a CPU latency target of 0, /dev/cpu_dma_latency),
-    /// so the wake-ups in each request's chain need no interrupt: on a VM
-    /// without guest halt polling, 1.6 to 1.9 times the mkdirs with 2 callers
-    /// (docs/performance.md). The cost is CPU time spent polling instead of
-    /// halted while the mount is busy, on every CPU of the machine.
+    /// (until a 50 ms window passes without one, so 50 to 100 ms after the
+    /// last) and unless more come at once than the FUSE threads run in place,
+    /// the mount asks the kernel to keep idle CPUs polling for work (a CPU
+    /// latency target of 0, /dev/cpu_dma_latency; where the idle driver has a
+    /// polling state), so the wake-ups in each request's chain need no
+    /// interrupt: on a VM without guest halt polling, 1.6 to 1.8 times the
+    /// mkdirs with 2 callers (docs/performance.md). The cost is CPU time spent
+    /// polling instead of halted while the mount is busy, on every CPU.
     #[arg(long)]
     pub no_idle_polling: bool,
     /// Mount batch ID's private namespace (its root at the mount point)
