@@ -304,6 +304,39 @@ mod tests {
         assert!(!holding(&rec), "{:?}", rec.now());
     }
 
+    /// A kernel that refuses the request, recorded.
+    #[derive(Clone, Default)]
+    struct Refused(Record);
+
+    impl LatencyRequest for Refused {
+        fn hold(&mut self) -> io::Result<()> {
+            self.0 .0.lock().push("refused");
+            Err(io::Error::from(io::ErrorKind::PermissionDenied))
+        }
+        fn release(&mut self) {
+            self.0 .0.lock().push("release");
+        }
+    }
+
+    #[test]
+    fn a_refused_request_is_not_released_and_is_asked_again_at_the_next_burst() {
+        let refused = Refused::default();
+        let rec = refused.0.clone();
+        let awake = AwakeWhileBusy::with(refused, Duration::from_millis(20)).unwrap();
+        let only_refused = |n: usize| rec.now().len() >= n && rec.now().iter().all(|e| *e == "refused");
+        awake.touch();
+        // Past the burst's windows (each asks again while requests come):
+        // nothing was held, so nothing was let go.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(only_refused(1), "{:?}", rec.now());
+        let asked = rec.now().len();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rec.now().len(), asked, "asked with no request: {:?}", rec.now());
+        awake.touch();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(only_refused(asked + 1), "{:?}", rec.now());
+    }
+
     #[test]
     fn dropping_it_releases_a_hold() {
         let rec = Record::default();
