@@ -144,6 +144,18 @@ async fn populate(c: &Client) {
     }
 }
 
+/// Renames `src` to `dst` with a client that dies at `step`, waits out its
+/// lease, and has recovery finish or undo that one transaction.
+async fn rename_dies_and_is_recovered(cluster: &InProcCluster, src: &str, dst: &str, step: Step) {
+    // The rename's freeze waits out the proofs the creates took (up to 250
+    // ms): let them expire, so the short lease is not outlived.
+    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
+    assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} -> {dst} dies at {step:?}");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{src} -> {dst} died at {step:?}");
+}
+
 /// A directory rename's coordinator dies before the commit point (nothing
 /// changed) or after it (the copy is the new tree): recovery leaves exactly
 /// the tree before or the tree after, and no row frozen.
@@ -161,13 +173,7 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
             let cluster = cluster();
             let root = cluster.fresh_client();
             populate(&root).await;
-            // The rename's freeze waits out the proofs the creates took (up
-            // to 250 ms): let them expire, so the short lease is not outlived.
-            tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
-            let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
-            assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} dies at {step:?}");
-            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-            assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{step:?}");
+            rename_dies_and_is_recovered(&cluster, src, dst, step.clone()).await;
             let want = if committed { &after } else { &before };
             assert_eq!(&tree(&root).await, want, "{src} -> {dst} died at {step:?}");
             let fsck = root.fsck().await.unwrap();
@@ -193,12 +199,8 @@ async fn a_rename_that_died_before_removing_its_destination_leaves_it_whole() {
         populate(&root).await;
         root.create("/b/victim/kept", 0o644).await.unwrap();
         let before = tree(&root).await;
-        tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
         let intent = Intent::Rename { src: src.into(), dst: dst.into() };
-        let dying = cluster.client_with_hook(Arc::new(DieAt(Step::Locked(intent))), LEASE_MS);
-        assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} -> {dst}");
-        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-        assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{src} -> {dst}");
+        rename_dies_and_is_recovered(&cluster, src, dst, Step::Locked(intent)).await;
         assert_eq!(tree(&root).await, before, "{src} -> {dst} died holding its locks");
         let fsck = root.fsck().await.unwrap();
         assert!(fsck.is_clean(), "{src} -> {dst}: {:?}", fsck.problems);
