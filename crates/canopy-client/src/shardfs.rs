@@ -371,10 +371,14 @@ impl ShardFs {
 
     /// The error of an rmdir whose replicas found no directory: they know only
     /// directories, so a file of that name (ENOTDIR) lives on the primary alone.
+    /// Only the primary's own answer tells: a stat it did not answer (down,
+    /// connection lost) is that error, not a guess of ENOENT. Nothing was
+    /// applied either way.
     async fn rmdir_absent(&self, c: &Creds, p: &NsPath) -> Errno {
         match self.rpc(self.primary(p), c, Request::Stat { at: p.to_string().into() }).await {
             Ok(Reply::Attr(_) | Reply::Redirect { .. }) => Errno::ENOTDIR,
-            _ => Errno::ENOENT,
+            Ok(other) => unexpected(other),
+            Err(e) => e,
         }
     }
 

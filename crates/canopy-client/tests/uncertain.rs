@@ -168,6 +168,23 @@ async fn a_transaction_that_sent_nothing_or_undid_everything_is_unlocked() {
     c.mkdir(&d, 0o755).await.unwrap();
 }
 
+/// An rmdir of a file: the replicas know no such directory, and only the
+/// primary can tell a file (ENOTDIR) from nothing (ENOENT). A primary that does
+/// not answer is reported as that, never as ENOENT; nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmdir_whose_primary_does_not_answer_is_not_called_absent() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let c = coordinator(&cluster);
+    c.mkdir("/a", 0o755).await.unwrap();
+    c.create("/a/f", 0o644).await.unwrap();
+    cluster.faults().refuse_next(prim("/a/f"), "Stat", Errno::ECONNREFUSED);
+    assert_eq!(c.rmdir("/a/f").await, Err(Errno::ECONNREFUSED));
+    assert!(cluster.lock.transactions().is_empty(), "certain outcome: unlocked");
+    assert_eq!(c.rmdir("/a/f").await, Err(Errno::ENOTDIR));
+    assert_eq!(c.rmdir("/a/g").await, Err(Errno::ENOENT));
+    assert_eq!(c.stat("/a/f").await.unwrap().kind, FileKind::File);
+}
+
 /// The destination's primary, the commit point, refuses a directory rename's
 /// apply after every check passed (it did not apply it): the servers that
 /// applied it are put back at once, the error is the commit point's, and the
