@@ -5,7 +5,7 @@
 //! coordinator dies is finished or undone by recovery.
 
 use canopy_client::txn::Step;
-use canopy_client::Client;
+use canopy_client::{Client, NsOptions};
 use canopy_proto::giraffa::{self, DirProof};
 use canopy_proto::msg::{IfExists, Intent, NewKind};
 use canopy_proto::path::NsPath;
@@ -185,6 +185,47 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
             assert_eq!(writer.counters().snapshot().retries, 0, "{step:?}: a row was left frozen");
         }
     }
+}
+
+/// A recovery that outlasts its lease (here every scan of rows is slowed;
+/// in life, a big subtree) renews it as it goes: the lock service hands the
+/// transaction to no second recoverer meanwhile, whose thaw at its end would
+/// unfreeze rows the first has yet to copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_longer_than_its_lease_keeps_it() {
+    let cluster = cluster();
+    let root = cluster.fresh_client();
+    root.mkdir("/a", 0o755).await.unwrap();
+    let mut dir = String::from("/a");
+    for i in 0..8 {
+        dir = format!("{dir}/d{i}");
+        root.mkdir(&dir, 0o755).await.unwrap();
+        root.create(&format!("{dir}/f"), 0o644).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    let intent = Intent::Rename { src: "/a".into(), dst: "/moved".into() };
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
+    assert_eq!(dying.rename("/a", "/moved").await, Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+
+    // Two scans per directory of nine: the recovery takes about four of its
+    // leases, each long enough for a directory's two scans with room to spare
+    // on a loaded machine.
+    const RECOVERY_LEASE_MS: u32 = 600;
+    cluster.faults().slow("GfScan", Duration::from_millis(RECOVERY_LEASE_MS as u64 / 5));
+    let recoverer = || cluster.client_with(NsOptions { lease_ms: Some(RECOVERY_LEASE_MS), ..NsOptions::default() });
+    let first = recoverer();
+    let recovering = tokio::spawn(async move { first.repair().await });
+    tokio::time::sleep(Duration::from_millis(2 * RECOVERY_LEASE_MS as u64)).await;
+    assert!(!recovering.is_finished(), "the recovery should outlast its lease");
+    assert_eq!(recoverer().repair().await, Ok(0), "handed to a second recoverer while the first was at work");
+    assert_eq!(recovering.await.unwrap(), Ok(1));
+
+    let names = tree(&root).await.into_iter().map(|entry| entry.0).collect::<Vec<_>>();
+    assert!(names.iter().any(|p| p == "/moved/d0/d1/d2/d3/d4/d5/d6/d7/f"), "{names:?}");
+    assert!(!names.iter().any(|p| p.starts_with("/a")), "{names:?}");
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
 }
 
 /// A rename onto a directory that is not empty (`ENOTEMPTY`) whose

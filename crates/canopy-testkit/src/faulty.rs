@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A transport that fails servers as a test says, deterministically:
 /// [`FaultyTransport::down`] refuses every request to a server (`ECONNREFUSED`:
@@ -16,7 +17,8 @@ use std::sync::Arc;
 /// the server down: a crash after its commit, before it answered.
 /// [`FaultyTransport::refuse_next`] answers the next request of one kind to a
 /// server with an error without applying it: a refusal the coordinator can
-/// trust.
+/// trust. [`FaultyTransport::slow`] delays every request of one kind: a long
+/// job (a big subtree's recovery) without building a big subtree.
 pub struct FaultyTransport {
     inner: Arc<dyn Transport>,
     faults: Mutex<Faults>,
@@ -27,6 +29,7 @@ struct Faults {
     down: HashSet<u32>,
     die_after: Option<(u32, &'static str)>,
     refuse_next: Option<(u32, &'static str, Errno)>,
+    slow: Option<(&'static str, Duration)>,
 }
 
 impl FaultyTransport {
@@ -53,6 +56,11 @@ impl FaultyTransport {
     pub fn refuse_next(&self, server: u32, op: &'static str, errno: Errno) {
         self.faults.lock().refuse_next = Some((server, op, errno));
     }
+
+    /// Every request named `op`, to any server, is sent `delay` late.
+    pub fn slow(&self, op: &'static str, delay: Duration) {
+        self.faults.lock().slow = Some((op, delay));
+    }
 }
 
 impl Transport for FaultyTransport {
@@ -63,6 +71,10 @@ impl Transport for FaultyTransport {
     fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         Box::pin(async move {
             let Target::Server(i) = target else { return self.inner.call(target, creds, req).await };
+            let delay = self.faults.lock().slow.filter(|(op, _)| *op == req.name()).map(|(_, d)| d);
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
             let dies = {
                 let mut f = self.faults.lock();
                 if f.down.contains(&i) {

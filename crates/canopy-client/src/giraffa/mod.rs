@@ -351,21 +351,21 @@ impl Giraffa {
     /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
     /// coordinator's transaction the lock service hands over.
     async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |_txn: Txn, _was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(&failed).await }) };
+        let recover = |txn: Txn, _was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 
     /// A dead coordinator's rename, decided from what the servers hold: a
     /// directory's by [`Giraffa::recover_dir_rename`]; a file's committed if
     /// both names hold the same inode (then the source goes), else untouched.
-    async fn recover(&self, intent: &Intent) -> Res<()> {
+    async fn recover(&self, txn: Txn, intent: &Intent) -> Res<()> {
         let Intent::Rename { src, dst } = intent else { return Ok(()) };
         let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
         let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
         let dir = |x: &Option<Attr>| x.as_ref().is_some_and(|a| a.kind == FileKind::Dir);
         if dir(&a) || dir(&b) {
             let ino = |x: &Option<Attr>| x.as_ref().map(|a| a.ino);
-            return self.recover_dir_rename(&src, &dst, ino(&a), ino(&b)).await;
+            return self.recover_dir_rename(&src, &dst, ino(&a), ino(&b), txn).await;
         }
         if let (Some(a), Some(b)) = (a, b) {
             if a.ino == b.ino {

@@ -266,7 +266,11 @@ impl Giraffa {
     /// holds the source's inode (then rows the copy missed are copied and the
     /// old rows deleted), else the copies are deleted and nothing else at the
     /// destination. Each directory is frozen, on both sides, before it is read.
-    pub(super) async fn recover_dir_rename(&self, src: &NsPath, dst: &NsPath, src_ino: Option<u64>, dst_ino: Option<u64>) -> Res<()> {
+    /// The lease of `txn` (handed over by the lock service) is renewed as each
+    /// directory is taken up, as the rename's own copy does: a recovery that
+    /// outlasted it would be handed to a second recoverer, whose thaw at its
+    /// end would unfreeze rows this one has yet to copy.
+    pub(super) async fn recover_dir_rename(&self, src: &NsPath, dst: &NsPath, src_ino: Option<u64>, dst_ino: Option<u64>, txn: Txn) -> Res<()> {
         let committed = dst_ino.is_some() && (src_ino.is_none() || src_ino == dst_ino);
         let (keep, drop) = if committed { (dst, src) } else { (src, dst) };
         let mut paths = vec![src.to_string(), dst.to_string()];
@@ -275,6 +279,7 @@ impl Giraffa {
         self.freeze_all(&frozen, &paths, false).await?;
         let mut next = vec![keep.clone()];
         while let Some(dir) = next.pop() {
+            self.keep_alive(txn).await?;
             let other = moved(&dir, keep, drop)?;
             let (kept, mut there) = (self.scan_all(&dir).await?, self.scan_all(&other).await?);
             if !committed {
