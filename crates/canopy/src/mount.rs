@@ -36,8 +36,11 @@ pub struct MountArgs {
     /// 1 MiB, the servers' own limit).
     #[arg(long, default_value_t = 64 * 1024)]
     pub inline_max: u32,
-    /// Threads reading kernel requests (each on its own cloned /dev/fuse fd);
-    /// their handlers run on a pool, so these only need to keep up with the queue.
+    /// Threads reading kernel requests (each on its own cloned /dev/fuse fd).
+    /// A thread runs the handler of what it read itself while another is left
+    /// reading (up to 7 at once, one thread fewer than this); past that, the
+    /// handler is handed to the mount's runtime (a task, or its blocking pool
+    /// for file data).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
     /// Let other users use the mount (`allow_other`); the kernel then checks
