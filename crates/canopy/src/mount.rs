@@ -38,7 +38,7 @@ pub struct MountArgs {
     pub inline_max: u32,
     /// Threads reading kernel requests (each on its own cloned /dev/fuse fd).
     /// A thread runs the handler of what it read itself while another is left
-    /// reading (up to 7 at once, one thread fewer than this); past that, the
+    /// reading (at most 7 at once, and one fewer than this); past that, the
     /// handler is handed to the mount's runtime (a task, or its blocking pool
     /// for file data).
     #[arg(long, default_value_t = 8)]
