@@ -38,9 +38,9 @@ pub struct MountArgs {
     pub inline_max: u32,
     /// Threads reading kernel requests (each on its own cloned /dev/fuse fd).
     /// A thread runs the handler of what it read itself while another is left
-    /// reading (at most 7 at once, and one fewer than this); past that, the
-    /// handler is handed to the mount's runtime (a task, or its blocking pool
-    /// for file data).
+    /// reading (at most seven at once, and at most this number less one);
+    /// past that, the handler is handed to the mount's runtime (a task, or its
+    /// blocking pool for file data).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
     /// Let other users use the mount (`allow_other`); the kernel then checks
