@@ -18,11 +18,14 @@
 //!   then lands its files as per-server tables the servers verify and
 //!   ingest ([`canopy_client::batch::land`]). Refused files and directories
 //!   are listed by path with why; the rest lands. Run again after a crash, it
-//!   finishes what the first run began. [`abort`] drops the batch.
+//!   finishes what the first run began. [`abort`] drops the batch. Either
+//!   ends by removing the batch's directory (`discard.rs`: renamed aside
+//!   first, so a kill midway leaves the batch whole or gone, never half).
 //!
 //! This crate links the server and the store (the private server is one);
 //! `canopy-client` stays free of them.
 
+mod discard;
 pub mod diff;
 pub mod export;
 pub mod paths;
@@ -155,6 +158,7 @@ pub async fn begin_with(cluster: &Client, root: &str, base: &Path, start: Start)
     };
     let meta = BatchMeta { id, root: root.clone(), owner: cluster.creds().clone(), snapshot: start == Start::Snapshot };
     let dir = base.join(id_text(id));
+    discard::sweep(base);
     std::fs::create_dir_all(&dir).map_err(|_| Errno::EIO)?;
     std::fs::write(dir.join("batch.json"), serde_json::to_vec_pretty(&meta).map_err(|_| Errno::EIO)?).map_err(|_| Errno::EIO)?;
     batch::open(cluster, id, &root).await?;
@@ -176,6 +180,9 @@ pub async fn begin_with(cluster: &Client, root: &str, base: &Path, start: Start)
 /// Opens batch `id` made by [`begin`] under `base`.
 pub fn open(base: &Path, id: u64) -> Result<OpenBatch, String> {
     let dir = base.join(id_text(id));
+    if !dir.exists() {
+        return Err(format!("batch {}: no such batch in {} (committed or aborted already, or begun elsewhere)", id_text(id), base.display()));
+    }
     let raw = std::fs::read(dir.join("batch.json")).map_err(|e| format!("batch {}: {e} (in {})", id_text(id), base.display()))?;
     let meta: BatchMeta = serde_json::from_slice(&raw).map_err(|e| format!("batch {}: {e}", id_text(id)))?;
     OpenBatch::open_at(dir, meta).map_err(|e| format!("batch {}: private store: {e}", id_text(id)))
@@ -186,6 +193,7 @@ pub fn local(base: &Path) -> Vec<BatchMeta> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
     let mut out: Vec<BatchMeta> = entries
         .flatten()
+        .filter(|e| !discard::is_aside(&e.file_name().to_string_lossy()))
         .filter_map(|e| std::fs::read(e.path().join("batch.json")).ok())
         .filter_map(|raw| serde_json::from_slice(&raw).ok())
         .collect();
@@ -268,7 +276,9 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     batch::close(cluster, b.meta.id).await?;
     let dir = b.dir.clone();
     drop(b);
-    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = discard::discard(&dir) {
+        eprintln!("canopy-batch: batch committed; its directory {} could not be removed: {e}", dir.display());
+    }
     report.total_time = t0.elapsed();
     Ok(report)
 }
@@ -412,7 +422,7 @@ pub async fn abort(b: OpenBatch, cluster: &Client) -> Res<()> {
     batch::close(cluster, b.meta.id).await?;
     let dir = b.dir.clone();
     drop(b);
-    std::fs::remove_dir_all(&dir).map_err(|_| Errno::EIO)
+    discard::discard(&dir).map_err(|_| Errno::EIO)
 }
 
 #[cfg(test)]
@@ -427,6 +437,24 @@ mod tests {
         assert_eq!(refused_below(&refused, "/a/bc"), None);
         assert_eq!(refused_below(&refused, "/a"), None);
         assert_eq!(refused_below(&refused, "/"), None);
+    }
+
+    /// A batch whose discard was killed after its rename aside (its record
+    /// still there) is over: not listed, and opening it says so.
+    #[test]
+    fn a_batch_that_is_over_is_not_listed_and_says_so_when_opened() {
+        let base = tempfile::tempdir().unwrap();
+        let meta = |id| BatchMeta { id, root: "/job".into(), owner: Creds::root(), snapshot: false };
+        for id in [0xaa, 0xbb] {
+            let dir = base.path().join(id_text(id));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("batch.json"), serde_json::to_vec(&meta(id)).unwrap()).unwrap();
+        }
+        let over = base.path().join(id_text(0xaa));
+        std::fs::rename(&over, base.path().join(format!(".{}.discarded", id_text(0xaa)))).unwrap();
+        assert_eq!(local(base.path()), vec![meta(0xbb)]);
+        let err = open(base.path(), 0xaa).err().unwrap();
+        assert!(err.contains("no such batch") && err.contains("committed or aborted"), "{err}");
     }
 
     #[test]
