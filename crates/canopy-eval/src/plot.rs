@@ -85,13 +85,35 @@ where
     root.present().map_err(err)
 }
 
-/// The top of a linear axis: room above the highest bar or point for the legend.
-fn headroom(max: f64) -> f64 {
+/// The share of a plot's height, from its top, that the legend box of
+/// `series` entries takes (13-point labels, about 19 pixels an entry, and
+/// its border), in a plot `plot_px` pixels high; at most 0.6.
+fn legend_share(series: usize, plot_px: u32) -> f64 {
+    ((series as f64 * 19.0 + 16.0) / plot_px.max(1) as f64).min(0.6)
+}
+
+/// The top of a linear axis whose highest bar or point is `max`, so that
+/// everything drawn stays below the legend's `share` of the height.
+fn linear_top(max: f64, share: f64) -> f64 {
     if max > 0.0 {
-        max * 1.3
+        max / (1.0 - share)
     } else {
         1.0
     }
+}
+
+/// The top of a log axis from `low` whose highest bar is `max`, so that the
+/// bars stay below the legend's `share` of the height (at least a decade
+/// above `low`).
+fn log_top(max: f64, low: f64, share: f64) -> f64 {
+    let decades = (max / low).log10().max(0.0);
+    (max * 10f64.powf(decades * share / (1.0 - share)) * 1.1).max(low * 10.0)
+}
+
+/// How many pixels high the plot itself is in `area`, less the caption, the
+/// labels under it and the margins (`below`: the x label area's size).
+fn plot_px<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, below: u32, margins: u32, caption: u32) -> u32 {
+    area.dim_in_pixel().1.saturating_sub(below + margins + caption)
 }
 
 fn draw_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, series: &[String], p: &Bars) -> PlotResult
@@ -112,6 +134,7 @@ where
     };
     // Whole numbers on an axis that reaches 100, two decimals on one that does not.
     let y_fmt = move |v: &f64| if max >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") };
+    let share = legend_share(series.len(), plot_px(area, 40, 24, 30));
     let width = 0.8 / series.len().max(1) as f64;
     let bar = |s: usize, g: usize| (g as f64 - 0.4 + s as f64 * width, g as f64 - 0.4 + (s as f64 + 1.0) * width);
     if p.log {
@@ -122,7 +145,7 @@ where
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(x_range, (low..(max * 8.0).max(low * 10.0)).log_scale())
+            .build_cartesian_2d(x_range, (low..log_top(max, low, share)).log_scale())
             .map_err(err)?;
         chart.configure_mesh().disable_x_mesh().x_labels(n + 1).x_label_formatter(&x_fmt).y_label_formatter(&y_fmt).y_desc(p.y_label.as_str()).label_style((FONT, 13)).axis_desc_style((FONT, 14)).draw().map_err(err)?;
         for (s, name) in series.iter().enumerate() {
@@ -139,7 +162,7 @@ where
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(x_range, 0f64..headroom(max))
+            .build_cartesian_2d(x_range, 0f64..linear_top(max, share))
             .map_err(err)?;
         chart.configure_mesh().disable_x_mesh().x_labels(n + 1).x_label_formatter(&x_fmt).y_label_formatter(&y_fmt).y_desc(p.y_label.as_str()).label_style((FONT, 13)).axis_desc_style((FONT, 14)).draw().map_err(err)?;
         for (s, name) in series.iter().enumerate() {
@@ -176,12 +199,13 @@ where
     // The sizes (8, 16, ... 128: each double the last) at even spacing, as on
     // a log axis, each labelled with its value.
     let k = p.xs.len().max(1);
+    let share = legend_share(series.len(), plot_px(&root, 45, 32, 34));
     let mut chart = ChartBuilder::on(&root)
         .caption(&p.title, (FONT, 20))
         .margin(16)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.3f64..k as f64 - 0.7, 0f64..headroom(max))
+        .build_cartesian_2d(-0.3f64..k as f64 - 0.7, 0f64..linear_top(max, share))
         .map_err(err)?;
     let xs = p.xs.clone();
     let x_fmt = move |v: &f64| {
@@ -221,6 +245,35 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the top of the highest bar falls, as a share of the height
+    /// from the bottom, on a linear and on a log axis.
+    fn linear_height(max: f64, top: f64) -> f64 {
+        max / top
+    }
+    fn log_height(max: f64, low: f64, top: f64) -> f64 {
+        (max / low).log10() / (top / low).log10()
+    }
+
+    #[test]
+    fn the_highest_bar_stays_below_the_legend() {
+        for series in [1, 2, 5, 8] {
+            let share = legend_share(series, 340);
+            assert!(share > 0.0 && share <= 0.6);
+            for max in [0.5, 7.0, 1_000.0, 2.5e6] {
+                assert!(linear_height(max, linear_top(max, share)) <= 1.0 - share + 1e-9, "{series} series, max {max}");
+                for low in [0.01, 1.0, 75.0] {
+                    if max > low {
+                        let top = log_top(max, low, share);
+                        assert!(log_height(max, low, top) <= 1.0 - share + 1e-9, "{series} series, max {max}, low {low}");
+                        assert!(top >= low * 10.0);
+                    }
+                }
+            }
+        }
+        // More entries take more of the height.
+        assert!(legend_share(5, 340) > legend_share(2, 340));
+    }
 
     #[test]
     fn plots_are_written_as_png_and_svg_with_their_text() {
