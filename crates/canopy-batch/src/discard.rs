@@ -37,7 +37,8 @@ pub(crate) fn is_aside(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(ASIDE)
 }
 
-fn aside(dir: &Path) -> PathBuf {
+/// Where `dir` is renamed aside.
+pub(crate) fn aside(dir: &Path) -> PathBuf {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     dir.with_file_name(format!(".{name}{ASIDE}"))
 }

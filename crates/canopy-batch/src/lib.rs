@@ -451,7 +451,7 @@ mod tests {
             std::fs::write(dir.join("batch.json"), serde_json::to_vec(&meta(id)).unwrap()).unwrap();
         }
         let over = base.path().join(id_text(0xaa));
-        std::fs::rename(&over, base.path().join(format!(".{}.discarded", id_text(0xaa)))).unwrap();
+        std::fs::rename(&over, discard::aside(&over)).unwrap();
         assert_eq!(local(base.path()), vec![meta(0xbb)]);
         let err = open(base.path(), 0xaa).err().unwrap();
         assert!(err.contains("no such batch") && err.contains("committed or aborted"), "{err}");
