@@ -43,7 +43,7 @@ impl Default for ModeOptions {
     fn default() -> ModeOptions {
         // No fallback: a predictable key would let clients forge proofs (and
         // the handshake needs the same kernel source anyway).
-        let proof_key = canopy_rpc::random::bytes().expect("random bytes from /dev/urandom");
+        let proof_key = canopy_rpc::random::bytes().expect("random bytes from the kernel");
         ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD, region_rows: crate::giraffa::DEFAULT_REGION_ROWS, proof_key }
     }
 }
