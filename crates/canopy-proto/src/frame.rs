@@ -11,6 +11,9 @@
 //!
 //! all big-endian. A request's payload is postcard `(Creds, Request)`; a response
 //! carries the request's id and opcode and a postcard `Result<Reply, Errno>`.
+//! A request with id [`ONE_WAY`] (0) is answered with nothing, not even an
+//! error: a post, whose sender waits for no answer. A response with id 0 says
+//! the server could not read the client's framing and is closing.
 //! `len` is checked against [`MAX_FRAME`] before anything is allocated.
 //!
 //! Decoding is two steps, as in mini-redis: [`check`] says whether a whole frame is
@@ -27,7 +30,13 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 3: requests name an entry by path or by (directory id, name) (`msg::At`).
 /// Version 5: a directory rename's steps (`msg::RenameDirStep`): its check fences,
 /// its apply may carry the directory's times and lift the fences.
-pub const VERSION: u16 = 5;
+/// Version 6: a request with id 0 is one-way ([`ONE_WAY`]).
+pub const VERSION: u16 = 6;
+/// The id of a request the server does not answer. A post's answer was read
+/// and dropped by its sender: a reply written, a reader woken and a read
+/// made for nothing (five a mkdir through the mount: the unlock, the
+/// replicas' unfences, the parent's times).
+pub const ONE_WAY: u64 = 0;
 pub const HANDSHAKE_LEN: usize = 6;
 pub const HANDSHAKE_REPLY_LEN: usize = 8;
 /// Bytes after the length field that every frame has.

@@ -74,8 +74,8 @@ impl Connection {
         self.broken.load(Ordering::Acquire)
     }
 
-    /// Sends one request without waiting for its response (the reader drops
-    /// it: no caller waits on its id): ends once it is written to the socket,
+    /// Sends one request without waiting for its response, as one-way
+    /// ([`frame::ONE_WAY`]: the server sends none): ends once it is written to the socket,
     /// so a process may exit after it. Frames go out in the order they are
     /// queued, so this client's later requests are served after it; if the
     /// connection breaks before the peer reads it, it is lost.
@@ -85,9 +85,8 @@ impl Connection {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let alone = self.pending.lock().is_empty();
-        let end = with_frame(id, creds, req, |frame| self.out.send(frame, alone))?;
+        let end = with_frame(frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))?;
         tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 

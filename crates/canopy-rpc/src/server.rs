@@ -182,7 +182,7 @@ async fn serve_conn(stream: Stream, service: Arc<dyn Service>, opts: &ServeOpts,
             Some(late) = late_rx.recv() => {
                 touch();
                 state.in_flight.fetch_sub(1, Ordering::AcqRel);
-                if wr.write_all(&late).await.is_err() {
+                if !late.is_empty() && wr.write_all(&late).await.is_err() {
                     break;
                 }
             }
@@ -289,16 +289,23 @@ impl Conn<'_> {
     fn encode(&self, answers: Vec<Answer>, out: &mut BytesMut) {
         for a in answers {
             match a {
+                Answer::Now(frame::ONE_WAY, _, _) => {}
                 Answer::Now(id, op, result) => frame::encode_response(out, id, op, &result),
                 Answer::Later(id, op, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
-                    frame::encode_response(out, id, op, &Err(Errno::EAGAIN));
+                    if id != frame::ONE_WAY {
+                        frame::encode_response(out, id, op, &Err(Errno::EAGAIN));
+                    }
                 }
                 Answer::Later(id, op, fut) => {
                     self.state.in_flight.fetch_add(1, Ordering::AcqRel);
                     let tx = self.late_tx.clone();
                     tokio::spawn(async move {
                         let mut late = BytesMut::new();
-                        frame::encode_response(&mut late, id, op, &fut.await);
+                        let result = fut.await;
+                        // Empty for a one-way request: it still gives its place back.
+                        if id != frame::ONE_WAY {
+                            frame::encode_response(&mut late, id, op, &result);
+                        }
                         let _ = tx.send(late);
                     });
                 }

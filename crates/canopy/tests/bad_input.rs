@@ -166,6 +166,25 @@ async fn unknown_opcode_and_garbage_payload_get_errors_and_the_connection_goes_o
     assert!(matches!(frame::decode_response(&f), Ok(Reply::Attr(_))));
 }
 
+/// A one-way request (id 0) is served but never answered, not even a bad
+/// one: the first answer on the connection is that of the call after them,
+/// which sees the one-way mkdir applied.
+#[tokio::test]
+async fn one_way_requests_get_no_answer_and_are_applied() {
+    let addr = start_server().await;
+    let mut s = raw(&addr).await;
+    let mut buf = BytesMut::new();
+    let mkdir = Request::Mkdir { path: "/one-way".into(), mode: 0o755, id: canopy_proto::msg::dir_id_of_txn(5).unwrap(), fence: None };
+    frame::encode_request(&mut buf, frame::ONE_WAY, &Creds::root(), &mkdir).unwrap();
+    buf.extend_from_slice(&raw_frame(frame::ONE_WAY, 9999, b""));
+    buf.extend_from_slice(&raw_frame(frame::ONE_WAY, Request::Stat { at: "".into() }.opcode(), &[0xff; 9]));
+    frame::encode_request(&mut buf, 11, &Creds::root(), &Request::Stat { at: "/one-way".into() }).unwrap();
+    s.write_all(&buf).await.unwrap();
+    let f = read_frame(&mut s).await.unwrap();
+    assert_eq!(f.id, 11, "the first answer is the call's");
+    assert!(matches!(frame::decode_response(&f), Ok(Reply::Attr(a)) if a.kind == canopy_proto::FileKind::Dir));
+}
+
 #[tokio::test]
 async fn hostile_paths_get_errnos() {
     let addr = start_server().await;
