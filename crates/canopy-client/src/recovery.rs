@@ -51,7 +51,8 @@ impl ShardFs {
                 self.sync_replicas(&NsPath::parse(path)?).await?;
                 self.unfence(was).await?;
             }
-            Intent::Rename { src, dst } => {
+            // ShardFS makes no RenameOver; recovered as the rename it is.
+            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
                 self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn).await?;
                 self.unfence(was).await?;
             }

@@ -151,6 +151,21 @@ impl ClientCore {
         }
     }
 
+    /// Replaces `txn`'s intent at the lock service with `intent`, which says
+    /// more of what it does (learnt under its locks), before the step that
+    /// needs it: a recoverer is handed this one. ESTALE: the lease ran out
+    /// and the transaction may be in a recoverer's hands, so stop.
+    pub(crate) async fn amend(&self, txn: Txn, intent: Intent) -> Res<()> {
+        if self.is_dead() {
+            return Err(Errno::ENOTCONN);
+        }
+        self.counters.sent_to_lockd();
+        match self.t.call(Target::Lockd, &Creds::root(), Request::Amend { txn: txn.id, ticket: txn.ticket, intent }).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Unlocks `txn` without waiting for the lock service's answer (one round
     /// trip less per directory mutation): the request is written before this
     /// ends, and this client's later lock requests go on the same connection,

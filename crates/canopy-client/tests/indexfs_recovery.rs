@@ -227,3 +227,48 @@ async fn a_rename_rolled_back_unseals_the_directory_it_would_have_replaced() {
     root.create(&format!("{dst}/new"), 0o644).await.unwrap();
     root.mkdir(&format!("{dst}/newdir"), 0o755).await.unwrap();
 }
+
+/// The tree after `/a/sub` is renamed onto a new empty directory `dst`, on
+/// a clean cluster.
+async fn after_rename_over(dst: &str) -> Tree {
+    let clean = InProcCluster::memory_mode("indexfs", SERVERS);
+    let c = clean.client();
+    populate(&c).await;
+    c.mkdir(dst, 0o755).await.unwrap();
+    c.rename("/a/sub", dst).await.unwrap();
+    tree(&c).await
+}
+
+/// A rename onto an empty directory on another server, its coordinator dead
+/// after the insert (the commit point): recovery drops the source and the
+/// directory the rename replaced, which no name leads to any more. Before
+/// the rename's intent named it, its sealed header was left for good (fsck:
+/// a directory without a name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
+    let dst = format!("{}/sub", away().await);
+    let after = after_rename_over(&dst).await;
+    let (cluster, root) = populated().await;
+    root.mkdir(&dst, 0o755).await.unwrap();
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(Intent::Rename { src: "/a/sub".into(), dst: dst.clone() }))), LEASE_MS);
+    // The step's ENOTCONN comes back as EIO: the outcome is unknown, so the
+    // sealed directory is not unsealed.
+    assert_eq!(dying.rename("/a/sub", &dst).await, Err(Errno::EIO));
+    recovered_to(&cluster, &after, "died after the insert over a directory").await;
+}
+
+/// The same within one server: the rename is one request there, its answer
+/// lost (outcome unknown, left to recovery), so the coordinator never
+/// dropped the directory it replaced; recovery does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_over_a_directory_whose_answer_was_lost_drops_it_in_recovery() {
+    let dst = "/a/x";
+    let after = after_rename_over(dst).await;
+    let (cluster, root) = populated().await;
+    root.mkdir(dst, 0o755).await.unwrap();
+    let server = server_of_name(&root, "/a/sub").await;
+    cluster.faults().die_after(server, "IxRenameDir");
+    assert_eq!(short_lease_client(&cluster).rename("/a/sub", dst).await, Err(Errno::EIO));
+    cluster.faults().revive(server);
+    recovered_to(&cluster, &after, "a one-server rename over a directory, its answer lost").await;
+}

@@ -64,6 +64,8 @@ struct Meta {
     intent: Intent,
     origin: u64,
     ticket: u64,
+    /// The lease its coordinator asked for (kept for an amended record).
+    lease_ms: u32,
 }
 
 struct State {
@@ -120,7 +122,7 @@ impl LockService {
             let mut st = svc.state.lock();
             for (id, rec) in records {
                 st.table.try_grant(id, &rec.locks, svc.now_ms() + rec.lease_ms as u64);
-                st.meta.insert(id, Meta { intent: rec.intent, origin: rec.origin, ticket: rec.ticket });
+                st.meta.insert(id, Meta { intent: rec.intent, origin: rec.origin, ticket: rec.ticket, lease_ms: rec.lease_ms });
             }
         }
         Ok(Arc::new(svc))
@@ -181,7 +183,7 @@ impl LockService {
         st.table.release(txn);
         st.meta.remove(&txn);
         st.table.try_grant(new_txn, &held, expires_at);
-        st.meta.insert(new_txn, Meta { intent: intent.clone(), origin, ticket });
+        st.meta.insert(new_txn, Meta { intent: intent.clone(), origin, ticket, lease_ms });
         Ok(Reply::Recover { txn: new_txn, ticket, was: origin, intent })
     }
 
@@ -214,7 +216,7 @@ impl LockService {
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
         debug_assert!(granted);
-        st.meta.insert(txn, Meta { intent: intent.clone(), origin: txn, ticket });
+        st.meta.insert(txn, Meta { intent: intent.clone(), origin: txn, ticket, lease_ms });
         Some(Ok(Reply::Locked { txn, ticket, waited }))
     }
 
@@ -260,6 +262,29 @@ impl LockService {
             }
             _ => Err(Errno::ESTALE),
         }
+    }
+
+    /// Replaces live transaction `txn`'s intent, in its record first: a
+    /// recoverer is handed the new one. Unlike an unlock, one that is gone or
+    /// whose lease ran out is refused (`ESTALE`): it may be in a recoverer's
+    /// hands, with the intent it was handed.
+    fn amend(&self, txn: u64, ticket: u64, intent: Intent) -> RpcResult {
+        let mut st = self.state.lock();
+        let Some(meta) = st.meta.get(&txn).cloned() else { return Err(Errno::ESTALE) };
+        check_ticket(&st, txn, ticket)?;
+        if st.table.expires_at(txn).is_none_or(|at| at <= self.now_ms()) {
+            return Err(Errno::ESTALE);
+        }
+        let locks = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.locks.clone()).unwrap_or_default();
+        let rec = TxnRecord { intent: intent.clone(), locks, lease_ms: meta.lease_ms, origin: meta.origin, ticket };
+        let mut b = Batch::new();
+        b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
+        self.store.write(b).map_err(|e| {
+            eprintln!("canopy-lockd: store error: {e}");
+            Errno::EIO
+        })?;
+        st.meta.insert(txn, Meta { intent, ..meta });
+        Ok(Reply::Unit)
     }
 
     /// Ends transaction `txn`. Unlocking one that is gone (already unlocked, or
@@ -345,6 +370,7 @@ impl Service for LockDaemon {
             Request::Renew { txn, ticket, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, ticket, lease_ms)),
             Request::Renew { .. } => Handled::Now(Err(Errno::EINVAL)),
             Request::Unlock { txn, ticket } => Handled::Now(self.0.unlock(txn, ticket)),
+            Request::Amend { txn, ticket, intent } => Handled::Now(self.0.amend(txn, ticket, intent)),
             Request::ListTxns => Handled::Now(self.0.list()),
             _ => Handled::Now(Err(Errno::ENOSYS)),
         }
@@ -415,7 +441,8 @@ mod tests {
     async fn only_the_cluster_key_takes_locks() {
         let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
         let user = Identity::User(Creds::user(1000, 1000));
-        for req in [lock_req("/a", 100), Request::Unlock { txn: 1, ticket: 0 }, Request::Renew { txn: 1, ticket: 0, lease_ms: 10 }, Request::ListTxns] {
+        let amend = Request::Amend { txn: 1, ticket: 0, intent: Intent::Retry { path: "/".into() } };
+        for req in [lock_req("/a", 100), Request::Unlock { txn: 1, ticket: 0 }, Request::Renew { txn: 1, ticket: 0, lease_ms: 10 }, Request::ListTxns, amend] {
             let Handled::Now(r) = d.call(&user, Creds::root(), req.clone()) else { panic!("{req:?} answered later") };
             assert_eq!(r, Err(Errno::EPERM), "{req:?}");
         }
@@ -456,5 +483,29 @@ mod tests {
         let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_ne!(again, taken);
         assert_eq!(was, txn, "fences carry the first id");
+    }
+
+    /// An amended intent is what a restarted service and a recoverer are
+    /// handed; only the holder may amend, and only while its lease is live.
+    #[tokio::test]
+    async fn an_amended_intent_is_kept_and_handed_over() {
+        let clock = ManualClock::new();
+        let store: canopy_store::SharedStore = Arc::new(MemStore::new(CFS));
+        let d = LockDaemon(LockService::open_with_clock(store.clone(), clock.clone()).unwrap());
+        let Ok(Reply::Locked { txn, ticket, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
+        let over = Intent::RenameOver { src: "/a".into(), dst: "/b".into(), replaced: 77 };
+        let amend = |ticket| Request::Amend { txn, ticket, intent: over.clone() };
+        assert_eq!(call(&d, amend(ticket ^ 1)).await, Err(Errno::EPERM), "another's ticket");
+        assert_eq!(call(&d, Request::Amend { txn: txn + 9, ticket, intent: over.clone() }).await, Err(Errno::ESTALE), "unknown");
+        assert_eq!(call(&d, amend(ticket)).await, Ok(Reply::Unit));
+        let Ok(Reply::Txns(open)) = call(&d, Request::ListTxns).await else { panic!() };
+        assert_eq!(open[0].intent, over);
+        // A restarted service reads the amended record.
+        drop(d);
+        let d = LockDaemon(LockService::open_with_clock(store, clock.clone()).unwrap());
+        clock.advance(150);
+        assert_eq!(call(&d, amend(ticket)).await, Err(Errno::ESTALE), "its lease ran out");
+        let Ok(Reply::Recover { was, intent, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        assert_eq!((was, intent), (txn, over));
     }
 }

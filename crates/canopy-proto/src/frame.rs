@@ -203,6 +203,7 @@ mod tests {
         roundtrip(Request::Stat { at: "/a".into() });
         roundtrip(Request::SetAttr { at: "/a".into(), set: SetAttr::mode(0o755) });
         roundtrip(Request::Unlock { txn: 9, ticket: 3 });
+        roundtrip(Request::Amend { txn: 9, ticket: 3, intent: crate::msg::Intent::RenameOver { src: "/a".into(), dst: "/b".into(), replaced: 12 } });
         roundtrip(Request::Ping);
     }
 

@@ -197,6 +197,10 @@ pub enum Intent {
     Link { src: String, dst: String },
     /// A single-RPC operation's pessimistic retry: reads only, nothing to repair.
     Retry { path: String },
+    /// A directory rename onto the empty directory `replaced` (its id), which
+    /// it seals and, once committed, drops: what recovery must finish or undo
+    /// for it, which `dst` no longer names after the commit point. (IndexFS.)
+    RenameOver { src: String, dst: String, replaced: u64 },
 }
 
 impl std::fmt::Display for Intent {
@@ -208,6 +212,7 @@ impl std::fmt::Display for Intent {
             Intent::Rename { src, dst } => write!(f, "rename {src} {dst}"),
             Intent::Link { src, dst } => write!(f, "link {src} {dst}"),
             Intent::Retry { path } => write!(f, "retry {path}"),
+            Intent::RenameOver { src, dst, replaced } => write!(f, "rename {src} {dst} (replacing directory {replaced})"),
         }
     }
 }
@@ -474,6 +479,11 @@ requests! {
     Unlock { txn: u64, ticket: u64 } = 0x0203,
     /// Lock service: the transactions in flight.
     ListTxns = 0x0204,
+    /// Lock service: replace a live transaction's intent (durably, before the
+    /// answer) with one that says more of what it does, such as the directory
+    /// a rename replaces, learnt under its locks (ESTALE if its lease ran out
+    /// or it is unknown; EPERM with another's ticket).
+    Amend { txn: u64, ticket: u64, intent: Intent } = 0x0205,
     /// Run a namespace operation here, as the caller (a user key's connection:
     /// as that user), with this server's own cluster-key client.
     Delegate { call: NsCall } = 0x0019,
@@ -776,6 +786,7 @@ mod tests {
         ("Renew", 0x0202),
         ("Unlock", 0x0203),
         ("ListTxns", 0x0204),
+        ("Amend", 0x0205),
         ("Delegate", 0x0019),
         ("IxLookup", 0x0301),
         ("IxMkdir", 0x0302),

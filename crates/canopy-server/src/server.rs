@@ -215,7 +215,7 @@ impl MetaServer {
             Request::BatchApply { batch } => self.batch_apply(creds, batch),
             Request::BatchClose { batch } => self.batch_close(creds, batch),
             // The lock service's, and what a delegating wrapper runs (the daemon's).
-            Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::ListTxns | Request::Delegate { .. } => {
+            Request::Lock { .. } | Request::Renew { .. } | Request::Unlock { .. } | Request::Amend { .. } | Request::ListTxns | Request::Delegate { .. } => {
                 Err(Errno::ENOSYS)
             }
             other => self.mode.handle(&self.core, creds, other),

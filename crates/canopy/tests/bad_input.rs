@@ -288,6 +288,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::Fsck,
         Request::Lock { locks: vec![("/".into(), LockMode::Write)], intent: Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 },
         Request::Unlock { txn: 1, ticket: 1 },
+        Request::Amend { txn: 1, ticket: 1, intent: Intent::Retry { path: "/".into() } },
     ];
     for req in internal {
         assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");

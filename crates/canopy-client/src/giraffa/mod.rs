@@ -359,7 +359,8 @@ impl Giraffa {
     /// directory's by [`Giraffa::recover_dir_rename`]; a file's committed if
     /// both names hold the same inode (then the source goes), else untouched.
     async fn recover(&self, txn: Txn, intent: &Intent) -> Res<()> {
-        let Intent::Rename { src, dst } = intent else { return Ok(()) };
+        // Giraffa makes no RenameOver; recovered as the rename it is.
+        let (Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. }) = intent else { return Ok(()) };
         let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
         let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
         let dir = |x: &Option<Attr>| x.as_ref().is_some_and(|a| a.kind == FileKind::Dir);

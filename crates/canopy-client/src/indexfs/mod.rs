@@ -346,8 +346,17 @@ impl IndexFs {
     }
 
     async fn locked<T>(&self, locks: Vec<(String, LockMode)>, intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
+        self.locked_as(locks, intent, |_| body).await
+    }
+
+    /// As [`Self::locked`], for a body that needs its transaction (to amend
+    /// its intent).
+    async fn locked_as<T, F>(&self, locks: Vec<(String, LockMode)>, intent: Intent, body: impl FnOnce(Txn) -> F) -> Res<T>
+    where
+        F: std::future::Future<Output = Res<T>>,
+    {
         let txn = self.lock_with(locks, intent).await?;
-        let r = body.await;
+        let r = body(txn).await;
         self.finish(txn, &r).await;
         r
     }
@@ -520,7 +529,7 @@ impl IndexFs {
         }
     }
 
-    async fn do_rename(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<()> {
+    async fn do_rename(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Res<()> {
         if s.is_root() || d.is_root() {
             return Err(Errno::EBUSY);
         }
@@ -564,6 +573,9 @@ impl IndexFs {
                 let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client() };
                 self.rpc_ix(dp.server, c, check).await?;
             }
+            // Recovery must know it: once the destination names the source,
+            // nothing else leads to the sealed directory left to drop.
+            self.amend(txn, Intent::RenameOver { src: s.to_string(), dst: d.to_string(), replaced: r.id }).await?;
             self.seal_all(r.id).await?;
         }
         self.forget(sdir.id, sname);
@@ -721,6 +733,13 @@ impl IndexFs {
                     false => self.recover_file_rename(&sp, &dp).await,
                 }
             }
+            Intent::RenameOver { src, dst, replaced } => {
+                let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+                self.cache().clear();
+                let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
+                self.recover_dir_rename(&sp, &dp).await?;
+                self.recover_replaced(&dp, *replaced).await
+            }
             Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
         }
     }
@@ -742,6 +761,19 @@ impl IndexFs {
             }
         }
         Ok(true)
+    }
+
+    /// The directory a rename was to replace, once the rename itself is
+    /// recovered: still named by the destination, the rename did not commit
+    /// and it is unsealed (if it was sealed); named no more, the rename
+    /// committed (it was sealed, and empty, before the insert) and its
+    /// partitions go, on every server since no bitmap is left to say where.
+    async fn recover_replaced(&self, dp: &Place, replaced: u64) -> Res<()> {
+        let Some((ddir, dname)) = &dp.parent else { return Ok(()) };
+        match unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
+            Some(l) if l.id == replaced => self.unseal_all(replaced).await,
+            _ => self.drop_all(replaced, true).await,
+        }
     }
 
     /// A file rename that died between inserting the destination and dropping
@@ -899,7 +931,7 @@ impl Namespace for IndexFs {
                 return self.stat_path(c, &s).await.map(|_| ());
             }
             let intent = Intent::Rename { src: s.to_string(), dst: d.to_string() };
-            self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_rename(c, &s, &d))).await?;
+            self.optimistic(&s, || self.locked_as(path_locks(&[&s, &d]), intent.clone(), |txn| self.do_rename(c, &s, &d, txn))).await?;
             self.touch_parent(c, &s).await;
             self.touch_parent(c, &d).await;
             Ok(())
