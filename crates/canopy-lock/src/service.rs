@@ -365,13 +365,7 @@ impl Service for LockDaemon {
             Request::Ping => Handled::Now(Ok(Reply::Pong { server: u32::MAX, servers: 0 })),
             Request::Lock { locks, intent, lease_ms, wait_ms } => match validate_lock(&locks, lease_ms) {
                 Err(e) => Handled::Now(Err(e)),
-                // Granted (or handed over) at once, as most are: answered with
-                // the rest of its read pass, not by a task of its own (a spawn,
-                // a channel and a turn of the connection's loop per lock).
-                Ok(()) => match self.0.try_lock(&locks, &intent, lease_ms, None) {
-                    Some(answer) => Handled::Now(answer),
-                    None => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
-                },
+                Ok(()) => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
             },
             Request::Renew { txn, ticket, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, ticket, lease_ms)),
             Request::Renew { .. } => Handled::Now(Err(Errno::EINVAL)),
