@@ -35,8 +35,12 @@ pub const CFS: &[&str] = &[TXNS, META];
 const NEXT_TXN: &[u8] = b"next_txn";
 /// The layout of the `txns` records. 2: records carry the grant's ticket (1 did
 /// not, and a record that does not decode would be lost, so such a store is
-/// refused rather than opened).
-const LAYOUT_VERSION: u32 = 2;
+/// refused rather than opened). 3: an intent may be `RenameOver`, which a
+/// program of layout 2 cannot decode (it skipped such a record, losing the
+/// transaction); every record of 2 is one of 3, so a store of 2 is taken as
+/// it is and recorded as 3.
+const LAYOUT_VERSION: u32 = 3;
+const UPGRADES_FROM: u32 = 2;
 /// Bounds on what a client may ask for.
 const MAX_LEASE_MS: u32 = 10 * 60 * 1000;
 const MAX_WAIT_MS: u32 = 60 * 1000;
@@ -91,18 +95,25 @@ impl LockService {
 
     pub fn open_with_clock(store: SharedStore, clock: SharedClock) -> Result<Arc<LockService>, String> {
         let no_txns = store.scan(TXNS, b"", None, 1).map_err(|e| e.to_string())?.is_empty();
+        upgrade_layout(&*store)?;
         canopy_store::check_layout(&*store, META, LAYOUT_VERSION, 1, no_txns, "the lock service's data directory")?;
         let mut records = Vec::new();
-        let mut max_txn = 0u64;
+        let mut undecodable = None;
         store
             .for_each(TXNS, b"", &mut |k, v| {
-                if let (Ok(id), Ok(rec)) = (k.try_into().map(u64::from_be_bytes), postcard::from_bytes::<TxnRecord>(v)) {
-                    max_txn = max_txn.max(id);
-                    records.push((id, rec));
+                match (<[u8; 8]>::try_from(k).map(u64::from_be_bytes), postcard::from_bytes::<TxnRecord>(v)) {
+                    (Ok(id), Ok(rec)) => records.push((id, rec)),
+                    _ => undecodable = Some(k.to_vec()),
                 }
-                true
+                undecodable.is_none()
             })
             .map_err(|e| e.to_string())?;
+        // Skipped, it would be a transaction lost: its locks granted to others
+        // and what it left half done never recovered.
+        if let Some(k) = undecodable {
+            return Err(format!("the lock service's data directory holds a transaction record it cannot read (key {k:02x?}): run the Canopy release that wrote it"));
+        }
+        let max_txn = records.iter().map(|(id, _)| *id).max().unwrap_or(0);
         let stored_next = match store.get(META, NEXT_TXN).map_err(|e| e.to_string())? {
             Some(v) => postcard::from_bytes::<u64>(&v).map_err(|e| e.to_string())?,
             None => 1,
@@ -324,6 +335,18 @@ impl LockService {
     }
 }
 
+/// Records a store of layout [`UPGRADES_FROM`] as [`LAYOUT_VERSION`]: its
+/// records are read as they are.
+fn upgrade_layout(store: &dyn canopy_store::Store) -> Result<(), String> {
+    let found = store.get(META, canopy_store::LAYOUT_KEY).map_err(|e| e.to_string())?;
+    if found.as_deref() == Some(&UPGRADES_FROM.to_be_bytes()[..]) {
+        let mut b = Batch::new();
+        b.put(META, canopy_store::LAYOUT_KEY.to_vec(), LAYOUT_VERSION.to_be_bytes().to_vec());
+        store.write(b).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// EPERM unless `ticket` is the one `txn` was granted with (a transaction that is
 /// gone passes: there is nothing left to protect).
 fn check_ticket(st: &State, txn: u64, ticket: u64) -> Result<(), Errno> {
@@ -397,7 +420,7 @@ impl Drop for Queued<'_> {
 mod tests {
     use super::*;
     use canopy_proto::clock::ManualClock;
-    use canopy_store::MemStore;
+    use canopy_store::{MemStore, Store};
 
     fn lock_req(path: &str, lease_ms: u32) -> Request {
         Request::Lock {
@@ -507,5 +530,39 @@ mod tests {
         assert_eq!(call(&d, amend(ticket)).await, Err(Errno::ESTALE), "its lease ran out");
         let Ok(Reply::Recover { was, intent, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_eq!((was, intent), (txn, over));
+    }
+
+    /// A store of layout 2 opens and its records are kept (they decode as
+    /// layout 3's); a record that does not decode refuses the open instead
+    /// of being skipped, and so does a layout this program does not read.
+    #[test]
+    fn an_older_store_is_upgraded_and_an_unreadable_record_refused() {
+        let layout = |store: &MemStore, v: u32| {
+            let mut b = Batch::new();
+            b.put(META, canopy_store::LAYOUT_KEY.to_vec(), v.to_be_bytes().to_vec());
+            store.write(b).unwrap();
+        };
+        let store = Arc::new(MemStore::new(CFS));
+        layout(&store, 2);
+        let rec = TxnRecord { intent: Intent::Mkdir { path: "/a".into() }, locks: vec![("/a".into(), LockMode::Write)], lease_ms: 100, origin: 7, ticket: 9 };
+        let mut b = Batch::new();
+        b.put(TXNS, 7u64.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).unwrap());
+        store.write(b).unwrap();
+        let svc = LockService::open(store.clone()).unwrap();
+        assert_eq!(svc.transactions().iter().map(|t| t.txn).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(store.get(META, canopy_store::LAYOUT_KEY).unwrap(), Some(LAYOUT_VERSION.to_be_bytes().to_vec()));
+
+        let mut b = Batch::new();
+        b.put(TXNS, 8u64.to_be_bytes().to_vec(), vec![0xff; 3]);
+        store.write(b).unwrap();
+        let Err(e) = LockService::open(store.clone()) else { panic!("an unreadable record was skipped") };
+        assert!(e.contains("cannot read"), "{e}");
+
+        let old = Arc::new(MemStore::new(CFS));
+        layout(&old, 1);
+        let mut b = Batch::new();
+        b.put(TXNS, 7u64.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).unwrap());
+        old.write(b).unwrap();
+        assert!(LockService::open(old).is_err(), "layout 1 is not read");
     }
 }

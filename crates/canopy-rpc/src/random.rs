@@ -13,8 +13,20 @@ pub fn bytes<const N: usize>() -> std::io::Result<[u8; N]> {
     Ok(b)
 }
 
-/// Fills `buf` from the kernel's pool, retrying a call a signal cut short.
+/// Fills `buf` from the kernel's pool, retrying a call a signal cut short;
+/// from `/dev/urandom` where the system call is not there (`ENOSYS`: a kernel
+/// before 3.17, or a seccomp filter that refuses it).
 fn fill(buf: &mut [u8]) -> std::io::Result<()> {
+    match fill_by_call(buf) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")?.read_exact(buf)
+        }
+        r => r,
+    }
+}
+
+fn fill_by_call(buf: &mut [u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];
