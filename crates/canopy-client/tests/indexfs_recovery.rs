@@ -272,3 +272,20 @@ async fn a_rename_over_a_directory_whose_answer_was_lost_drops_it_in_recovery() 
     cluster.faults().revive(server);
     recovered_to(&cluster, &after, "a one-server rename over a directory, its answer lost").await;
 }
+
+/// Between servers over a directory, the source's drop applied but its
+/// answer lost: the coordinator stops before dropping the directory it
+/// replaced, and recovery (the source gone, the destination naming it)
+/// drops that directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_over_a_directory_whose_commit_answer_was_lost_drops_it_in_recovery() {
+    let dst = format!("{}/sub", away().await);
+    let after = after_rename_over(&dst).await;
+    let (cluster, root) = populated().await;
+    root.mkdir(&dst, 0o755).await.unwrap();
+    let src = server_of_name(&root, "/a/sub").await;
+    cluster.faults().die_after(src, "IxRenameDirCommit");
+    assert_eq!(short_lease_client(&cluster).rename("/a/sub", &dst).await, Err(Errno::EIO));
+    cluster.faults().revive(src);
+    recovered_to(&cluster, &after, "the source dropped over a directory, its answer lost").await;
+}

@@ -574,7 +574,10 @@ impl IndexFs {
                 self.rpc_ix(dp.server, c, check).await?;
             }
             // Recovery must know it: once the destination names the source,
-            // nothing else leads to the sealed directory left to drop.
+            // nothing else leads to the sealed directory left to drop. (The
+            // lease renewed first if it is due: the rights checks may have
+            // waited out others' leases, and an amend past its own is refused.)
+            self.keep_alive(txn).await?;
             self.amend(txn, Intent::RenameOver { src: s.to_string(), dst: d.to_string(), replaced: r.id }).await?;
             self.seal_all(r.id).await?;
         }
