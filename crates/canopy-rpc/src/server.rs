@@ -276,6 +276,14 @@ fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -
         .collect()
 }
 
+/// Appends the answer to request `id`, unless it is one-way
+/// ([`frame::ONE_WAY`]): those get none, not even an error.
+fn encode_answer(out: &mut BytesMut, id: u64, op: u16, result: &RpcResult) {
+    if id != frame::ONE_WAY {
+        frame::encode_response(out, id, op, result);
+    }
+}
+
 /// What answering one connection's frames needs.
 struct Conn<'a> {
     late_tx: &'a mpsc::UnboundedSender<BytesMut>,
@@ -289,23 +297,17 @@ impl Conn<'_> {
     fn encode(&self, answers: Vec<Answer>, out: &mut BytesMut) {
         for a in answers {
             match a {
-                Answer::Now(frame::ONE_WAY, _, _) => {}
-                Answer::Now(id, op, result) => frame::encode_response(out, id, op, &result),
+                Answer::Now(id, op, result) => encode_answer(out, id, op, &result),
                 Answer::Later(id, op, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
-                    if id != frame::ONE_WAY {
-                        frame::encode_response(out, id, op, &Err(Errno::EAGAIN));
-                    }
+                    encode_answer(out, id, op, &Err(Errno::EAGAIN));
                 }
                 Answer::Later(id, op, fut) => {
                     self.state.in_flight.fetch_add(1, Ordering::AcqRel);
                     let tx = self.late_tx.clone();
                     tokio::spawn(async move {
-                        let mut late = BytesMut::new();
-                        let result = fut.await;
                         // Empty for a one-way request: it still gives its place back.
-                        if id != frame::ONE_WAY {
-                            frame::encode_response(&mut late, id, op, &result);
-                        }
+                        let mut late = BytesMut::new();
+                        encode_answer(&mut late, id, op, &fut.await);
                         let _ = tx.send(late);
                     });
                 }
