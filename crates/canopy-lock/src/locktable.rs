@@ -143,6 +143,11 @@ impl LockTable {
         out
     }
 
+    /// The locks transaction `txn` holds (none if it holds none).
+    pub fn locks_of(&self, txn: u64) -> Vec<(String, LockMode)> {
+        self.txns.get(&txn).map(|h| h.locks.clone()).unwrap_or_default()
+    }
+
     pub fn held(&self) -> impl Iterator<Item = (u64, &Held)> {
         self.txns.iter().map(|(t, h)| (*t, h))
     }

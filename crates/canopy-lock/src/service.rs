@@ -146,6 +146,11 @@ impl LockService {
     fn delete_record(&self, txn: u64) -> Result<(), Errno> {
         let mut b = Batch::new();
         b.delete(TXNS, txn.to_be_bytes().to_vec());
+        self.persist(b)
+    }
+
+    /// Writes `b` to the store; a failure is logged and answered `EIO`.
+    fn persist(&self, b: Batch) -> Result<(), Errno> {
         self.store.write(b).map_err(|e| {
             eprintln!("canopy-lockd: store error: {e}");
             Errno::EIO
@@ -177,19 +182,15 @@ impl LockService {
     /// Moves expired transaction `txn` to a new id owned by the recoverer, so the
     /// old holder, if only slow and not dead, can no longer renew or unlock it.
     fn hand_over(&self, st: &mut State, txn: u64, intent: Intent, origin: u64, expires_at: u64) -> RpcResult {
-        let held = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.locks.clone()).unwrap_or_default();
+        let held = st.table.locks_of(txn);
         let lease_ms = (expires_at - self.now_ms()) as u32;
         let new_txn = st.next_txn;
         let ticket = new_ticket()?;
         let mut b = Batch::new();
         b.delete(TXNS, txn.to_be_bytes().to_vec());
-        let rec = TxnRecord { intent: intent.clone(), locks: held.clone(), lease_ms, origin, ticket };
-        b.put(TXNS, new_txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
+        put_record(&mut b, new_txn, &TxnRecord { intent: intent.clone(), locks: held.clone(), lease_ms, origin, ticket });
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(new_txn + 1)).expect("u64 serialises"));
-        self.store.write(b).map_err(|e| {
-            eprintln!("canopy-lockd: store error: {e}");
-            Errno::EIO
-        })?;
+        self.persist(b)?;
         st.next_txn = new_txn + 1;
         st.table.release(txn);
         st.meta.remove(&txn);
@@ -217,12 +218,10 @@ impl LockService {
             Err(e) => return Some(Err(e)),
         };
         let mut b = Batch::new();
-        let rec = TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms, origin: txn, ticket };
-        b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
+        put_record(&mut b, txn, &TxnRecord { intent: intent.clone(), locks: locks.to_vec(), lease_ms, origin: txn, ticket });
         b.put(META, NEXT_TXN.to_vec(), postcard::to_stdvec(&(txn + 1)).expect("u64 serialises"));
-        if let Err(e) = self.store.write(b) {
-            eprintln!("canopy-lockd: store error: {e}");
-            return Some(Err(Errno::EIO));
+        if let Err(e) = self.persist(b) {
+            return Some(Err(e));
         }
         st.next_txn = txn + 1;
         let granted = st.table.try_grant(txn, locks, self.now_ms() + lease_ms as u64);
@@ -286,14 +285,9 @@ impl LockService {
         if st.table.expires_at(txn).is_none_or(|at| at <= self.now_ms()) {
             return Err(Errno::ESTALE);
         }
-        let locks = st.table.held().find(|(t, _)| *t == txn).map(|(_, h)| h.locks.clone()).unwrap_or_default();
-        let rec = TxnRecord { intent: intent.clone(), locks, lease_ms: meta.lease_ms, origin: meta.origin, ticket };
         let mut b = Batch::new();
-        b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).expect("records serialise"));
-        self.store.write(b).map_err(|e| {
-            eprintln!("canopy-lockd: store error: {e}");
-            Errno::EIO
-        })?;
+        put_record(&mut b, txn, &TxnRecord { intent: intent.clone(), locks: st.table.locks_of(txn), lease_ms: meta.lease_ms, origin: meta.origin, ticket });
+        self.persist(b)?;
         st.meta.insert(txn, Meta { intent, ..meta });
         Ok(Reply::Unit)
     }
@@ -333,6 +327,11 @@ impl LockService {
         out.sort_by_key(|t| t.txn);
         out
     }
+}
+
+/// Adds transaction `txn`'s record to `b`.
+fn put_record(b: &mut Batch, txn: u64, rec: &TxnRecord) {
+    b.put(TXNS, txn.to_be_bytes().to_vec(), postcard::to_stdvec(rec).expect("records serialise"));
 }
 
 /// Records a store of layout [`UPGRADES_FROM`] as [`LAYOUT_VERSION`]: its
@@ -546,7 +545,7 @@ mod tests {
         layout(&store, 2);
         let rec = TxnRecord { intent: Intent::Mkdir { path: "/a".into() }, locks: vec![("/a".into(), LockMode::Write)], lease_ms: 100, origin: 7, ticket: 9 };
         let mut b = Batch::new();
-        b.put(TXNS, 7u64.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).unwrap());
+        put_record(&mut b, 7, &rec);
         store.write(b).unwrap();
         let svc = LockService::open(store.clone()).unwrap();
         assert_eq!(svc.transactions().iter().map(|t| t.txn).collect::<Vec<_>>(), vec![7]);
@@ -561,7 +560,7 @@ mod tests {
         let old = Arc::new(MemStore::new(CFS));
         layout(&old, 1);
         let mut b = Batch::new();
-        b.put(TXNS, 7u64.to_be_bytes().to_vec(), postcard::to_stdvec(&rec).unwrap());
+        put_record(&mut b, 7, &rec);
         old.write(b).unwrap();
         assert!(LockService::open(old).is_err(), "layout 1 is not read");
     }
