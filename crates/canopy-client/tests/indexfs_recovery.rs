@@ -262,15 +262,22 @@ async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
 /// dropped the directory it replaced; recovery does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_over_a_directory_whose_answer_was_lost_drops_it_in_recovery() {
-    let dst = "/a/x";
+    rename_over_with_answer_lost("/a/x", "IxRenameDir", "a one-server rename over a directory, its answer lost").await;
+}
+
+/// `/a/sub` renamed onto a new empty directory `dst` while the server of
+/// `/a/sub`'s name applies `request` and loses its answer (the rename ends
+/// `EIO`, left to recovery): recovery leaves the tree the rename makes, the
+/// replaced directory gone, fsck clean.
+async fn rename_over_with_answer_lost(dst: &str, request: &'static str, what: &str) {
     let after = after_rename_over(dst).await;
     let (cluster, root) = populated().await;
     root.mkdir(dst, 0o755).await.unwrap();
     let server = server_of_name(&root, "/a/sub").await;
-    cluster.faults().die_after(server, "IxRenameDir");
+    cluster.faults().die_after(server, request);
     assert_eq!(short_lease_client(&cluster).rename("/a/sub", dst).await, Err(Errno::EIO));
     cluster.faults().revive(server);
-    recovered_to(&cluster, &after, "a one-server rename over a directory, its answer lost").await;
+    recovered_to(&cluster, &after, what).await;
 }
 
 /// Between servers over a directory, the source's drop applied but its
@@ -280,12 +287,5 @@ async fn a_rename_over_a_directory_whose_answer_was_lost_drops_it_in_recovery() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_over_a_directory_whose_commit_answer_was_lost_drops_it_in_recovery() {
     let dst = format!("{}/sub", away().await);
-    let after = after_rename_over(&dst).await;
-    let (cluster, root) = populated().await;
-    root.mkdir(&dst, 0o755).await.unwrap();
-    let src = server_of_name(&root, "/a/sub").await;
-    cluster.faults().die_after(src, "IxRenameDirCommit");
-    assert_eq!(short_lease_client(&cluster).rename("/a/sub", &dst).await, Err(Errno::EIO));
-    cluster.faults().revive(src);
-    recovered_to(&cluster, &after, "the source dropped over a directory, its answer lost").await;
+    rename_over_with_answer_lost(&dst, "IxRenameDirCommit", "the source dropped over a directory, its answer lost").await;
 }

@@ -1,6 +1,7 @@
 //! Randomness from the kernel, for handshake nonces, lock tickets and new keys.
-//! There is no fallback: a predictable nonce would let a recorded proof be
-//! replayed, and a predictable key or ticket would be guessed.
+//! There is no fallback outside the kernel's pool: a predictable nonce would
+//! let a recorded proof be replayed, and a predictable key or ticket would be
+//! guessed.
 //!
 //! `getrandom(2)` rather than reading `/dev/urandom`: one system call instead
 //! of open, read and close, which the lock service paid on every grant (a

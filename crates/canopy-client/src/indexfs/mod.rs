@@ -726,22 +726,17 @@ impl IndexFs {
                     None => Ok(()),
                 }
             }
-            Intent::Rename { src, dst } => {
+            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
                 let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
                 self.cache().clear();
                 // A parent gone: neither name holds anything to finish.
                 let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
-                match self.recover_dir_rename(&sp, &dp).await? {
-                    true => Ok(()),
-                    false => self.recover_file_rename(&sp, &dp).await,
+                let was_dir = self.recover_dir_rename(&sp, &dp).await?;
+                match intent {
+                    Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced).await,
+                    _ if was_dir => Ok(()),
+                    _ => self.recover_file_rename(&sp, &dp).await,
                 }
-            }
-            Intent::RenameOver { src, dst, replaced } => {
-                let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-                self.cache().clear();
-                let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
-                self.recover_dir_rename(&sp, &dp).await?;
-                self.recover_replaced(&dp, *replaced).await
             }
             Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
         }
