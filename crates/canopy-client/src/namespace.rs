@@ -220,14 +220,23 @@ impl Client {
 
     /// The whole directory, fetched page by page, in name order.
     pub async fn readdir(&self, path: &str) -> Res<Vec<DirEntry>> {
+        Ok(self.readdir_at_most(path, usize::MAX).await?.unwrap_or_default())
+    }
+
+    /// The whole directory as [`Client::readdir`] gives it, or `None` once it
+    /// holds more than `most` names (no more pages are fetched).
+    pub async fn readdir_at_most(&self, path: &str, most: usize) -> Res<Option<Vec<DirEntry>>> {
         let mut all: Vec<DirEntry> = Vec::new();
         loop {
             let after = all.last().map(|e| e.name.clone());
             let (page, more) = self.ns.readdir_page(&self.creds, path, after.as_deref(), READDIR_PAGE).await?;
             let got = page.len();
             all.extend(page);
+            if all.len() > most {
+                return Ok(None);
+            }
             if !more || got == 0 {
-                return Ok(all);
+                return Ok(Some(all));
             }
         }
     }

@@ -151,6 +151,17 @@ impl CanopyFs {
         Ok(())
     }
 
+    /// Renews what this mount knows of the fresh directory `dir` if it is
+    /// due, as a task on the runtime: the lookups go on being answered here
+    /// meanwhile.
+    fn renew_if_due(&self, req: &Request, dir: INodeNo) {
+        if self.core.renewal_due(dir) {
+            self.times.renewed_fresh();
+            let (core, who) = (self.core.clone(), Caller::of(req));
+            drop(self.core.rt.spawn(async move { core.renew_fresh(&who, dir).await }));
+        }
+    }
+
     /// Runs a cheap `handler` in place, timed.
     fn answer(&self, kind: Kind, handler: impl FnOnce(&Core)) {
         self.came();
@@ -223,7 +234,8 @@ impl Filesystem for CanopyFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         // A new name in a directory this mount just made: answered here.
         let Err(reply) = self.at_once(Kind::Lookup, |c| c.lookup_known_absent(&Caller::of(req), parent, name, reply)) else {
-            return self.times.answered_absent();
+            self.times.answered_absent();
+            return self.renew_if_due(req, parent);
         };
         let name = owned(name);
         self.spawn_async(Kind::Lookup, req, move |c, who| async move { c.lookup(&who, parent, &name, reply).await });

@@ -1,6 +1,7 @@
 //! Directories this mount made lately, and the names it has made in them
 //! since: a name it has not made in one is absent, for the entry timeout
-//! after the mkdir's answer, as far as this mount can tell.
+//! after the mkdir's answer (or after a renewal, below), as far as this
+//! mount can tell.
 //!
 //! Why: before the kernel makes a name (create, mkdir, mknod, symlink, link)
 //! it looks the name up, and a new name's LOOKUP is a round trip to a server
@@ -26,6 +27,18 @@
 //! client's, which must not then be answered absent) forgets the directory.
 //! Removing a name changes nothing: an absent name stays absent.
 //!
+//! Renewal: a directory still being filled outlives its first timeout (a
+//! benchmark or `rsync` makes the directories first, then the files in them).
+//! Once a directory has answered [`RENEW_AFTER`] lookups here and half its
+//! time is gone, the mount lists it and stats it as the maker, off the
+//! lookup's path. If the listing shows only names made here and the
+//! directory is still the maker's and searchable by it, the knowledge is
+//! dated from when that listing was sent, as if the mkdir had been answered
+//! then: the same trade, counted from a later look. Anything else (another
+//! client's name, an error, a changed owner or mode, another directory at
+//! the path) forgets the directory. A directory forgotten while its renewal
+//! was under way stays forgotten.
+//!
 //! Pure bookkeeping, no I/O: tested without a mount.
 
 use std::collections::{HashMap, HashSet};
@@ -35,10 +48,13 @@ use std::time::{Duration, Instant};
 /// not enough the table starts over (forgetting only costs round trips).
 const MAX_DIRS: usize = 16 * 1024;
 /// Names kept per directory at most; past that the directory is forgotten.
-const MAX_NAMES: usize = 4 * 1024;
+pub(crate) const MAX_NAMES: usize = 4 * 1024;
 /// Names kept in all at most (a few MiB at the longest names); past that the
 /// table starts over.
 const MAX_ALL_NAMES: usize = 32 * 1024;
+/// Lookups a directory answers here before it is worth renewing: a renewal
+/// costs a listing (one RPC to every server in ShardFS) and a stat.
+pub(crate) const RENEW_AFTER: u32 = 16;
 
 struct Fresh {
     /// When the mkdir's answer came.
@@ -47,6 +63,10 @@ struct Fresh {
     maker: u32,
     /// Names this mount has made (or tried to make) in it since.
     names: HashSet<String>,
+    /// Lookups answered absent here since `made`.
+    answered: u32,
+    /// A renewal is under way (`renewal_due`).
+    renewing: bool,
 }
 
 pub(crate) struct FreshDirs {
@@ -91,19 +111,56 @@ impl FreshDirs {
             }
         }
         self.forget(dir);
-        self.map.insert(dir, Fresh { made: now, maker, names: HashSet::new() });
+        self.map.insert(dir, Fresh { made: now, maker, names: HashSet::new(), answered: 0, renewing: false });
     }
 
     /// Whether `name` in directory `dir` is known absent to `uid`, and for how
     /// much longer: `None` means a server must be asked.
     pub(crate) fn absent(&mut self, dir: u64, name: &str, uid: u32, now: Instant) -> Option<Duration> {
-        let fresh = self.map.get(&dir)?;
+        let fresh = self.map.get_mut(&dir)?;
         let left = self.ttl.checked_sub(now.saturating_duration_since(fresh.made)).filter(|l| !l.is_zero());
         let Some(left) = left else {
-            self.forget(dir);
+            // Kept while a renewal may still date it anew.
+            if !fresh.renewing {
+                self.forget(dir);
+            }
             return None;
         };
-        (fresh.maker == uid && !fresh.names.contains(name)).then_some(left)
+        if fresh.maker != uid || fresh.names.contains(name) {
+            return None;
+        }
+        fresh.answered = fresh.answered.saturating_add(1);
+        Some(left)
+    }
+
+    /// Whether directory `dir` should be renewed now (see the module's doc):
+    /// it answered enough lookups and half its time is gone. A true answer
+    /// marks the renewal under way; end it with [`FreshDirs::renewed`] or
+    /// [`FreshDirs::forget`].
+    pub(crate) fn renewal_due(&mut self, dir: u64, now: Instant) -> bool {
+        let half = self.ttl / 2;
+        let Some(fresh) = self.map.get_mut(&dir) else { return false };
+        let due = !fresh.renewing && fresh.answered >= RENEW_AFTER && now.saturating_duration_since(fresh.made) >= half;
+        fresh.renewing |= due;
+        due
+    }
+
+    /// A renewal of directory `dir` sent at `sent` found it owned by `owner`
+    /// with permission bits `mode`, holding `names`: dated from `sent` if
+    /// nothing there is another client's and its maker may still search it,
+    /// else forgotten. Nothing if the directory was forgotten meanwhile.
+    pub(crate) fn renewed<'a>(&mut self, dir: u64, owner: u32, mode: u32, names: impl Iterator<Item = &'a str>, sent: Instant) {
+        let Some(maker) = self.map.get(&dir).map(|f| f.maker) else { return };
+        if owner != maker || mode & 0o100 == 0 || self.listed_others(dir, names) {
+            return self.forget(dir);
+        }
+        if let Some(fresh) = self.map.get_mut(&dir) {
+            fresh.renewing = false;
+            if sent > fresh.made {
+                fresh.made = sent;
+                fresh.answered = 0;
+            }
+        }
     }
 
     /// This mount is about to make `name` in directory `dir`: from now on a
@@ -126,11 +183,16 @@ impl FreshDirs {
     /// mount has not made there is another client's, which must not then be
     /// answered absent, so the directory is forgotten. A listing of only
     /// names made here is what this mount knows already, and keeps it.
-    pub(crate) fn listed<'a>(&mut self, dir: u64, mut names: impl Iterator<Item = &'a str>) {
-        let Some(fresh) = self.map.get(&dir) else { return };
-        if names.any(|name| !fresh.names.contains(name)) {
+    pub(crate) fn listed<'a>(&mut self, dir: u64, names: impl Iterator<Item = &'a str>) {
+        if self.listed_others(dir, names) {
             self.forget(dir);
         }
+    }
+
+    /// Whether `names`, listed from directory `dir`, hold one this mount has
+    /// not made there.
+    fn listed_others<'a>(&self, dir: u64, mut names: impl Iterator<Item = &'a str>) -> bool {
+        self.map.get(&dir).is_some_and(|fresh| names.any(|name| !fresh.names.contains(name)))
     }
 
     /// Directory `dir` is gone, or its contents are no longer known.
@@ -288,6 +350,84 @@ mod tests {
         assert_eq!(f.absent(5, "b", 1000, t0), None);
         assert_eq!(f.absent(5, "c", 1000, t0), None, "the whole directory is forgotten");
         assert_eq!(f.names, 0);
+    }
+
+    /// Directory 5 of `table(t0)` after `n` lookups answered absent at `at`.
+    fn answer(f: &mut FreshDirs, n: u32, at: Instant) {
+        for i in 0..n {
+            assert!(f.absent(5, &format!("n{i}"), 1000, at).is_some());
+        }
+    }
+
+    #[test]
+    fn a_busy_directory_is_due_for_renewal_once_half_its_time_is_gone() {
+        let t0 = Instant::now();
+        let half = t0 + S / 2;
+        let mut f = table(t0);
+        answer(&mut f, RENEW_AFTER - 1, t0);
+        assert!(!f.renewal_due(5, half), "too few lookups answered");
+        answer(&mut f, 1, t0);
+        assert!(!f.renewal_due(5, half - Duration::from_millis(1)), "too soon");
+        assert!(!f.renewal_due(6, half), "not held");
+        assert!(f.renewal_due(5, half));
+        assert!(!f.renewal_due(5, half), "one renewal at a time");
+    }
+
+    #[test]
+    fn a_renewal_showing_only_names_made_here_dates_the_knowledge_from_its_sending() {
+        let t0 = Instant::now();
+        let mut f = table(t0);
+        f.making(5, "a");
+        answer(&mut f, RENEW_AFTER, t0);
+        let sent = t0 + Duration::from_millis(600);
+        assert!(f.renewal_due(5, sent));
+        // Its answer comes after the first timeout: kept meanwhile, but a
+        // server is asked.
+        let answered = t0 + Duration::from_millis(1100);
+        assert_eq!(f.absent(5, "b", 1000, answered), None);
+        f.renewed(5, 1000, 0o700, ["a"].into_iter(), sent);
+        assert_eq!(f.absent(5, "b", 1000, answered), Some(Duration::from_millis(500)));
+        assert_eq!(f.absent(5, "a", 1000, answered), None, "still asked for the names made here");
+        assert!(!f.renewal_due(5, answered), "counted afresh");
+        assert_eq!(f.absent(5, "b", 1000, sent + S), None, "expired a timeout after the renewal was sent");
+        assert_eq!(f.absent(5, "b", 1000, sent), None, "and gone");
+    }
+
+    #[test]
+    fn an_expired_directory_with_no_renewal_under_way_is_not_renewed() {
+        let t0 = Instant::now();
+        let mut f = table(t0);
+        answer(&mut f, RENEW_AFTER, t0);
+        assert_eq!(f.absent(5, "b", 1000, t0 + S), None);
+        f.renewed(5, 1000, 0o700, [].into_iter(), t0 + S);
+        assert_eq!(f.absent(5, "b", 1000, t0 + S), None, "forgotten at its expiry");
+    }
+
+    #[test]
+    fn a_renewal_that_finds_anything_else_forgets_the_directory() {
+        let t0 = Instant::now();
+        let sent = t0 + S / 2;
+        let cases: [(u32, u32, &[&str]); 3] = [(1000, 0o755, &["theirs"]), (1001, 0o755, &[]), (1000, 0o655, &[])];
+        for (owner, mode, names) in cases {
+            let mut f = table(t0);
+            answer(&mut f, RENEW_AFTER, t0);
+            assert!(f.renewal_due(5, sent));
+            f.renewed(5, owner, mode, names.iter().copied(), sent);
+            assert_eq!(f.absent(5, "b", 1000, sent), None, "owner {owner}, mode {mode:o}, names {names:?}");
+            assert!(f.map.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_directory_forgotten_while_its_renewal_was_under_way_stays_forgotten() {
+        let t0 = Instant::now();
+        let sent = t0 + S / 2;
+        let mut f = table(t0);
+        answer(&mut f, RENEW_AFTER, t0);
+        assert!(f.renewal_due(5, sent));
+        f.forget_if(|dir, _| dir == 5);
+        f.renewed(5, 1000, 0o755, [].into_iter(), sent);
+        assert_eq!(f.absent(5, "b", 1000, sent), None);
     }
 
     #[test]

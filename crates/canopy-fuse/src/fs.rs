@@ -7,7 +7,7 @@
 
 use crate::convert::{self, errno, file_attr, io_errno};
 use crate::dir_attrs::DirAttrs;
-use crate::fresh_dirs::FreshDirs;
+use crate::fresh_dirs::{self, FreshDirs};
 use crate::groups::{Process, ProcessCache};
 use crate::handles::{Contents, Handles};
 use crate::nodes::{child_path, Nodes, ROOT};
@@ -396,6 +396,33 @@ impl Core {
             // include paths) asks once per timeout, not once per probe.
             Err(e) if e == enoent() => reply.entry_with_ttls(&Duration::ZERO, &self.opts.entry_ttl, &absent(), Generation(0)),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// Whether directory `dir`, which just answered a lookup here, is due for
+    /// [`Core::renew_fresh`].
+    pub(crate) fn renewal_due(&self, dir: INodeNo) -> bool {
+        self.fresh.lock().renewal_due(dir.0, Instant::now())
+    }
+
+    /// Renews what this mount knows of directory `dir`, which it made
+    /// (`fresh_dirs.rs`): a listing and a stat of it as `req`'s caller, its
+    /// maker; the knowledge is dated from their sending or forgotten. A
+    /// listing longer than the names a directory may hold there is not read
+    /// to its end: it holds another client's.
+    pub(crate) async fn renew_fresh(&self, req: &Caller, dir: INodeNo) {
+        let sent = Instant::now();
+        let seen: R<_> = async {
+            let (path, who) = (self.path(dir)?, self.caller(req)?);
+            let (attr, entries) = tokio::join!(call(who.stat(&path)), call(who.readdir_at_most(&path, fresh_dirs::MAX_NAMES)));
+            Ok((attr?, entries?))
+        }
+        .await;
+        let mut fresh = self.fresh.lock();
+        match seen {
+            // The same directory still at the path.
+            Ok((attr, Some(entries))) if attr.ino == dir.0 => fresh.renewed(dir.0, attr.uid, attr.mode, entries.iter().map(|e| e.name.as_str()), sent),
+            _ => fresh.forget(dir.0),
         }
     }
 

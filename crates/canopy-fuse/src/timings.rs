@@ -166,6 +166,7 @@ pub struct RequestTimes {
     kinds: [Latencies; Kind::ALL.len()],
     handed_off_count: AtomicU64,
     answered_absent_count: AtomicU64,
+    renewed_fresh_count: AtomicU64,
 }
 
 impl RequestTimes {
@@ -181,6 +182,12 @@ impl RequestTimes {
     /// directory it made (`fresh_dirs.rs`), without a server.
     pub fn answered_absent(&self) {
         self.answered_absent_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the mount knows of such a directory was renewed (a listing and a
+    /// stat sent).
+    pub fn renewed_fresh(&self) {
+        self.renewed_fresh_count.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn of(&self, kind: Kind) -> &Latencies {
@@ -200,6 +207,7 @@ impl RequestTimes {
         }
         let _ = writeln!(out, "handlers handed off (runtime tasks or the blocking pool): {}", self.handed_off_count.load(Ordering::Relaxed));
         let _ = writeln!(out, "lookups answered absent in a directory this mount just made: {}", self.answered_absent_count.load(Ordering::Relaxed));
+        let _ = writeln!(out, "renewals of what it knows of such directories (a listing and a stat): {}", self.renewed_fresh_count.load(Ordering::Relaxed));
         out
     }
 }
@@ -259,12 +267,14 @@ mod tests {
         t.handed_off();
         t.answered_absent();
         t.answered_absent();
+        t.renewed_fresh();
         let r = t.report();
         assert!(r.contains("CREATE"), "{r}");
         assert!(r.contains("LOOKUP"), "{r}");
         assert!(!r.contains("MKDIR"), "{r}");
         assert!(r.contains("handed off (runtime tasks or the blocking pool): 1"), "{r}");
         assert!(r.contains("answered absent in a directory this mount just made: 2"), "{r}");
+        assert!(r.contains("(a listing and a stat): 1"), "{r}");
         let create = r.lines().find(|l| l.starts_with("CREATE")).unwrap();
         assert!(create.split_whitespace().nth(1) == Some("2"), "{create}");
     }

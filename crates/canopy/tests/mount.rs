@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Two unprivileged users, for permission tests (no account needed: the mount
 /// takes uid and gid from the kernel).
@@ -304,6 +304,43 @@ fn a_directory_just_made_answers_new_names_without_hiding_ones_made_here() {
     m.ok(&["touch", "/e/theirs"]);
     std::thread::sleep(Duration::from_millis(400));
     assert!(fs::symlink_metadata(quick.join("e/theirs")).is_ok(), "another client's name hidden past the timeout");
+}
+
+/// A directory still being filled past its first entry timeout is renewed
+/// (a listing and a stat, `fresh_dirs.rs`) and goes on answering new names
+/// here; another client's name there still shows within the timeout.
+#[test]
+fn a_busy_fresh_directory_is_renewed_past_its_first_timeout() {
+    let mut m = up();
+    let table = m.home.path().join("timings.txt");
+    let mnt = m.mount("mnt", &["--entry-timeout", "2", "--attr-timeout", "2", "--timings", table.to_str().unwrap()]);
+    let read_table = || fs::read_to_string(&table).unwrap_or_default();
+    let count = |text: &str, prefix: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(prefix));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+    };
+    let answered = || count(&read_table(), "lookups answered absent");
+    let t0 = Instant::now();
+    fs::create_dir(mnt.join("r")).unwrap();
+    for i in 0..20 {
+        fs::write(mnt.join(format!("r/early{i}")), b"").unwrap();
+    }
+    // Half the timeout gone, a busy directory: this lookup starts a renewal.
+    std::thread::sleep(Duration::from_millis(1100).saturating_sub(t0.elapsed()));
+    fs::write(mnt.join("r/trigger"), b"").unwrap();
+    // Past the first timeout, and the table written since the trigger.
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(t0.elapsed()));
+    let before = answered();
+    assert!(before >= 21, "lookups answered absent here: {before}");
+    fs::write(mnt.join("r/late"), b"").unwrap();
+    let grew = (0..25).map(|_| std::thread::sleep(Duration::from_millis(100))).map(|_| answered()).find(|a| *a > before);
+    assert!(grew.is_some(), "a name made past the first timeout was looked up at a server: the directory was not renewed");
+    assert!(count(&read_table(), "renewals of what it knows") >= 1);
+    // Another client's name shows within the timeout, renewal or not.
+    m.ok(&["touch", "/r/theirs"]);
+    std::thread::sleep(Duration::from_millis(2100));
+    assert!(fs::symlink_metadata(mnt.join("r/theirs")).is_ok(), "another client's name hidden past the timeout");
+    assert_eq!(fs::read_dir(mnt.join("r")).unwrap().count(), 23);
 }
 
 #[test]
