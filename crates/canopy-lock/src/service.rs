@@ -362,14 +362,20 @@ fn new_ticket() -> Result<u64, Errno> {
     })
 }
 
-fn validate_lock(locks: &[(String, LockMode)], lease_ms: u32) -> Result<(), Errno> {
+fn validate_lock(locks: &[(String, LockMode)], intent: &Intent, lease_ms: u32) -> Result<(), Errno> {
     if locks.is_empty() || locks.len() > MAX_LOCKS || lease_ms == 0 || lease_ms > MAX_LEASE_MS {
         return Err(Errno::EINVAL);
     }
     for (p, _) in locks {
         canopy_proto::path::NsPath::parse(p)?;
     }
-    Ok(())
+    validate_intent(intent)
+}
+
+/// An intent is recorded only if its paths are paths: what a recoverer reads
+/// back must parse, and no record is larger than its paths allow.
+fn validate_intent(intent: &Intent) -> Result<(), Errno> {
+    intent.paths().into_iter().try_for_each(|p| canopy_proto::path::NsPath::parse(p).map(drop))
 }
 
 /// The service as the transport sees it.
@@ -385,14 +391,14 @@ impl Service for LockDaemon {
         }
         match req {
             Request::Ping => Handled::Now(Ok(Reply::Pong { server: u32::MAX, servers: 0 })),
-            Request::Lock { locks, intent, lease_ms, wait_ms } => match validate_lock(&locks, lease_ms) {
+            Request::Lock { locks, intent, lease_ms, wait_ms } => match validate_lock(&locks, &intent, lease_ms) {
                 Err(e) => Handled::Now(Err(e)),
                 Ok(()) => Handled::Later(Box::pin(self.0.clone().lock(locks, intent, lease_ms, wait_ms))),
             },
             Request::Renew { txn, ticket, lease_ms } if lease_ms > 0 && lease_ms <= MAX_LEASE_MS => Handled::Now(self.0.renew(txn, ticket, lease_ms)),
             Request::Renew { .. } => Handled::Now(Err(Errno::EINVAL)),
             Request::Unlock { txn, ticket } => Handled::Now(self.0.unlock(txn, ticket)),
-            Request::Amend { txn, ticket, intent } => Handled::Now(self.0.amend(txn, ticket, intent)),
+            Request::Amend { txn, ticket, intent } => Handled::Now(validate_intent(&intent).and_then(|()| self.0.amend(txn, ticket, intent))),
             Request::ListTxns => Handled::Now(self.0.list()),
             _ => Handled::Now(Err(Errno::ENOSYS)),
         }
@@ -505,6 +511,31 @@ mod tests {
         let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_ne!(again, taken);
         assert_eq!(was, txn, "fences carry the first id");
+    }
+
+    /// An intent whose paths are not paths (too long, relative, with a NUL)
+    /// is refused before anything is locked or recorded, as a lock, as an
+    /// amendment.
+    #[tokio::test]
+    async fn an_intent_that_is_not_paths_is_never_recorded() {
+        let d = LockDaemon(LockService::open(Arc::new(MemStore::new(CFS))).unwrap());
+        let long = format!("/{}", "d/".repeat(canopy_proto::path::NS_PATH_MAX));
+        let bad = [
+            (Intent::Mkdir { path: long.clone() }, Errno::ENAMETOOLONG),
+            (Intent::Rename { src: "/a".into(), dst: "relative".into() }, Errno::EINVAL),
+            (Intent::RenameOver { src: "/a\0b".into(), dst: "/b".into(), replaced: 1 }, Errno::EINVAL),
+        ];
+        for (intent, errno) in &bad {
+            let lock = Request::Lock { locks: vec![("/a".into(), LockMode::Write)], intent: intent.clone(), lease_ms: 100, wait_ms: 0 };
+            assert_eq!(call(&d, lock).await, Err(*errno), "{intent}");
+        }
+        assert!(d.0.transactions().is_empty(), "nothing locked or recorded");
+        let Ok(Reply::Locked { txn, ticket, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not granted") };
+        for (intent, errno) in bad {
+            assert_eq!(call(&d, Request::Amend { txn, ticket, intent: intent.clone() }).await, Err(errno), "{intent}");
+        }
+        let Ok(Reply::Txns(open)) = call(&d, Request::ListTxns).await else { panic!() };
+        assert_eq!(open[0].intent, Intent::Mkdir { path: "/a".into() }, "the recorded intent unchanged");
     }
 
     /// An amended intent is what a restarted service and a recoverer are

@@ -203,6 +203,16 @@ pub enum Intent {
     RenameOver { src: String, dst: String, replaced: u64 },
 }
 
+impl Intent {
+    /// The paths it names, which whoever recovers it parses.
+    pub fn paths(&self) -> Vec<&str> {
+        match self {
+            Intent::Mkdir { path } | Intent::Rmdir { path } | Intent::DirSetAttr { path } | Intent::Retry { path } => vec![path],
+            Intent::Rename { src, dst } | Intent::Link { src, dst } | Intent::RenameOver { src, dst, .. } => vec![src, dst],
+        }
+    }
+}
+
 impl std::fmt::Display for Intent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
