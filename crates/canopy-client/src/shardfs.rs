@@ -131,32 +131,32 @@ impl ShardFs {
 
     /// Applies a transaction step on every server but `prim`: in parallel, or,
     /// under a test hook, one at a time with a [`Step::ReplicaDone`] after each.
-    async fn on_replicas(&self, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
+    async fn on_replicas(&self, txn: Txn, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
         if self.hook.is_none() {
             return Ok(self.fan_out(self.all_but(prim), c, req).await);
         }
-        self.one_by_one(self.all_but(prim), c, intent, req).await
+        self.one_by_one(txn, self.all_but(prim), c, intent, req).await
     }
 
     /// A transaction step on `others` and on its commit point `prim`: all in
     /// parallel, or, under a test hook, `others` one at a time (a
     /// [`Step::ReplicaDone`] after each), then `prim`.
-    async fn with_commit_point(&self, others: impl Iterator<Item = u32>, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
+    async fn with_commit_point(&self, txn: Txn, others: impl Iterator<Item = u32>, prim: u32, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
         if self.hook.is_none() {
             return Ok(self.fan_out(others.chain([prim]), c, req).await);
         }
-        let mut results = self.one_by_one(others, c, intent, &req).await?;
+        let mut results = self.one_by_one(txn, others, c, intent, &req).await?;
         results.push((prim, self.rpc(prim, c, req(prim)).await));
         Ok(results)
     }
 
     /// A transaction step on `servers` one at a time, with a
     /// [`Step::ReplicaDone`] after each.
-    async fn one_by_one(&self, servers: impl Iterator<Item = u32>, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
+    async fn one_by_one(&self, txn: Txn, servers: impl Iterator<Item = u32>, c: &Creds, intent: &Intent, req: impl Fn(u32) -> Request) -> Res<Vec<(u32, Res<Reply>)>> {
         let mut results = Vec::new();
         for i in servers {
             results.push((i, self.rpc(i, c, req(i)).await));
-            self.step(|| Step::ReplicaDone(intent.clone(), i)).await?;
+            self.step(txn, || Step::ReplicaDone(intent.clone(), i)).await?;
         }
         Ok(results)
     }
@@ -173,12 +173,12 @@ impl ShardFs {
     }
 
     /// Runs `body` (given the transaction's id) holding the path locks of `paths`.
-    async fn locked<T, Fut>(&self, paths: &[&NsPath], intent: Intent, body: impl FnOnce(u64) -> Fut) -> Res<T>
+    async fn locked<T, Fut>(&self, paths: &[&NsPath], intent: Intent, body: impl FnOnce(Txn) -> Fut) -> Res<T>
     where
         Fut: std::future::Future<Output = Res<T>>,
     {
         let txn = self.lock(paths, intent).await?;
-        let r = body(txn.id).await;
+        let r = body(txn).await;
         self.finish(txn, &r).await;
         r
     }
@@ -267,27 +267,27 @@ impl ShardFs {
     /// apply it in the same round trip; each replica fences it until the
     /// primary's answer (the commit point) is known, so no file is made below
     /// a directory that may yet be rolled back.
-    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32, txn: u64) -> Res<Attr> {
+    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32, txn: Txn) -> Res<Attr> {
         let prim = self.primary(p);
-        let id = dir_id_of_txn(txn).ok_or(Errno::ENOSPC)?;
+        let id = dir_id_of_txn(txn.id).ok_or(Errno::ENOSPC)?;
         let path = p.to_string();
         let intent = || Intent::Mkdir { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
-        let req = |i: u32| Request::Mkdir { path: path.clone(), mode, id, fence: (i != prim).then_some(txn) };
-        let results = self.with_commit_point(self.all_but(prim), prim, c, &intent(), req).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
+        let req = |i: u32| Request::Mkdir { path: path.clone(), mode, id, fence: (i != prim).then_some(txn.id) };
+        let results = self.with_commit_point(txn, self.all_but(prim), prim, c, &intent(), req).await?;
         let applied: Vec<u32> = results.iter().filter(|(i, r)| *i != prim && r.is_ok()).map(|(i, _)| *i).collect();
         let made = match results.iter().find(|(i, _)| *i == prim).map(|(_, r)| r) {
             Some(Ok(Reply::Attr(a))) if a.kind == FileKind::Dir => a.clone(),
             Some(Ok(other)) => return Err(unexpected(other.clone())),
-            _ => return self.mkdir_refused(p, prim, txn, results, applied).await,
+            _ => return self.mkdir_refused(p, prim, txn.id, results, applied).await,
         };
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
-        self.step(|| Step::ReplicasDone(intent())).await?;
-        self.post_unfence(applied, txn).await;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
+        self.post_unfence(applied, txn.id).await;
         Ok(made)
     }
 
@@ -317,17 +317,17 @@ impl ShardFs {
         }
     }
 
-    async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
+    async fn do_rmdir(&self, c: &Creds, p: &NsPath, txn: Txn) -> Res<()> {
         let prim = self.primary(p);
         let path = p.to_string();
         let intent = || Intent::Rmdir { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
-        let mut results = self.on_replicas(prim, c, &intent(), |_| Request::Rmdir { path: path.clone() }).await?;
-        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
+        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::Rmdir { path: path.clone() }).await?;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
             let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
             if r.is_ok() {
-                return self.step(|| Step::PrimaryDone(intent())).await;
+                return self.step(txn, || Step::PrimaryDone(intent())).await;
             }
             results.push((prim, r));
         }
@@ -389,54 +389,54 @@ impl ShardFs {
         let old = match self.rpc(prim, &Creds::root(), Request::DirProbe { path: p.to_string() }).await? {
             Reply::Probe(Some(l)) => l,
             // Missing here: the primary-first path reports the caller's error.
-            Reply::Probe(None) => return self.dir_setattr_primary_first(c, p, set).await,
+            Reply::Probe(None) => return self.dir_setattr_primary_first(c, p, set, txn).await,
             other => return Err(unexpected(other)),
         };
         let mut attr = dir_attr_from(&old);
         if setattr::apply(c, &mut attr, set, 0).is_err() {
-            return self.dir_setattr_primary_first(c, p, set).await; // refused on the primary
+            return self.dir_setattr_primary_first(c, p, set, txn).await; // refused on the primary
         }
         let new = DirLookup { id: old.id, mode: attr.mode, uid: attr.uid, gid: attr.gid };
         match monotonic::classify(&old, &new) {
-            Change::Neutral | Change::Increasing => self.dir_setattr_primary_first(c, p, set).await,
-            Change::Decreasing => self.dir_setattr_replicas_first(c, p, set, &old).await,
-            Change::NonMonotonic => self.fenced(txn.id, &[p], self.dir_setattr_primary_first(c, p, set)).await,
+            Change::Neutral | Change::Increasing => self.dir_setattr_primary_first(c, p, set, txn).await,
+            Change::Decreasing => self.dir_setattr_replicas_first(c, p, set, &old, txn).await,
+            Change::NonMonotonic => self.fenced(txn.id, &[p], self.dir_setattr_primary_first(c, p, set, txn)).await,
         }
     }
 
     /// Procedure 1: the primary (the commit point), then every replica.
-    async fn dir_setattr_primary_first(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+    async fn dir_setattr_primary_first(&self, c: &Creds, p: &NsPath, set: &SetAttr, txn: Txn) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let attr = match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
-        self.step(|| Step::PrimaryDone(intent())).await?;
-        let results = self.on_replicas(prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
+        let results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
-        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
         Ok(attr)
     }
 
     /// Procedure 2: every replica, then the primary (the commit point); on any
     /// failure the replicas are put back to `old`.
-    async fn dir_setattr_replicas_first(&self, c: &Creds, p: &NsPath, set: &SetAttr, old: &DirLookup) -> Res<Attr> {
+    async fn dir_setattr_replicas_first(&self, c: &Creds, p: &NsPath, set: &SetAttr, old: &DirLookup, txn: Txn) -> Res<Attr> {
         let prim = self.primary(p);
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
-        let mut results = self.on_replicas(prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
-        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
+        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
             match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await {
                 Ok(Reply::Attr(a)) => {
-                    self.step(|| Step::PrimaryDone(intent())).await?;
+                    self.step(txn, || Step::PrimaryDone(intent())).await?;
                     return Ok(a);
                 }
                 Ok(other) => return Err(unexpected(other)),
@@ -543,9 +543,9 @@ impl ShardFs {
             Request::RenameDir { src: s.clone(), dst: d.clone(), step }
         };
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let early: Vec<u32> = (0..self.n).filter(|i| !lifts_on_apply(*i)).collect();
-        let mut applied = self.with_commit_point(early.iter().copied(), prim, c, &intent(), &req).await?;
+        let mut applied = self.with_commit_point(txn, early.iter().copied(), prim, c, &intent(), &req).await?;
         let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
             Some(Ok(r)) => checked(r)?,
             Some(Err(e)) if outcome_unknown(&e) => return Err(self.undecided(dst, prim, e)),
@@ -559,15 +559,15 @@ impl ShardFs {
             }
             None => return Err(Errno::EIO),
         };
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         if old_prim != prim {
-            applied.extend(self.one_by_one([old_prim].into_iter(), c, &intent(), req).await?);
+            applied.extend(self.one_by_one(txn, [old_prim].into_iter(), c, &intent(), req).await?);
         }
         if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);
         }
-        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
         // A server that found something below after all kept its fence.
         let found_below = at_prim.below || applied.into_iter().any(|(_, r)| r.ok().and_then(|r| checked(r).ok()).is_some_and(|k| k.below));
         if !below && !found_below {
@@ -614,7 +614,7 @@ impl ShardFs {
         }
     }
 
-    async fn do_rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
+    async fn do_rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let (a, b) = (self.primary(src), self.primary(dst));
         let (s, d) = (src.to_string(), dst.to_string());
         if a == b {
@@ -627,12 +627,12 @@ impl ShardFs {
         };
         let ino = record.ino();
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone().into(), dst: d.clone().into(), record }).await?;
         if inserted == Reply::Unit {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s.into(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
@@ -649,7 +649,7 @@ impl ShardFs {
             // wait for its own locks); an EREMOTE is settled after unlocking.
             let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
             if self.attr_or_follow(reply).await?.kind != FileKind::Dir {
-                return self.rename_file(c, src, dst, txn.id).await;
+                return self.rename_file(c, src, dst, txn).await;
             }
         }
         // One fan-out fences both names everywhere and checks a directory
@@ -658,7 +658,7 @@ impl ShardFs {
         let check = RenameDirStep::Check { txn: txn.id };
         let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
         if checks.iter().any(|(_, r)| matches!(r, Ok(Reply::RenameOfFile))) {
-            self.rename_file_fenced(c, src, dst, txn.id).await
+            self.rename_file_fenced(c, src, dst, txn).await
         } else {
             self.rename_dir(c, src, dst, txn, checks).await
         }
@@ -667,27 +667,27 @@ impl ShardFs {
     /// A file rename: one atomic RPC when both names have one primary; else
     /// its steps with both primaries fenced (between them the file is under
     /// both names, and no single-RPC operation may see that).
-    async fn rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+    async fn rename_file(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let (a, b) = (self.primary(src), self.primary(dst));
         if a == b {
-            return self.do_rename_file(c, src, dst).await;
+            return self.do_rename_file(c, src, dst, txn).await;
         }
-        self.fenced_on([a, b].into_iter(), txn, &[src, dst], self.do_rename_file(c, src, dst)).await
+        self.fenced_on([a, b].into_iter(), txn.id, &[src, dst], self.do_rename_file(c, src, dst, txn)).await
     }
 
     /// A file rename, once the checks fenced both names everywhere: only the
     /// two primaries keep their fences (between its steps the file is under
     /// both names, and no single-RPC operation may see that); one primary
     /// for both names renames in one atomic RPC and keeps none.
-    async fn rename_file_fenced(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
+    async fn rename_file_fenced(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
         let (a, b) = (self.primary(src), self.primary(dst));
         let keep = |i: &u32| a != b && (*i == a || *i == b);
-        self.post_unfence((0..self.n).filter(|i| !keep(i)).collect(), txn).await;
-        let r = self.do_rename_file(c, src, dst).await;
+        self.post_unfence((0..self.n).filter(|i| !keep(i)).collect(), txn.id).await;
+        let r = self.do_rename_file(c, src, dst, txn).await;
         if a == b {
             return r;
         }
-        self.unfenced_after([a, b].into_iter(), txn, r).await
+        self.unfenced_after([a, b].into_iter(), txn.id, r).await
     }
 
     async fn rename_as(&self, c: &Creds, src: &str, dst: &str, seen_dir: bool) -> Res<()> {
@@ -806,7 +806,7 @@ impl Namespace for ShardFs {
             if p.is_root() {
                 return Err(Errno::EBUSY);
             }
-            let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, |_| self.do_rmdir(c, &p)).await;
+            let r = self.locked(&[&p], Intent::Rmdir { path: p.to_string() }, |txn| self.do_rmdir(c, &p, txn)).await;
             self.settle(c, &p, r).await?;
             self.touch_parents(c, &[&p]).await;
             Ok(())

@@ -108,16 +108,22 @@ pub(crate) fn after_commit(what: &str, e: Errno) -> Errno {
 pub(crate) type Recover<'a> = &'a (dyn Fn(Txn, u64, Intent) -> BoxFuture<'a, Res<()>> + Sync);
 
 impl ClientCore {
-    /// Reports reaching `step` to the test hook, if any; a hook that kills the
-    /// coordinator here makes every later request fail, as a crash would.
-    pub(crate) async fn step(&self, step: impl FnOnce() -> Step) -> Res<()> {
+    /// Reports reaching `step` of transaction `txn` to the test hook, if any
+    /// (a hook that kills the coordinator here makes every later request
+    /// fail, as a crash would); then, before the transaction's next request,
+    /// makes sure it is still this client's ([`ClientCore::keep_alive`]: no
+    /// RPC unless a third of the lease has passed). A coordinator held up
+    /// between steps past its lease so finds its transaction taken over
+    /// (ESTALE) and stops, rather than act on what a recoverer now decides.
+    /// Any other failure to renew leaves the transaction to recovery (EIO).
+    pub(crate) async fn step(&self, txn: Txn, step: impl FnOnce() -> Step) -> Res<()> {
         if let Some(h) = &self.hook {
             if h.reached(step()).await == StepAction::Die {
                 self.dead.store(true, Ordering::Release);
                 return Err(Errno::ENOTCONN);
             }
         }
-        Ok(())
+        self.keep_alive(txn).await.map_err(|e| if e == Errno::ESTALE { e } else { Errno::EIO })
     }
 
     /// Takes `locks` for a transaction doing `intent`. When the lock service hands

@@ -49,7 +49,7 @@ fn moved(p: &NsPath, from: &NsPath, to: &NsPath) -> Res<NsPath> {
 
 impl Giraffa {
     pub(super) async fn rename_dir(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
-        self.step(|| Step::Locked(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
+        self.step(txn, || Step::Locked(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
         let (sp, _) = src.split().ok_or(Errno::EBUSY)?;
         let (dp, dname) = dst.split().ok_or(Errno::EBUSY)?;
         let mut proofs = vec![self.proof(c, &sp, false).await?];
@@ -111,7 +111,7 @@ impl Giraffa {
             let e = if e == Errno::EEXIST { Errno::ENOTEMPTY } else { e };
             return Err(self.undo_copies(&copied, e).await);
         }
-        self.step(|| Step::PrimaryDone(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
+        self.step(txn, || Step::PrimaryDone(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
         let finish = async {
             for level in &copied {
                 self.delete_rows(&level.from, level.names.clone(), self.entries_server(&level.from) == self.entries_server(&level.to)).await?;

@@ -407,16 +407,16 @@ impl IndexFs {
     }
 
 
-    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32) -> Res<Attr> {
+    async fn do_mkdir(&self, c: &Creds, p: &NsPath, mode: u32, txn: Txn) -> Res<Attr> {
         let intent = || Intent::Mkdir { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EEXIST) };
         let lookup = match self.rpc_ix(place.server, c, Request::IxMkdir { dir: parent.id, name, mode }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         let depth = p.components().count() as u32;
         let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth };
         match self.rpc_ix(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))? {
@@ -425,9 +425,9 @@ impl IndexFs {
         }
     }
 
-    async fn do_rmdir(&self, c: &Creds, p: &NsPath) -> Res<()> {
+    async fn do_rmdir(&self, c: &Creds, p: &NsPath, txn: Txn) -> Res<()> {
         let intent = || Intent::Rmdir { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EBUSY) };
         let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client() };
@@ -445,12 +445,12 @@ impl IndexFs {
             // Its home dropped it (the point recovery decides by): finish.
             return Err(after_commit("rmdir", e));
         }
-        self.step(|| Step::ReplicasDone(intent())).await?;
+        self.step(txn, || Step::ReplicasDone(intent())).await?;
         // Our own copy goes first: the server then need not wait for our lease.
         self.forget(parent.id, &name);
         let r = self.entry_rpc(parent.id, &name, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
         match r {
-            Ok(_) => self.step(|| Step::PrimaryDone(intent())).await,
+            Ok(_) => self.step(txn, || Step::PrimaryDone(intent())).await,
             Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
             Err(e) => {
                 // Refused: the directory stays; put its header back.
@@ -473,9 +473,9 @@ impl IndexFs {
         }
     }
 
-    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+    async fn do_dir_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr, txn: Txn) -> Res<Attr> {
         let intent = || Intent::DirSetAttr { path: p.to_string() };
-        self.step(|| Step::Locked(intent())).await?;
+        self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         match &place.parent {
             None => self.forget(0, ""),
@@ -489,7 +489,7 @@ impl IndexFs {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         if let Some((parent, name)) = &place.parent {
             self.forget(parent.id, name);
         }
@@ -518,7 +518,8 @@ impl IndexFs {
                     }
                 };
                 if set.touches_lookup_state() {
-                    self.locked(path_locks(&[p]), Intent::DirSetAttr { path: p.to_string() }, self.do_dir_setattr(c, p, &lookup_part(set))).await?;
+                    let lookup = lookup_part(set);
+                    self.locked_as(path_locks(&[p]), Intent::DirSetAttr { path: p.to_string() }, |txn| self.do_dir_setattr(c, p, &lookup, txn)).await?;
                 }
                 match times_part(set) {
                     Some(times) => self.attr_or_follow(self.rpc_ix(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await,
@@ -533,7 +534,7 @@ impl IndexFs {
         if s.is_root() || d.is_root() {
             return Err(Errno::EBUSY);
         }
-        self.step(|| Step::Locked(Intent::Rename { src: s.to_string(), dst: d.to_string() })).await?;
+        self.step(txn, || Step::Locked(Intent::Rename { src: s.to_string(), dst: d.to_string() })).await?;
         // The source first: its errors come before the destination's, as on Linux.
         let sp = self.place(c, s).await?;
         let Some((sdir, sname)) = &sp.parent else { return Err(Errno::EBUSY) };
@@ -545,7 +546,7 @@ impl IndexFs {
         let dp = self.place(c, d).await?;
         let Some((ddir, dname)) = &dp.parent else { return Err(Errno::EBUSY) };
         if !is_dir {
-            return match self.rename_file(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await {
+            return match self.rename_file(c, &sp, &dp, txn, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await {
                 // Onto a directory: EISDIR before any rights error (the
                 // order `tests/model.rs` states). A server that cannot see the
                 // destination (it is on another server, or its partition moved
@@ -586,7 +587,7 @@ impl IndexFs {
         let result = if sp.server == dp.server {
             self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client() }).await
         } else {
-            self.rename_dir_between(c, &sp, &dp, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
+            self.rename_dir_between(c, &sp, &dp, txn, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
         };
         self.forget(sdir.id, sname);
         self.forget(ddir.id, dname);
@@ -609,7 +610,7 @@ impl IndexFs {
     /// A directory rename between two servers: check at the source, insert at
     /// the destination (the commit point), drop the source once its leases ran
     /// out. Answers as `IxRenameDir` does.
-    async fn rename_dir_between(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<Reply> {
+    async fn rename_dir_between(&self, c: &Creds, sp: &Place, dp: &Place, txn: Txn, intent: &Intent) -> Res<Reply> {
         let intent = || intent.clone();
         let lookup = match self.rpc_ix(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
             Reply::Dir(l) => l,
@@ -617,13 +618,13 @@ impl IndexFs {
         };
         let id = lookup.id;
         let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
-        self.step(|| Step::PrimaryDone(intent())).await?;
+        self.step(txn, || Step::PrimaryDone(intent())).await?;
         let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client() };
         self.place_rpc(sp, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
         Ok(inserted)
     }
 
-    async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, intent: &Intent) -> Res<()> {
+    async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, txn: Txn, intent: &Intent) -> Res<()> {
         if sp.server == dp.server {
             let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
             return self.drop_remote(r).await;
@@ -637,7 +638,7 @@ impl IndexFs {
         if inserted == Reply::Unit {
             return Ok(());
         }
-        self.step(|| Step::PrimaryDone(intent.clone())).await?;
+        self.step(txn, || Step::PrimaryDone(intent.clone())).await?;
         self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
@@ -819,7 +820,7 @@ impl Namespace for IndexFs {
             if p.is_root() {
                 return Err(Errno::EEXIST);
             }
-            let attr = self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, self.do_mkdir(c, &p, mode))).await?;
+            let attr = self.optimistic(&p, || self.locked_as(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, |txn| self.do_mkdir(c, &p, mode, txn))).await?;
             self.touch_parent(c, &p).await;
             Ok(attr)
         })
@@ -831,7 +832,7 @@ impl Namespace for IndexFs {
             if p.is_root() {
                 return Err(Errno::EBUSY);
             }
-            self.optimistic(&p, || self.locked(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, self.do_rmdir(c, &p))).await?;
+            self.optimistic(&p, || self.locked_as(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, |txn| self.do_rmdir(c, &p, txn))).await?;
             self.touch_parent(c, &p).await;
             Ok(())
         })
