@@ -281,12 +281,12 @@ impl ShardFs {
             Some(Ok(other)) => return Err(unexpected(other.clone())),
             _ => return self.mkdir_refused(p, prim, txn.id, results, applied).await,
         };
-        self.step(txn, || Step::PrimaryDone(intent())).await?;
+        self.last_step(|| Step::PrimaryDone(intent())).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: mkdir {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
-        self.step(txn, || Step::ReplicasDone(intent())).await?;
+        self.last_step(|| Step::ReplicasDone(intent())).await?;
         self.post_unfence(applied, txn.id).await;
         Ok(made)
     }
@@ -327,7 +327,7 @@ impl ShardFs {
         if pick_error(&results, prim).is_none() {
             let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
             if r.is_ok() {
-                return self.step(txn, || Step::PrimaryDone(intent())).await;
+                return self.last_step(|| Step::PrimaryDone(intent())).await;
             }
             results.push((prim, r));
         }
@@ -420,7 +420,7 @@ impl ShardFs {
             eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
         }
-        self.step(txn, || Step::ReplicasDone(intent())).await?;
+        self.last_step(|| Step::ReplicasDone(intent())).await?;
         Ok(attr)
     }
 
@@ -436,7 +436,7 @@ impl ShardFs {
         if pick_error(&results, prim).is_none() {
             match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await {
                 Ok(Reply::Attr(a)) => {
-                    self.step(txn, || Step::PrimaryDone(intent())).await?;
+                    self.last_step(|| Step::PrimaryDone(intent())).await?;
                     return Ok(a);
                 }
                 Ok(other) => return Err(unexpected(other)),
@@ -477,12 +477,16 @@ impl ShardFs {
     }
 
     /// Lifts transaction `txn`'s fences on `servers` once its work ended with
-    /// `r`, and answers `r` (or why a fence may still stand).
+    /// `r`, and answers `r` (or why a fence may still stand). Work left to
+    /// recovery (its outcome unknown) keeps them: its change may be half
+    /// made, a request that meets a fence waits for the transaction under
+    /// read locks, and recovery lifts them once it has decided.
     async fn unfenced_after<T>(&self, servers: impl Iterator<Item = u32>, txn: u64, r: Res<T>) -> Res<T> {
+        if r.as_ref().is_err_and(outcome_unknown) {
+            return r;
+        }
         match self.unfence_on(servers, txn).await {
             Ok(()) => r,
-            // Already left to recovery, which lifts the fences too.
-            Err(_) if r.as_ref().is_err_and(outcome_unknown) => r,
             // A fence may still stand: recovery lifts it.
             Err(e) => Err(after_commit("unfence", e)),
         }
@@ -567,7 +571,7 @@ impl ShardFs {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);
         }
-        self.step(txn, || Step::ReplicasDone(intent())).await?;
+        self.last_step(|| Step::ReplicasDone(intent())).await?;
         // A server that found something below after all kept its fence.
         let found_below = at_prim.below || applied.into_iter().any(|(_, r)| r.ok().and_then(|r| checked(r).ok()).is_some_and(|k| k.below));
         if !below && !found_below {

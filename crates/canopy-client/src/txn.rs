@@ -94,11 +94,11 @@ pub(crate) fn file_ino(r: Res<Reply>) -> Res<Option<u64>> {
 
 /// The error of a transaction step that failed after its commit point: the
 /// change is decided but not everywhere, so the transaction is left to recovery
-/// (EIO). `ESTALE` says another client already took the transaction over.
+/// (EIO), never unlocked. So is a lease found lost (`ESTALE`): the lock
+/// service answers that both for a transaction another client took over and
+/// for one whose lease only ran out, and unlocking the latter would drop the
+/// record of a change half made.
 pub(crate) fn after_commit(what: &str, e: Errno) -> Errno {
-    if e == Errno::ESTALE {
-        return e;
-    }
     eprintln!("canopy-client: {what} committed but did not finish: {e}; left to recovery");
     Errno::EIO
 }
@@ -113,17 +113,29 @@ impl ClientCore {
     /// fail, as a crash would); then, before the transaction's next request,
     /// makes sure it is still this client's ([`ClientCore::keep_alive`]: no
     /// RPC unless a third of the lease has passed). A coordinator held up
-    /// between steps past its lease so finds its transaction taken over
-    /// (ESTALE) and stops, rather than act on what a recoverer now decides.
-    /// Any other failure to renew leaves the transaction to recovery (EIO).
+    /// between steps past its lease so stops instead of acting on what a
+    /// recoverer may now decide, and leaves the transaction to recovery
+    /// (EIO, so it is not unlocked: see [`after_commit`]).
     pub(crate) async fn step(&self, txn: Txn, step: impl FnOnce() -> Step) -> Res<()> {
+        self.last_step(step).await?;
+        self.keep_alive(txn).await.map_err(|e| {
+            eprintln!("canopy-client: transaction {} could not renew its lease between steps ({e}); left to recovery", txn.id);
+            Errno::EIO
+        })
+    }
+
+    /// [`ClientCore::step`] at a transaction's last step, after which it
+    /// changes nothing on a server (posts aside, and a migration, which
+    /// renews its lease itself): the test hook only, so an operation done
+    /// everywhere is not reported failed for a lease lost after it.
+    pub(crate) async fn last_step(&self, step: impl FnOnce() -> Step) -> Res<()> {
         if let Some(h) = &self.hook {
             if h.reached(step()).await == StepAction::Die {
                 self.dead.store(true, Ordering::Release);
                 return Err(Errno::ENOTCONN);
             }
         }
-        self.keep_alive(txn).await.map_err(|e| if e == Errno::ESTALE { e } else { Errno::EIO })
+        Ok(())
     }
 
     /// Takes `locks` for a transaction doing `intent`. When the lock service hands

@@ -2,12 +2,16 @@
 //! transaction past its lease, while another client recovers the transaction
 //! and goes on: when it resumes, it must not act on what the recoverer now
 //! decides. Before its next step it renews its lease (`ClientCore::step`),
-//! finds the transaction handed over, and stops with `ESTALE`; without that
-//! check it would apply its change after recovery had rolled it back.
+//! finds it lost, and stops, leaving the transaction to recovery (`EIO`);
+//! without that check it would apply its change after recovery had rolled
+//! it back. Nor may it unlock a transaction whose lease only ran out, which
+//! would drop the record of a change half made.
 
 use canopy_client::txn::Step;
 use canopy_client::Client;
 use canopy_proto::msg::Intent;
+use canopy_proto::path::NsPath;
+use canopy_proto::placement::primary;
 use canopy_proto::Errno;
 use canopy_testkit::hooks::Gate;
 use canopy_testkit::InProcCluster;
@@ -48,7 +52,7 @@ async fn a_held_mkdir_makes_nothing_once_recovered(mode: &'static str) {
         other.rmdir("/p/d").await.unwrap();
     };
     let got = held_past_its_lease(&cluster, Step::Locked(Intent::Mkdir { path: "/p/d".into() }), slow, meanwhile).await;
-    assert_eq!(got, Err(Errno::ESTALE), "{mode}: the held mkdir went on");
+    assert_eq!(got, Err(Errno::EIO), "{mode}: the held mkdir went on");
     assert_eq!(c.stat("/p/d").await.map(drop), Err(Errno::ENOENT), "{mode}: made after its transaction was recovered");
     assert!(c.fsck().await.unwrap().is_clean(), "{mode}");
 }
@@ -74,8 +78,54 @@ async fn giraffa_a_held_rename_stops_once_recovered() {
     let slow = |held: Client| tokio::spawn(async move { held.rename("/a", "/b").await });
     let meanwhile = async { other.rename("/a", "/c").await.expect("renamed after recovering the held rename") };
     let got = held_past_its_lease(&cluster, Step::Locked(Intent::Rename { src: "/a".into(), dst: "/b".into() }), slow, meanwhile).await;
-    assert_eq!(got, Err(Errno::ESTALE), "the held rename went on");
+    assert_eq!(got, Err(Errno::EIO), "the held rename went on");
     assert_eq!(c.stat("/b").await.map(drop), Err(Errno::ENOENT));
     assert!(c.stat("/c").await.is_ok());
+    assert!(c.fsck().await.unwrap().is_clean());
+}
+
+/// A ShardFS rmdir held after its replicas dropped the directory (the
+/// primary, its commit point, still holds it), past its lease, with no other
+/// client about: resumed, it finds the lease run out and leaves the
+/// transaction to recovery rather than unlock it, which would have dropped
+/// its record with the removal half made. The next conflicting request
+/// recovers it, and the cluster is consistent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardfs_a_held_rmdir_whose_lease_ran_out_is_left_to_recovery() {
+    let cluster = InProcCluster::memory_mode("shardfs", SERVERS);
+    let c = cluster.client();
+    c.mkdir("/p", 0o755).await.unwrap();
+    c.mkdir("/p/d", 0o755).await.unwrap();
+    let slow = |held: Client| tokio::spawn(async move { held.rmdir("/p/d").await });
+    let got = held_past_its_lease(&cluster, Step::ReplicasDone(Intent::Rmdir { path: "/p/d".into() }), slow, async {}).await;
+    assert_eq!(got, Err(Errno::EIO), "a half-made rmdir whose lease ran out reported as done or refused");
+    let again = cluster.fresh_client().rmdir("/p/d").await;
+    assert!(matches!(again, Ok(()) | Err(Errno::ENOENT)), "{again:?}");
+    assert_eq!(c.stat("/p/d").await.map(drop), Err(Errno::ENOENT));
+    assert!(c.fsck().await.unwrap().is_clean(), "the half-made rmdir was not recovered");
+}
+
+/// A ShardFS file rename between two servers held after its commit point
+/// (the destination's server holds the file, the source's still too), past
+/// its lease: resumed, it leaves the transaction to recovery with both names
+/// still fenced, so nobody sees the file under both; a stat of the source
+/// waits for that recovery, which finishes the rename.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardfs_a_held_file_rename_keeps_its_fences_for_recovery() {
+    let cluster = InProcCluster::memory_mode("shardfs", SERVERS);
+    let c = cluster.client();
+    c.mkdir("/p", 0o755).await.unwrap();
+    let on = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let src = "/p/src".to_string();
+    let dst = (0..1000).map(|i| format!("/p/dst{i}")).find(|d| on(d) != on(&src)).expect("a name on another server");
+    c.create(&src, 0o644).await.unwrap();
+    let (s, d) = (src.clone(), dst.clone());
+    let slow = move |held: Client| tokio::spawn(async move { held.rename(&s, &d).await });
+    let at = Step::PrimaryDone(Intent::Rename { src: src.clone(), dst: dst.clone() });
+    let got = held_past_its_lease(&cluster, at, slow, async {}).await;
+    assert_eq!(got, Err(Errno::EIO));
+    let other = cluster.fresh_client();
+    assert_eq!(other.stat(&src).await.map(drop), Err(Errno::ENOENT), "the file seen under its old name too");
+    assert!(other.stat(&dst).await.is_ok());
     assert!(c.fsck().await.unwrap().is_clean());
 }

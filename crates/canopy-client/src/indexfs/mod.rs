@@ -450,7 +450,7 @@ impl IndexFs {
         self.forget(parent.id, &name);
         let r = self.entry_rpc(parent.id, &name, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
         match r {
-            Ok(_) => self.step(txn, || Step::PrimaryDone(intent())).await,
+            Ok(_) => self.last_step(|| Step::PrimaryDone(intent())).await,
             Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
             Err(e) => {
                 // Refused: the directory stays; put its header back.
