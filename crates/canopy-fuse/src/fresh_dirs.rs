@@ -54,7 +54,14 @@ pub(crate) const MAX_NAMES: usize = 4 * 1024;
 const MAX_ALL_NAMES: usize = 32 * 1024;
 /// Lookups a directory answers here before it is worth renewing: a renewal
 /// costs a listing (one RPC to every server in ShardFS) and a stat.
-pub(crate) const RENEW_AFTER: u32 = 16;
+const RENEW_AFTER: u32 = 16;
+
+/// Whether a directory owned by `owner` with permission bits `mode` is one
+/// whose lookups this mount may answer for `maker`: a server's answer to the
+/// maker could otherwise be a rights error, not "absent".
+pub(crate) fn maker_may_search(maker: u32, owner: u32, mode: u32) -> bool {
+    owner == maker && mode & 0o100 != 0
+}
 
 struct Fresh {
     /// When the mkdir's answer came.
@@ -99,7 +106,7 @@ impl FreshDirs {
         // server's answer could be a rights error, not "absent". A rights
         // change or rename made while the mkdir was under way may have
         // changed what a lookup below it answers.
-        if self.ttl.is_zero() || owner != maker || mode & 0o100 == 0 || epoch != self.epoch {
+        if self.ttl.is_zero() || !maker_may_search(maker, owner, mode) || epoch != self.epoch {
             return;
         }
         if self.map.len() >= MAX_DIRS {
@@ -151,7 +158,7 @@ impl FreshDirs {
     /// else forgotten. Nothing if the directory was forgotten meanwhile.
     pub(crate) fn renewed<'a>(&mut self, dir: u64, owner: u32, mode: u32, names: impl Iterator<Item = &'a str>, sent: Instant) {
         let Some(maker) = self.map.get(&dir).map(|f| f.maker) else { return };
-        if owner != maker || mode & 0o100 == 0 || self.listed_others(dir, names) {
+        if !maker_may_search(maker, owner, mode) || self.listed_others(dir, names) {
             return self.forget(dir);
         }
         if let Some(fresh) = self.map.get_mut(&dir) {

@@ -232,8 +232,8 @@ impl Core {
         // unless its owner is still who made the fresh one and may search
         // it (`rsync` makes a directory 0700, then sets its mode).
         if rights && attr.as_ref().map_or(true, |a| a.kind == FileKind::Dir) {
-            let owner = attr.as_ref().ok().filter(|a| a.mode & 0o100 != 0).map(|a| a.uid);
-            self.forget_fresh_within(&[&path], |maker| owner == Some(maker));
+            let kept = |maker| attr.as_ref().is_ok_and(|a| fresh_dirs::maker_may_search(maker, a.uid, a.mode));
+            self.forget_fresh_within(&[&path], kept);
         }
         let attr = attr?;
         if let Some(size) = set.size {

@@ -209,6 +209,14 @@ fn two_mounts_see_each_others_changes_once_the_timeouts_pass() {
     assert_eq!(fs::read(a.join("shared/g")).unwrap(), b"two, longer");
 }
 
+/// The count ending the line that starts with `prefix` in the `--timings`
+/// table at `table` (written every second), 0 before there is one.
+fn timings_count(table: &Path, prefix: &str) -> u64 {
+    let text = fs::read_to_string(table).unwrap_or_default();
+    let line = text.lines().find(|l| l.starts_with(prefix));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+}
+
 /// A directory this mount just made answers LOOKUPs of new names in it
 /// without a server (`fresh_dirs.rs`), but never hides a name made through
 /// the mount, not even one the kernel has forgotten; a name another client
@@ -234,11 +242,7 @@ fn a_directory_just_made_answers_new_names_without_hiding_ones_made_here() {
     assert_eq!(fs::read(mnt.join("d/made")).unwrap(), b"1");
     assert_eq!(errno_of(fs::symlink_metadata(mnt.join("d/never"))), libc::ENOENT);
     // Answered here: at least the creating lookups of the names above.
-    let answered = || -> u64 {
-        let text = fs::read_to_string(&table).unwrap_or_default();
-        let line = text.lines().find(|l| l.starts_with("lookups answered absent"));
-        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
-    };
+    let answered = || timings_count(&table, "lookups answered absent");
     let mut n = 0;
     for _ in 0..40 {
         n = answered();
@@ -314,12 +318,7 @@ fn a_busy_fresh_directory_is_renewed_past_its_first_timeout() {
     let mut m = up();
     let table = m.home.path().join("timings.txt");
     let mnt = m.mount("mnt", &["--entry-timeout", "2", "--attr-timeout", "2", "--timings", table.to_str().unwrap()]);
-    let read_table = || fs::read_to_string(&table).unwrap_or_default();
-    let count = |text: &str, prefix: &str| -> u64 {
-        let line = text.lines().find(|l| l.starts_with(prefix));
-        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
-    };
-    let answered = || count(&read_table(), "lookups answered absent");
+    let answered = || timings_count(&table, "lookups answered absent");
     let t0 = Instant::now();
     fs::create_dir(mnt.join("r")).unwrap();
     for i in 0..20 {
@@ -335,7 +334,7 @@ fn a_busy_fresh_directory_is_renewed_past_its_first_timeout() {
     fs::write(mnt.join("r/late"), b"").unwrap();
     let grew = (0..25).map(|_| std::thread::sleep(Duration::from_millis(100))).map(|_| answered()).find(|a| *a > before);
     assert!(grew.is_some(), "a name made past the first timeout was looked up at a server: the directory was not renewed");
-    assert!(count(&read_table(), "renewals of what it knows") >= 1);
+    assert!(timings_count(&table, "renewals of what it knows") >= 1);
     // Another client's name shows within the timeout, renewal or not.
     m.ok(&["touch", "/r/theirs"]);
     std::thread::sleep(Duration::from_millis(2100));
