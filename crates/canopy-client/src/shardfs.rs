@@ -493,7 +493,9 @@ impl ShardFs {
     }
 
     /// Lifts transaction `txn`'s fences on every server. A server that refuses the
-    /// connection is not running, and fences live in memory: it holds none.
+    /// connection is not running: when it starts, it fences what the transactions
+    /// still open lock, and a fence of one ended since is cleared by the first
+    /// operation that meets it (`under_read_locks`).
     pub(crate) async fn unfence(&self, txn: u64) -> Res<()> {
         self.unfence_on(0..self.n, txn).await
     }

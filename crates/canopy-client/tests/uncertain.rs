@@ -240,3 +240,34 @@ async fn a_directory_rename_whose_commit_points_answer_is_lost_is_rolled_forward
         assert_eq!(fresh.stat(&format!("{dst}/f{i}")).await.unwrap().kind, FileKind::File);
     }
 }
+
+/// A fence outlives a restart of its server. A mkdir's commit point does not
+/// answer (nothing applied there), so the replicas keep the new directory,
+/// fenced, and the transaction is left to recovery. Every server then restarts:
+/// a file made below the directory must not land on a replica before recovery
+/// decides, since recovery rolls the directory back (its primary never had it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_outlives_a_restart_of_its_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = prim("/a/x");
+    {
+        let cluster = InProcCluster::rocks(SERVERS, dir.path());
+        let c = coordinator(&cluster);
+        c.mkdir("/a", 0o777).await.unwrap();
+        cluster.faults().refuse_next(p, "Mkdir", Errno::ETIMEDOUT);
+        assert_eq!(c.mkdir("/a/x", 0o777).await.map(|_| ()), Err(Errno::EIO));
+        assert_eq!(cluster.lock.transactions().len(), 1, "left for recovery, not unlocked");
+        drop(c);
+        cluster.crash();
+    }
+    let cluster = InProcCluster::rocks(SERVERS, dir.path());
+    assert!(replicas(&cluster, "/a/x", p).iter().all(Option::is_some), "the replicas applied the mkdir");
+    let fresh = cluster.fresh_client();
+    let f = name_not_on("/a/x", p);
+    assert_eq!(fresh.create(&f, 0o644).await.map(|_| ()), Err(Errno::ENOENT), "a file made below a directory recovery removes");
+    settled(&cluster).await;
+    assert_eq!(fresh.stat("/a/x").await.map(|_| ()), Err(Errno::ENOENT));
+    assert!(names(&fresh, "/a").await.is_empty());
+    let files: u64 = fresh.server_stats().await.unwrap().iter().map(|s| s.files).sum();
+    assert_eq!(files, 0, "no file left behind");
+}

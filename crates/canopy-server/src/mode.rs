@@ -213,6 +213,17 @@ pub(crate) trait Mode: Send + Sync {
 
     /// Tests: a hook called at each step of a split.
     fn set_split_hook(&self, _hook: Option<crate::indexfs::SplitHook>) {}
+
+    /// Whether this mode must hear of the transactions open at the lock
+    /// service before it serves a request after a start: what it guarded for
+    /// them in memory is gone (ShardFS: fences).
+    fn needs_open_transactions(&self) -> bool {
+        false
+    }
+
+    /// The transactions open at the lock service as this server starts:
+    /// guard what their steps here may have left half done.
+    fn open_transactions(&self, _txns: &[canopy_proto::msg::TxnInfo]) {}
 }
 
 #[cfg(test)]

@@ -130,6 +130,18 @@ impl MetaServer {
         }
     }
 
+    /// Whether this server must learn the transactions open at the lock
+    /// service ([`MetaServer::open_transactions`]) before it serves: a server
+    /// that starts does so first.
+    pub fn needs_open_transactions(&self) -> bool {
+        self.mode.needs_open_transactions()
+    }
+
+    /// The transactions open at the lock service as this server starts.
+    pub fn open_transactions(&self, txns: &[canopy_proto::msg::TxnInfo]) {
+        self.mode.open_transactions(txns)
+    }
+
     /// Ends the background work and waits for it (a split in progress stops
     /// at its next step or finishes).
     pub fn stop_background(&self) {

@@ -83,6 +83,11 @@ impl InProcCluster {
         };
         let servers: Vec<Arc<MetaServer>> = stores.into_iter().enumerate().map(|(i, s)| open(i, s)).collect();
         let lock = LockService::open(lock_store).expect("open lock service");
+        // As `canopy server` does before it serves.
+        let open = lock.transactions();
+        for s in servers.iter().filter(|s| s.needs_open_transactions()) {
+            s.open_transactions(&open);
+        }
         let delegating: Vec<Arc<Delegating>> = servers.iter().map(|s| Arc::new(Delegating::new(s.clone()))).collect();
         let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));

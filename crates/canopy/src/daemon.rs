@@ -19,7 +19,10 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use canopy_proto::msg::TxnInfo;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_rpc::Target;
 
 #[derive(Args)]
 pub struct ServerArgs {
@@ -205,6 +208,9 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     // The mode's background work (IndexFS splits) reaches the other servers
     // over TCP with the cluster key.
     let key = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone(), path: cluster.path.clone() };
+    if meta.needs_open_transactions() {
+        meta.open_transactions(&open_transactions(&cluster, &key)?);
+    }
     meta.start_background(connect::transport(&cluster, &key));
     let server = Arc::new(Delegating::new(meta));
     let client = cluster_client(&cluster, &opts)?;
@@ -212,6 +218,33 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));
     let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what: format!("server {}", args.index), opts, sched: args.sched };
     serve(d, server, Some(set_client))
+}
+
+/// The transactions open at the lock service, asked before a server serves
+/// (`MetaServer::needs_open_transactions`). A lock service not up yet (the
+/// daemons start together) or down is waited for, with a line every 10 s: a
+/// ShardFS server serving without the fences it held could let a file into
+/// a directory that recovery then removes.
+fn open_transactions(cluster: &ClusterFile, key: &keyfile::Loaded) -> Result<Vec<TxnInfo>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let lockd = connect::transport(cluster, key);
+    let mut said: Option<Instant> = None;
+    loop {
+        match rt.block_on(lockd.call(Target::Lockd, &Creds::root(), Request::ListTxns)) {
+            Ok(Reply::Txns(txns)) => return Ok(txns),
+            Ok(other) => return Err(format!("the lock service at {} answered a list of transactions with {other:?}", cluster.lockd)),
+            Err(e @ (Errno::EACCES | Errno::EPERM)) => {
+                return Err(format!("the lock service at {} refused this server's key: {e}", cluster.lockd));
+            }
+            Err(e) => {
+                if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    eprintln!("canopy: waiting for the lock service at {} to learn its open transactions: {e}", cluster.lockd);
+                    said = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {

@@ -161,6 +161,45 @@ fn acknowledged_create_survives_sigkill() {
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
 
+/// A ShardFS server restarted while a directory transaction is open fences
+/// what that transaction write-locks before it serves. Here a coordinator
+/// took the lock for `mkdir /a/x`, applied it on one replica (fenced) and
+/// died before its commit point heard of it; the replica is then killed and
+/// restarted. A file made below `/a/x` there must wait for recovery, which
+/// rolls the directory back (its primary never had it): before the restart
+/// learnt the open transactions, the file landed in a directory that then
+/// vanished.
+#[test]
+fn a_restarted_server_fences_what_open_transactions_lock() {
+    use canopy_proto::msg::{dir_id_of_txn, Intent, LockMode};
+    use canopy_proto::{Creds, Reply, Request};
+    use canopy_rpc::conn::Connection;
+    let c = up(4);
+    c.ok(&["mkdir", "/a"]);
+    let primary = |p: &str| placement::primary(&NsPath::parse(p).unwrap(), 4);
+    let replica = (0..4).find(|i| *i != primary("/a/x")).unwrap();
+    let file = (0..).map(|i| format!("/a/x/f{i}")).find(|f| primary(f) == replica).unwrap();
+    let cluster = canopy_client::cluster::ClusterFile::load(&c.dir().join("cluster.json")).unwrap();
+    let me = canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&cluster.path)).unwrap().client_auth();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let t = std::time::Duration::from_secs(5);
+    rt.block_on(async {
+        let lockd = Connection::connect(&cluster.lockd, &me, t).await.unwrap();
+        let lock = Request::Lock { locks: vec![("/a/x".into(), LockMode::Write)], intent: Intent::Mkdir { path: "/a/x".into() }, lease_ms: 2000, wait_ms: 0 };
+        let Ok(Reply::Locked { txn, .. }) = lockd.call(&Creds::root(), &lock, t).await else { panic!("no lock") };
+        let server = Connection::connect(&cluster.servers[replica as usize], &me, t).await.unwrap();
+        let mkdir = Request::Mkdir { path: "/a/x".into(), mode: 0o755, id: dir_id_of_txn(txn).unwrap(), fence: Some(txn) };
+        let made = server.call(&Creds::root(), &mkdir, t).await;
+        assert!(matches!(made, Ok(Reply::Dir(_))), "a replica answers its lookup state: {made:?}");
+    });
+    kill_server(&c, replica);
+    assert!(c.ok(&["up"]).contains("(1 started)"));
+    c.fails(&["touch", &file], &format!("canopy: cannot touch '{file}': No such file or directory"));
+    c.fails(&["stat", "/a/x"], "canopy: cannot stat '/a/x': No such file or directory");
+    assert_eq!(c.ok(&["ls", "/a"]), "");
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+}
+
 /// A Giraffa server restarted on its own serves creates and mkdirs as
 /// before: directory proofs cross servers (the directory's row on one, its
 /// entries on another), so their expiry must be on a clock the servers share,

@@ -4,8 +4,9 @@
 //! clients retry) so no change lands on a row after it was copied and before
 //! the old one is deleted. A freeze lapses after [`FREEZE_MS`] so a dead
 //! coordinator cannot hold rows forever (its recovery redoes the copy). In
-//! memory, like ShardFS's fences: a server restarted mid-rename serves those
-//! rows unfrozen until the rename ends.
+//! memory only: a server restarted mid-rename serves those rows unfrozen
+//! until the rename ends (ShardFS's fences are put back at start from the
+//! open transactions' locks; a freeze names directory ids no lock shows).
 //!
 //! Pure bookkeeping: times are passed in (ms on the server's clock).
 

@@ -1,8 +1,9 @@
 //! Fences: subtrees a non-monotonic transaction (rmdir, a removing chmod, a
 //! directory rename) has fenced off while it runs, so a single-RPC operation
 //! below one answers `EAGAIN` and the client retries it under locks, which waits
-//! for the transaction to end. In memory only: the lock service's record outlives
-//! a restart and its recovery ends the transaction.
+//! for the transaction to end. In memory: a server that starts fences every
+//! path the transactions open at the lock service write-lock before it serves
+//! (`Mode::open_transactions`), so a restart loses none that may matter.
 //!
 //! A fence, once up, also waits for the operations admitted before it to end:
 //! when it answers, nothing below it is being changed (a check that follows,

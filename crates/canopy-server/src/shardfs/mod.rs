@@ -22,7 +22,7 @@ use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::{Admission, Located, Mode, Target};
 use canopy_posix::perm::Owner;
-use canopy_proto::msg::{DirLookup, FsckReport};
+use canopy_proto::msg::{DirLookup, FsckReport, LockMode, TxnInfo};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
@@ -194,6 +194,24 @@ impl Mode for ShardFs {
 
     fn counters(&self) -> Vec<(String, u64)> {
         Vec::new()
+    }
+
+    fn needs_open_transactions(&self) -> bool {
+        true
+    }
+
+    /// Fences every path an open transaction write-locks: a restart lost the
+    /// fences its steps put up here (a mkdir's replica may hold a directory
+    /// the transaction yet rolls back; a rename's check found nothing below a
+    /// name that must stay so). The first operation to meet one waits for its
+    /// transaction under read locks and clears it (`Request::ClearFences`).
+    fn open_transactions(&self, txns: &[TxnInfo]) {
+        for t in txns {
+            let paths: Vec<String> = t.locks.iter().filter(|(_, m)| *m == LockMode::Write).map(|(p, _)| p.clone()).collect();
+            if let Err(e) = self.fences.fence(t.txn, &paths) {
+                eprintln!("canopy-server: transaction {} locks a path that is no path ({e}): not fenced", t.txn);
+            }
+        }
     }
 
     fn dirs(&self) -> u64 {
