@@ -6,6 +6,7 @@
 use crate::core::{unexpected, ClientCore};
 use crate::fsck::{self, FsckSummary};
 use crate::namespace::Res;
+use crate::txn::outcome_unknown;
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{FsckReport, ServerStats};
@@ -17,6 +18,51 @@ impl ClientCore {
         match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
             Reply::Attr(a) => Ok(a),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// A hard link's steps, in every mode. `shared` is the source's answer
+    /// to `LinkShare`: its inode made shared (or found so), the new name
+    /// counted (or to be counted on its home, `Redirect`). `between` then runs
+    /// (a transaction's lease check: a coordinator held up past its lease
+    /// stops before the name appears, taking back the count it certainly
+    /// added for no name). Then `insert(ino, home)` adds the name. An insert that
+    /// failed takes the count back only if it certainly did not apply: with
+    /// its outcome unknown the count stays, since one too low would free the
+    /// inode while a name still refers to it, and the link answers `EIO`.
+    pub(crate) async fn link_steps<I>(
+        &self,
+        shared: Reply,
+        between: impl std::future::Future<Output = Res<()>>,
+        insert: impl FnOnce(u64, u32) -> I,
+    ) -> Res<Attr>
+    where
+        I: std::future::Future<Output = Res<()>>,
+    {
+        let (ino, home) = match shared {
+            Reply::Shared { ino, home } => (ino, home),
+            Reply::Redirect { ino, home } => {
+                self.link_delta(ino, home, 1).await?;
+                (ino, home)
+            }
+            other => return Err(unexpected(other)),
+        };
+        if let Err(e) = between.await {
+            if let Err(undo) = self.link_delta(ino, home, -1).await {
+                eprintln!("canopy-client: inode {ino:#x} keeps a count for a link never made ({undo}); fsck reports it");
+            }
+            return Err(e);
+        }
+        match insert(ino, home).await {
+            Ok(()) => self.inode_stat(ino, home).await,
+            Err(e) if outcome_unknown(&e) => {
+                eprintln!("canopy-client: a link to inode {ino:#x} may or may not have been made ({e}); its count is left as if it was");
+                Err(Errno::EIO)
+            }
+            Err(e) => {
+                self.link_delta(ino, home, -1).await?;
+                Err(e)
+            }
         }
     }
 

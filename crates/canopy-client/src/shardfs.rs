@@ -711,21 +711,14 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
-        let (ino, home) = match self.rpc(self.primary(src), c, Request::LinkShare { at: src.to_string().into() }).await? {
-            Reply::Shared { ino, home } => (ino, home),
-            Reply::Redirect { ino, home } => {
-                self.link_delta(ino, home, 1).await?;
-                (ino, home)
-            }
-            other => return Err(unexpected(other)),
+    /// A hard link as transaction `txn` (`ClientCore::link_steps`).
+    async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Attr> {
+        let shared = self.rpc(self.primary(src), c, Request::LinkShare { at: src.to_string().into() }).await?;
+        let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
+        let insert = |ino, home| async move {
+            self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop)
         };
-        let r = self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await;
-        if let Err(e) = r {
-            self.link_delta(ino, home, -1).await?;
-            return Err(e);
-        }
-        self.inode_stat(ino, home).await
+        self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
@@ -920,7 +913,7 @@ impl Namespace for ShardFs {
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, |_| self.do_link(c, &s, &d)).await;
+            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, |txn| self.do_link(c, &s, &d, txn)).await;
             let attr = self.settle_two(c, &s, &d, r).await?;
             self.touch_parents(c, &[&d]).await;
             Ok(attr)

@@ -129,3 +129,32 @@ async fn shardfs_a_held_file_rename_keeps_its_fences_for_recovery() {
     assert!(other.stat(&dst).await.is_ok());
     assert!(c.fsck().await.unwrap().is_clean());
 }
+
+/// A link held after its source was shared and the new name counted: another
+/// client renames the source (recovering the held transaction first); the
+/// held link, resumed, makes no name and takes its count back.
+async fn a_held_link_makes_no_name_once_recovered(mode: &'static str) {
+    let cluster = InProcCluster::memory_mode(mode, SERVERS);
+    let c = cluster.client();
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.create("/d/f", 0o644).await.unwrap();
+    let other = cluster.fresh_client();
+    let slow = |held: Client| tokio::spawn(async move { held.link("/d/f", "/d/g").await.map(drop) });
+    let meanwhile = async { other.rename("/d/f", "/d/h").await.expect("renamed after recovering the held link") };
+    let at = Step::PrimaryDone(Intent::Link { src: "/d/f".into(), dst: "/d/g".into() });
+    let got = held_past_its_lease(&cluster, at, slow, meanwhile).await;
+    assert_eq!(got, Err(Errno::EIO), "{mode}: the held link went on");
+    assert_eq!(c.stat("/d/g").await.map(drop), Err(Errno::ENOENT), "{mode}: a name made after its transaction was recovered");
+    assert_eq!(c.stat("/d/h").await.unwrap().nlink, 1, "{mode}");
+    assert!(c.fsck().await.unwrap().is_clean(), "{mode}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardfs_a_held_link_makes_no_name_once_recovered() {
+    a_held_link_makes_no_name_once_recovered("shardfs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexfs_a_held_link_makes_no_name_once_recovered() {
+    a_held_link_makes_no_name_once_recovered("indexfs").await;
+}

@@ -271,3 +271,46 @@ async fn a_fence_outlives_a_restart_of_its_server() {
     let files: u64 = fresh.server_stats().await.unwrap().iter().map(|s| s.files).sum();
     assert_eq!(files, 0, "no file left behind");
 }
+
+/// A link whose name was inserted but whose answer was lost: the coordinator
+/// cannot know whether the name exists, so it answers `EIO` and leaves the
+/// count as if it does. Taking it back (as it once did) left the inode
+/// counting one name too few, freed when the other name went while this
+/// one still referred to it. Every server is tried as the one that dies.
+async fn a_link_whose_insert_answer_is_lost_keeps_its_count(mode: &'static str) {
+    for server in 0..SERVERS {
+        let cluster = InProcCluster::memory_mode(mode, SERVERS);
+        let c = coordinator(&cluster);
+        c.mkdir("/d", 0o755).await.unwrap();
+        c.create("/d/f", 0o644).await.unwrap();
+        // Giraffa sends the insert with the parent's proof, inside `GfVouched`.
+        cluster.faults().die_after(server, if mode == "giraffa" { "GfVouched" } else { "LinkInsert" });
+        match c.link("/d/f", "/d/g").await {
+            Ok(_) => continue,
+            Err(e) => assert_eq!(e, Errno::EIO, "{mode}"),
+        }
+        revive_and_sweep(&cluster, server).await;
+        let fresh = cluster.fresh_client();
+        assert_eq!(fresh.stat("/d/g").await.unwrap().nlink, 2, "{mode}: the name made is counted");
+        fresh.unlink("/d/f").await.unwrap();
+        assert_eq!(fresh.stat("/d/g").await.unwrap().nlink, 1, "{mode}: the inode outlives the other name");
+        settled(&cluster).await;
+        return;
+    }
+    panic!("{mode}: no server took the insert");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardfs_a_link_whose_insert_answer_is_lost_keeps_its_count() {
+    a_link_whose_insert_answer_is_lost_keeps_its_count("shardfs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexfs_a_link_whose_insert_answer_is_lost_keeps_its_count() {
+    a_link_whose_insert_answer_is_lost_keeps_its_count("indexfs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn giraffa_a_link_whose_insert_answer_is_lost_keeps_its_count() {
+    a_link_whose_insert_answer_is_lost_keeps_its_count("giraffa").await;
+}

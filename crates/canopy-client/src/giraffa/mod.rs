@@ -272,21 +272,15 @@ impl Giraffa {
         }
     }
 
+    /// (`ClientCore::link_steps`; Giraffa's link takes no locks.)
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
-        let (ino, home) = match self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into() }).await? {
-            Reply::Shared { ino, home } => (ino, home),
-            Reply::Redirect { ino, home } => {
-                self.link_delta(ino, home, 1).await?;
-                (ino, home)
-            }
-            other => return Err(unexpected(other)),
+        let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into() }).await?;
+        let insert = |ino, home| async move {
+            self.in_parent(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop)
         };
-        if let Err(e) = self.in_parent(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await {
-            self.link_delta(ino, home, -1).await?;
-            return Err(e);
-        }
+        let attr = self.link_steps(shared, async { Ok(()) }, insert).await?;
         self.touch_parent(c, dst).await;
-        self.inode_stat(ino, home).await
+        Ok(attr)
     }
 
     async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {

@@ -345,12 +345,9 @@ impl IndexFs {
         self.core.lock_with(locks, intent, &recover).await
     }
 
-    async fn locked<T>(&self, locks: Vec<(String, LockMode)>, intent: Intent, body: impl std::future::Future<Output = Res<T>>) -> Res<T> {
-        self.locked_as(locks, intent, |_| body).await
-    }
-
-    /// As [`Self::locked`], for a body that needs its transaction (to amend
-    /// its intent).
+    /// Runs `body` under a transaction holding `locks` for `intent` (it
+    /// gets the transaction, for its steps and to amend its intent), then
+    /// unlocks it or leaves it to recovery.
     async fn locked_as<T, F>(&self, locks: Vec<(String, LockMode)>, intent: Intent, body: impl FnOnce(Txn) -> F) -> Res<T>
     where
         F: std::future::Future<Output = Res<T>>,
@@ -646,26 +643,18 @@ impl IndexFs {
     /// The source is shared first, so its errors (a directory: `EPERM`) come
     /// before the destination's, as on Linux; a destination that then fails
     /// takes the extra link back.
-    async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath) -> Res<Attr> {
+    /// (`ClientCore::link_steps`, as transaction `txn`.)
+    async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Res<Attr> {
         let sp = self.place(c, s).await?;
-        let (ino, home) = match self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at }).await? {
-            Reply::Shared { ino, home } => (ino, home),
-            Reply::Redirect { ino, home } => {
-                self.link_delta(ino, home, 1).await?;
-                (ino, home)
+        let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at }).await?;
+        let intent = || Intent::Link { src: s.to_string(), dst: d.to_string() };
+        let insert = |ino, home| async move {
+            match self.place(c, d).await? {
+                Place { parent: None, .. } => Err(Errno::EEXIST),
+                dp => self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(drop),
             }
-            other => return Err(unexpected(other)),
         };
-        let inserted = match self.place(c, d).await {
-            Ok(Place { parent: None, .. }) => Err(Errno::EEXIST),
-            Ok(dp) => self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(|_| ()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = inserted {
-            self.link_delta(ino, home, -1).await?;
-            return Err(e);
-        }
-        self.inode_stat(ino, home).await
+        self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
@@ -969,7 +958,7 @@ impl Namespace for IndexFs {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
-            let attr = self.optimistic(&s, || self.locked(path_locks(&[&s, &d]), intent.clone(), self.do_link(c, &s, &d))).await?;
+            let attr = self.optimistic(&s, || self.locked_as(path_locks(&[&s, &d]), intent.clone(), |txn| self.do_link(c, &s, &d, txn))).await?;
             self.touch_parent(c, &d).await;
             Ok(attr)
         })
