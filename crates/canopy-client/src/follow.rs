@@ -26,7 +26,9 @@ impl ClientCore {
     /// counted (or to be counted on its home, `Redirect`). `between` then runs
     /// (a transaction's lease check: a coordinator held up past its lease
     /// stops before the name appears, taking back the count it certainly
-    /// added for no name). Then `insert(ino, home)` adds the name. An insert that
+    /// added for no name). Then `insert(ino, home)` adds the name; it answers
+    /// `Err` for a failure before the insert was sent (finding the
+    /// destination: certain), else the insert's own answer. An insert that
     /// failed takes the count back only if it certainly did not apply: with
     /// its outcome unknown the count stays, since one too low would free the
     /// inode while a name still refers to it, and the link answers `EIO`.
@@ -37,7 +39,7 @@ impl ClientCore {
         insert: impl FnOnce(u64, u32) -> I,
     ) -> Res<Attr>
     where
-        I: std::future::Future<Output = Res<()>>,
+        I: std::future::Future<Output = Res<Res<()>>>,
     {
         let (ino, home) = match shared {
             Reply::Shared { ino, home } => (ino, home),
@@ -54,12 +56,12 @@ impl ClientCore {
             return Err(e);
         }
         match insert(ino, home).await {
-            Ok(()) => self.inode_stat(ino, home).await,
-            Err(e) if outcome_unknown(&e) => {
+            Ok(Ok(())) => self.inode_stat(ino, home).await,
+            Ok(Err(e)) if outcome_unknown(&e) => {
                 eprintln!("canopy-client: a link to inode {ino:#x} may or may not have been made ({e}); its count is left as if it was");
                 Err(Errno::EIO)
             }
-            Err(e) => {
+            Ok(Err(e)) | Err(e) => {
                 self.link_delta(ino, home, -1).await?;
                 Err(e)
             }

@@ -155,7 +155,7 @@ mod tests {
     fn detects_divergence_bad_nlink_and_leftover_txns() {
         let mut b = report(1, 8);
         b.inodes = vec![(9, 2)];
-        let txn = TxnInfo { txn: 4, intent: Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
+        let txn = TxnInfo { txn: 4, origin: 4, intent: Intent::Mkdir { path: "/x".into() }, locks: vec![], expires_in_ms: -1 };
         let s = summarise(&[report(0, 7), b], &[txn], DirLayout::Replicated);
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
     }
@@ -187,7 +187,7 @@ mod tests {
             ]
         );
         // While a transaction is in flight, they are notes.
-        let rename = TxnInfo { txn: 4, intent: Intent::Rename { src: "/x".into(), dst: "/y".into() }, locks: vec![], expires_in_ms: 900 };
+        let rename = TxnInfo { txn: 4, origin: 4, intent: Intent::Rename { src: "/x".into(), dst: "/y".into() }, locks: vec![], expires_in_ms: 900 };
         let s = summarise(&[a, b], &[rename], DirLayout::Partitioned);
         assert!(s.is_clean(), "{:?}", s.problems);
         assert!(s.in_flight.contains(&"directory 0x6 (home on server 0) has 2 names (a transaction is in flight)".to_string()), "{:?}", s.in_flight);
@@ -195,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_live_transaction_is_in_flight_not_a_problem() {
-        let txn = TxnInfo { txn: 4, intent: Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
+        let txn = TxnInfo { txn: 4, origin: 4, intent: Intent::Rmdir { path: "/x".into() }, locks: vec![], expires_in_ms: 2500 };
         let s = summarise(&[report(0, 7)], &[txn], DirLayout::Replicated);
         assert!(s.is_clean(), "{:?}", s.problems);
         assert_eq!(s.in_flight, vec!["transaction 4 in flight: rmdir /x; recovered after 2.5 s if its client is gone"]);

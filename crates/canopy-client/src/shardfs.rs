@@ -716,7 +716,7 @@ impl ShardFs {
         let shared = self.rpc(self.primary(src), c, Request::LinkShare { at: src.to_string().into() }).await?;
         let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let insert = |ino, home| async move {
-            self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop)
+            Ok(self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop))
         };
         self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }

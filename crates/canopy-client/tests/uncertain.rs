@@ -314,3 +314,26 @@ async fn indexfs_a_link_whose_insert_answer_is_lost_keeps_its_count() {
 async fn giraffa_a_link_whose_insert_answer_is_lost_keeps_its_count() {
     a_link_whose_insert_answer_is_lost_keeps_its_count("giraffa").await;
 }
+
+/// A link whose insert was never sent (Giraffa: fetching the proof of the
+/// destination's directory timed out) takes its count back: nothing can
+/// have been made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_insert_was_never_sent_takes_its_count_back() {
+    for server in 0..SERVERS {
+        let cluster = InProcCluster::memory_mode("giraffa", SERVERS);
+        let c = cluster.client();
+        c.mkdir("/d", 0o755).await.unwrap();
+        c.create("/d/f", 0o644).await.unwrap();
+        cluster.faults().refuse_next(server, "GfProof", Errno::ETIMEDOUT);
+        match c.link("/d/f", "/d/g").await {
+            Ok(_) => continue,
+            Err(e) => assert_eq!(e, Errno::ETIMEDOUT),
+        }
+        assert_eq!(c.stat("/d/g").await.map(drop), Err(Errno::ENOENT));
+        assert_eq!(c.stat("/d/f").await.unwrap().nlink, 1);
+        settled(&cluster).await;
+        return;
+    }
+    panic!("no server was asked for the proof");
+}

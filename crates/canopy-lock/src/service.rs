@@ -319,6 +319,7 @@ impl LockService {
             .held()
             .map(|(txn, h)| TxnInfo {
                 txn,
+                origin: st.meta.get(&txn).map_or(txn, |m| m.origin),
                 intent: st.meta.get(&txn).map(|m| m.intent.clone()).unwrap_or(Intent::Retry { path: "/".into() }),
                 locks: h.locks.clone(),
                 expires_in_ms: h.expires_at as i64 - now,

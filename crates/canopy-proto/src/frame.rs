@@ -31,7 +31,8 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 5: a directory rename's steps (`msg::RenameDirStep`): its check fences,
 /// its apply may carry the directory's times and lift the fences.
 /// Version 6: a request with id 0 is one-way ([`ONE_WAY`]).
-pub const VERSION: u16 = 6;
+/// Version 7: a listed transaction names its original id (`msg::TxnInfo::origin`).
+pub const VERSION: u16 = 7;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

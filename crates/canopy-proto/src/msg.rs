@@ -231,6 +231,9 @@ impl std::fmt::Display for Intent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnInfo {
     pub txn: u64,
+    /// The id it was first granted under (its fences carry it); `txn` differs
+    /// once a recoverer took it over.
+    pub origin: u64,
     pub intent: Intent,
     pub locks: Vec<(String, LockMode)>,
     pub expires_in_ms: i64,

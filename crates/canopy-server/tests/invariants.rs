@@ -59,6 +59,39 @@ fn a_replicas_mkdir_fences_the_new_directory_until_unfenced() {
     }
 }
 
+/// A server that starts fences what the open transactions of the kinds that
+/// fence may have fenced before it stopped, under the id their fences carry
+/// (the original, though a recoverer holds the transaction under another),
+/// and nothing for kinds that never fence (their own steps would meet it).
+#[test]
+fn a_starting_server_fences_what_open_transactions_may_have_fenced() {
+    use canopy_proto::msg::{Intent, LockMode, TxnInfo};
+    let s = server();
+    let root = Creds::root();
+    let open = |txn, origin, intent: Intent| {
+        let locks = intent.paths().into_iter().map(|p| (p.to_string(), LockMode::Write)).collect();
+        TxnInfo { txn, origin, intent, locks, expires_in_ms: 1000 }
+    };
+    assert!(s.needs_open_transactions());
+    s.open_transactions(&[
+        open(9, 5, Intent::Mkdir { path: "/m".into() }),
+        open(10, 10, Intent::Rename { src: "/r".into(), dst: "/s".into() }),
+        open(11, 11, Intent::Link { src: "/l".into(), dst: "/k".into() }),
+        open(12, 12, Intent::Rmdir { path: "/x".into() }),
+    ]);
+    let stat = |p: &str| s.handle(&root, Request::Stat { at: p.into() });
+    for p in ["/m/f", "/r", "/s/f"] {
+        assert_eq!(stat(p), Err(Errno::EAGAIN), "{p}");
+    }
+    for p in ["/l", "/k", "/x/f"] {
+        assert!(matches!(stat(p), Err(Errno::ENOENT | Errno::EREMOTE)), "{p}: fenced for a kind that never fences");
+    }
+    assert_eq!(s.handle(&root, Request::Unfence { txn: 9 }), Ok(Reply::Unit), "the recoverer's id");
+    assert_eq!(stat("/m/f"), Err(Errno::EAGAIN), "lifted by an id its fence never carried");
+    s.handle(&root, Request::Unfence { txn: 5 }).unwrap();
+    assert!(matches!(stat("/m/f"), Err(Errno::ENOENT | Errno::EREMOTE)));
+}
+
 /// A data directory of another key layout is refused with a message naming both.
 #[test]
 fn a_store_of_another_layout_is_refused() {

@@ -236,6 +236,10 @@ fn open_transactions(cluster: &ClusterFile, key: &keyfile::Loaded) -> Result<Vec
             Err(e @ (Errno::EACCES | Errno::EPERM)) => {
                 return Err(format!("the lock service at {} refused this server's key: {e}", cluster.lockd));
             }
+            // Another protocol version, or no lock service at that address.
+            Err(e @ (Errno::EPROTO | Errno::ENOSYS)) => {
+                return Err(format!("{} is not a lock service this server can use: {e}", cluster.lockd));
+            }
             Err(e) => {
                 if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     eprintln!("canopy: waiting for the lock service at {} to learn its open transactions: {e}", cluster.lockd);

@@ -488,17 +488,21 @@ fn rss(pid: u32) -> u64 {
     kb.trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap() * 1024
 }
 
-/// A real `canopy server` process, so that its memory is its own to measure.
+/// A real `canopy server` process, so that its memory is its own to measure,
+/// with the lock service it asks for open transactions before it serves.
 struct ServerProcess {
     child: std::process::Child,
+    lockd: std::process::Child,
     addr: String,
     _dir: tempfile::TempDir,
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for c in [&mut self.child, &mut self.lockd] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -512,15 +516,20 @@ async fn server_process(max_conns: usize) -> ServerProcess {
     let cluster = dir.path().join("cluster.json");
     std::fs::write(&cluster, format!(r#"{{"mode": "shardfs", "servers": ["{addr}"], "lockd": "{lockd}"}}"#)).unwrap();
     canopy_client::keyfile::save(&dir.path().join("cluster.key"), &Identity::Cluster, &cluster_key()).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_canopy"))
-        .args(["server", "--index", "0", "--max-conns", &max_conns.to_string(), "--data"])
-        .arg(dir.path().join("s0"))
-        .arg("--cluster")
-        .arg(&cluster)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = ServerProcess { child, addr, _dir: dir };
+    let daemon = |args: &[&str], data: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canopy"))
+            .args(args)
+            .arg("--data")
+            .arg(dir.path().join(data))
+            .arg("--cluster")
+            .arg(&cluster)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let lockd = daemon(&["lockd"], "lockd");
+    let child = daemon(&["server", "--index", "0", "--max-conns", &max_conns.to_string()], "s0");
+    let p = ServerProcess { child, lockd, addr, _dir: dir };
     let start = std::time::Instant::now();
     while Connection::connect(&p.addr, &admin(), T).await.is_err() {
         assert!(start.elapsed() < Duration::from_secs(20), "the server did not come up");

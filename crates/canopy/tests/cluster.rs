@@ -183,17 +183,27 @@ fn a_restarted_server_fences_what_open_transactions_lock() {
     let me = canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&cluster.path)).unwrap().client_auth();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let t = std::time::Duration::from_secs(5);
+    // Long enough that the sweep cannot recover it before the restarted
+    // replica is asked below.
+    let lease_ms = 8000;
     rt.block_on(async {
         let lockd = Connection::connect(&cluster.lockd, &me, t).await.unwrap();
-        let lock = Request::Lock { locks: vec![("/a/x".into(), LockMode::Write)], intent: Intent::Mkdir { path: "/a/x".into() }, lease_ms: 2000, wait_ms: 0 };
+        let lock = Request::Lock { locks: vec![("/a/x".into(), LockMode::Write)], intent: Intent::Mkdir { path: "/a/x".into() }, lease_ms, wait_ms: 0 };
         let Ok(Reply::Locked { txn, .. }) = lockd.call(&Creds::root(), &lock, t).await else { panic!("no lock") };
         let server = Connection::connect(&cluster.servers[replica as usize], &me, t).await.unwrap();
         let mkdir = Request::Mkdir { path: "/a/x".into(), mode: 0o755, id: dir_id_of_txn(txn).unwrap(), fence: Some(txn) };
         let made = server.call(&Creds::root(), &mkdir, t).await;
         assert!(matches!(made, Ok(Reply::Dir(_))), "a replica answers its lookup state: {made:?}");
     });
+    let started = std::time::Instant::now();
     kill_server(&c, replica);
     assert!(c.ok(&["up"]).contains("(1 started)"));
+    rt.block_on(async {
+        let server = Connection::connect(&cluster.servers[replica as usize], &me, t).await.unwrap();
+        let below = server.call(&Creds::root(), &Request::Stat { at: file.as_str().into() }, t).await;
+        assert!(started.elapsed() < std::time::Duration::from_millis(lease_ms as u64), "too slow to see the fence");
+        assert_eq!(below, Err(canopy_proto::Errno::EAGAIN), "the restarted replica fences /a/x");
+    });
     c.fails(&["touch", &file], &format!("canopy: cannot touch '{file}': No such file or directory"));
     c.fails(&["stat", "/a/x"], "canopy: cannot stat '/a/x': No such file or directory");
     assert_eq!(c.ok(&["ls", "/a"]), "");

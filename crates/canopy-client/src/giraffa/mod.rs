@@ -34,6 +34,7 @@ use canopy_rpc::Transport;
 
 mod rename;
 use futures::future::BoxFuture;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,6 +118,12 @@ impl Giraffa {
     /// `req` about entries of `dirs` (the parents it touches), sent to `server`
     /// with a fresh proof of each.
     async fn vouched(&self, c: &Creds, dirs: &[&NsPath], server: u32, req: &Request) -> Res<Reply> {
+        self.vouched_noting(c, dirs, server, req, &AtomicBool::new(false)).await
+    }
+
+    /// `vouched`, setting `sent` once the request goes out: a failure before
+    /// that (fetching a proof) certainly changed nothing.
+    async fn vouched_noting(&self, c: &Creds, dirs: &[&NsPath], server: u32, req: &Request, sent: &AtomicBool) -> Res<Reply> {
         let inner = postcard::to_stdvec(req).map_err(|_| Errno::EINVAL)?;
         let adds = giraffa::adds_entry(req);
         self.retrying(|| async {
@@ -124,6 +131,7 @@ impl Giraffa {
             for d in dirs {
                 proofs.push(self.proof(c, d, adds).await?);
             }
+            sent.store(true, Ordering::Release);
             self.rpc(server, c, Request::GfVouched { proofs, inner: inner.clone() }).await
         })
         .await
@@ -276,7 +284,13 @@ impl Giraffa {
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
         let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into() }).await?;
         let insert = |ino, home| async move {
-            self.in_parent(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop)
+            let (parent, _) = dst.split().ok_or(Errno::EEXIST)?;
+            let sent = AtomicBool::new(false);
+            let req = Request::LinkInsert { at: dst.to_string().into(), ino, home };
+            match self.vouched_noting(c, &[&parent], self.row_server(dst), &req, &sent).await {
+                Err(e) if !sent.load(Ordering::Acquire) => Err(e),
+                r => Ok(r.map(drop)),
+            }
         };
         let attr = self.link_steps(shared, async { Ok(()) }, insert).await?;
         self.touch_parent(c, dst).await;

@@ -651,7 +651,7 @@ impl IndexFs {
         let insert = |ino, home| async move {
             match self.place(c, d).await? {
                 Place { parent: None, .. } => Err(Errno::EEXIST),
-                dp => self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(drop),
+                dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(drop)),
             }
         };
         self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await

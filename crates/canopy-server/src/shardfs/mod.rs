@@ -22,7 +22,7 @@ use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::{Admission, Located, Mode, Target};
 use canopy_posix::perm::Owner;
-use canopy_proto::msg::{DirLookup, FsckReport, LockMode, TxnInfo};
+use canopy_proto::msg::{DirLookup, FsckReport, Intent, TxnInfo};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
@@ -200,16 +200,17 @@ impl Mode for ShardFs {
         true
     }
 
-    /// Fences every path an open transaction write-locks: a restart lost the
-    /// fences its steps put up here (a mkdir's replica may hold a directory
-    /// the transaction yet rolls back; a rename's check found nothing below a
-    /// name that must stay so). The first operation to meet one waits for its
-    /// transaction under read locks and clears it (`Request::ClearFences`).
+    /// Fences again what an open transaction of a kind that fences may have
+    /// fenced here before a restart lost it (a mkdir's replica may hold a
+    /// directory the transaction yet rolls back; a rename's check found
+    /// nothing below a name that must stay so): its intent's paths, under its
+    /// original id, which its coordinator and recovery lift. Kinds that never
+    /// fence (rmdir, link) are left alone: their own steps would meet it.
     fn open_transactions(&self, txns: &[TxnInfo]) {
-        for t in txns {
-            let paths: Vec<String> = t.locks.iter().filter(|(_, m)| *m == LockMode::Write).map(|(p, _)| p.clone()).collect();
-            if let Err(e) = self.fences.fence(t.txn, &paths) {
-                eprintln!("canopy-server: transaction {} locks a path that is no path ({e}): not fenced", t.txn);
+        for t in txns.iter().filter(|t| fences_its_paths(&t.intent)) {
+            let paths: Vec<String> = t.intent.paths().into_iter().map(str::to_string).collect();
+            if let Err(e) = self.fences.fence(t.origin, &paths) {
+                eprintln!("canopy-server: transaction {} names a path that is no path ({e}): not fenced", t.txn);
             }
         }
     }
@@ -245,6 +246,14 @@ impl Mode for ShardFs {
 /// A file entry as ShardFS keys it (parent ‖ name), decoded.
 pub(crate) fn decode_entry(k: &[u8], v: &[u8]) -> Option<((u64, String), canopy_proto::msg::Record)> {
     keys::split_entry_key(k).zip(keys::decode(v))
+}
+
+/// Whether a transaction of this kind fences its intent's paths on some
+/// server while it runs: a mkdir (on the replicas), a directory mode or owner
+/// change that removes rights, a rename (of a directory everywhere, of a file
+/// on its two primaries).
+fn fences_its_paths(intent: &Intent) -> bool {
+    matches!(intent, Intent::Mkdir { .. } | Intent::DirSetAttr { .. } | Intent::Rename { .. } | Intent::RenameOver { .. })
 }
 
 /// Loads the replicated directory table, parents before children; creates the
