@@ -109,6 +109,21 @@ impl ShardFs {
         r
     }
 
+    /// `req` about `path` to its primary, from a transaction that holds the
+    /// write lock of `path` and has fenced nothing yet. A fence over `path`
+    /// is then stale (an unfence lost with its connection), or one a restarted
+    /// server put back for this very transaction: it is lifted and `req` sent
+    /// again, as `under_read_locks` does.
+    async fn under_own_locks(&self, c: &Creds, path: &NsPath, req: Request) -> Res<Reply> {
+        match self.rpc(self.primary(path), c, req.clone()).await {
+            Err(Errno::EAGAIN) => {
+                self.clear_fences(path).await;
+                self.rpc(self.primary(path), c, req).await
+            }
+            r => r,
+        }
+    }
+
     /// Lifts the stale fences covering `path` on every server (see `under_read_locks`).
     async fn clear_fences(&self, path: &NsPath) {
         let clear = |_| Request::ClearFences { path: path.to_string() };
@@ -653,7 +668,7 @@ impl ShardFs {
         if !seen_dir {
             // The transaction holds this path's locks: no optimistic retry here (it would
             // wait for its own locks); an EREMOTE is settled after unlocking.
-            let reply = self.rpc(self.primary(src), c, Request::Stat { at: src.to_string().into() }).await?;
+            let reply = self.under_own_locks(c, src, Request::Stat { at: src.to_string().into() }).await?;
             if self.attr_or_follow(reply).await?.kind != FileKind::Dir {
                 return self.rename_file(c, src, dst, txn).await;
             }
@@ -713,10 +728,10 @@ impl ShardFs {
 
     /// A hard link as transaction `txn` (`ClientCore::link_steps`).
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Attr> {
-        let shared = self.rpc(self.primary(src), c, Request::LinkShare { at: src.to_string().into() }).await?;
+        let shared = self.under_own_locks(c, src, Request::LinkShare { at: src.to_string().into() }).await?;
         let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let insert = |ino, home| async move {
-            Ok(self.rpc(self.primary(dst), c, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop))
+            Ok(self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop))
         };
         self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }

@@ -337,3 +337,28 @@ async fn a_link_whose_insert_was_never_sent_takes_its_count_back() {
     }
     panic!("no server was asked for the proof");
 }
+
+/// A stale fence over a file (its unfence lost with a connection, or put back
+/// by a restarted server for the very transaction that meets it) does not
+/// fail a rename or a link with `EAGAIN`: under their locks no transaction
+/// that fenced it can still run, so they lift it, as a retried single
+/// operation does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_or_a_link_lifts_a_stale_fence_over_its_names() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let c = cluster.client();
+    let stale_fence = |path: &str| {
+        let fence = Request::Fence { txn: 999, paths: vec![path.into()] };
+        cluster.servers[prim(path) as usize].handle(&Creds::root(), fence).unwrap();
+    };
+    c.mkdir("/d", 0o755).await.unwrap();
+    c.create("/d/f", 0o644).await.unwrap();
+    stale_fence("/d/f");
+    c.rename("/d/f", "/d/g").await.unwrap();
+    assert_eq!(c.stat("/d/g").await.unwrap().kind, FileKind::File);
+    assert_eq!(c.stat("/d/f").await.map(drop), Err(Errno::ENOENT));
+    stale_fence("/d/g");
+    stale_fence("/d/h");
+    assert_eq!(c.link("/d/g", "/d/h").await.unwrap().nlink, 2);
+    assert!(c.fsck().await.unwrap().is_clean());
+}
