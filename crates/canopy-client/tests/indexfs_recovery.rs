@@ -257,6 +257,28 @@ async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
     recovered_to(&cluster, &after, "died after the insert over a directory").await;
 }
 
+/// The same, and the first recovery dies midway: its drop of the source
+/// applied, its answer lost, so it fails and the transaction stays with the
+/// lock service. The next recovery, once the first's lease ran out, finds
+/// the source gone and still drops the directory the rename replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_over_a_directory_whose_recovery_died_midway_is_recovered_again() {
+    let dst = format!("{}/sub", away().await);
+    let after = after_rename_over(&dst).await;
+    let (cluster, root) = populated().await;
+    root.mkdir(&dst, 0o755).await.unwrap();
+    let source_server = server_of_name(&root, "/a/sub").await;
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(Intent::Rename { src: "/a/sub".into(), dst: dst.clone() }))), LEASE_MS);
+    assert_eq!(dying.rename("/a/sub", &dst).await, Err(Errno::EIO));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.faults().die_after(source_server, "IxRenameDirCommit");
+    let first = short_lease_client(&cluster).repair().await;
+    assert!(first.is_err(), "the first recovery dies midway: {first:?}");
+    assert_eq!(cluster.lock.transactions().len(), 1, "left for the next recovery");
+    cluster.faults().revive(source_server);
+    recovered_to(&cluster, &after, "recovered again after a recovery died midway").await;
+}
+
 /// The same within one server: the rename is one request there, its answer
 /// lost (outcome unknown, left to recovery), so the coordinator never
 /// dropped the directory it replaced; recovery does.
