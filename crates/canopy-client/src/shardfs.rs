@@ -96,17 +96,28 @@ impl ShardFs {
     {
         self.counters.retried();
         let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
-        let r = match attempt().await {
-            // Holding a read lock on `path`, no transaction that fenced it is
-            // still running: the fence is stale (a mkdir's unfence is posted).
+        // Holding a read lock on `path`, no transaction that fenced it is
+        // still running: a fence is stale (a mkdir's unfence is posted).
+        let r = self.lifting_stale_fences(path, attempt).await;
+        self.unlock(txn).await;
+        r
+    }
+
+    /// Runs `attempt`, and once more after lifting the fences over `path` if
+    /// it met one (`EAGAIN`): for a caller whose locks prove every such
+    /// fence stale.
+    async fn lifting_stale_fences<T, F, Fut>(&self, path: &NsPath, attempt: F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        match attempt().await {
             Err(Errno::EAGAIN) => {
                 self.clear_fences(path).await;
                 attempt().await
             }
             r => r,
-        };
-        self.unlock(txn).await;
-        r
+        }
     }
 
     /// `req` about `path` to its primary, from a transaction that holds the
@@ -115,13 +126,7 @@ impl ShardFs {
     /// server put back for this very transaction: it is lifted and `req` sent
     /// again, as `under_read_locks` does.
     async fn under_own_locks(&self, c: &Creds, path: &NsPath, req: Request) -> Res<Reply> {
-        match self.rpc(self.primary(path), c, req.clone()).await {
-            Err(Errno::EAGAIN) => {
-                self.clear_fences(path).await;
-                self.rpc(self.primary(path), c, req).await
-            }
-            r => r,
-        }
+        self.lifting_stale_fences(path, || self.rpc(self.primary(path), c, req.clone())).await
     }
 
     /// Lifts the stale fences covering `path` on every server (see `under_read_locks`).

@@ -246,6 +246,14 @@ async fn after_rename_over(dst: &str) -> Tree {
 /// a directory without a name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
+    let (cluster, _, after) = died_after_the_insert_over_a_directory().await;
+    recovered_to(&cluster, &after, "died after the insert over a directory").await;
+}
+
+/// A populated cluster where `/a/sub` was renamed onto a new empty directory
+/// on another server, its coordinator dead after the insert (the commit
+/// point); with a root client, and the tree the rename makes.
+async fn died_after_the_insert_over_a_directory() -> (InProcCluster, Client, Tree) {
     let dst = format!("{}/sub", away().await);
     let after = after_rename_over(&dst).await;
     let (cluster, root) = populated().await;
@@ -254,7 +262,7 @@ async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
     // The step's ENOTCONN comes back as EIO: the outcome is unknown, so the
     // sealed directory is not unsealed.
     assert_eq!(dying.rename("/a/sub", &dst).await, Err(Errno::EIO));
-    recovered_to(&cluster, &after, "died after the insert over a directory").await;
+    (cluster, root, after)
 }
 
 /// The same, and the first recovery dies midway: its drop of the source
@@ -263,13 +271,8 @@ async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
 /// the source gone and still drops the directory the rename replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_over_a_directory_whose_recovery_died_midway_is_recovered_again() {
-    let dst = format!("{}/sub", away().await);
-    let after = after_rename_over(&dst).await;
-    let (cluster, root) = populated().await;
-    root.mkdir(&dst, 0o755).await.unwrap();
+    let (cluster, root, after) = died_after_the_insert_over_a_directory().await;
     let source_server = server_of_name(&root, "/a/sub").await;
-    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(Intent::Rename { src: "/a/sub".into(), dst: dst.clone() }))), LEASE_MS);
-    assert_eq!(dying.rename("/a/sub", &dst).await, Err(Errno::EIO));
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
     cluster.faults().die_after(source_server, "IxRenameDirCommit");
     let first = short_lease_client(&cluster).repair().await;

@@ -1,9 +1,10 @@
 //! Fences: subtrees a non-monotonic transaction (rmdir, a removing chmod, a
 //! directory rename) has fenced off while it runs, so a single-RPC operation
 //! below one answers `EAGAIN` and the client retries it under locks, which waits
-//! for the transaction to end. In memory: a server that starts fences every
-//! path the transactions open at the lock service write-lock before it serves
-//! (`Mode::open_transactions`), so a restart loses none that may matter.
+//! for the transaction to end. In memory: before it serves, a server that
+//! starts fences again the paths of the transactions open at the lock service
+//! whose kind fences, under their original ids (`Mode::open_transactions`),
+//! so a restart loses none that may matter.
 //!
 //! A fence, once up, also waits for the operations admitted before it to end:
 //! when it answers, nothing below it is being changed (a check that follows,
