@@ -101,15 +101,19 @@ impl ClientCore {
         self.t.call(Target::Server(server), c, req).await
     }
 
-    /// Sends an update whose answer nobody acts on (a directory's times)
-    /// without waiting for it: this client's later requests to `server` are
-    /// served after it. Only a failure to send is reported, as a log line
-    /// naming `what`.
-    pub(crate) async fn post(&self, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
+    /// Sends an update whose answer nobody acts on (a replica's unfence)
+    /// without waiting for it, perhaps a little late
+    /// ([`Transport::post_soon`]): this client's later requests to `server`
+    /// are served after it. Only a failure to send is reported, as a log
+    /// line naming `what`.
+    pub(crate) async fn post_soon(&self, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
         if self.is_dead() {
             return;
         }
-        post_counted(self.t.as_ref(), &self.counters, server, c, req, what).await;
+        self.counters.sent_to_server(server);
+        if let Err(e) = self.t.post_soon(Target::Server(server), c, req).await {
+            eprintln!("canopy-client: could not send {}: {e}", what());
+        }
     }
 
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
@@ -126,7 +130,7 @@ impl ClientCore {
     }
 }
 
-/// Posts `req` to `server` (see [`ClientCore::post`]), counted as one RPC
+/// Posts `req` to `server` (see [`Transport::post`]), counted as one RPC
 /// sent to it; a failure to send is logged, naming `what`.
 pub(crate) async fn post_counted(t: &dyn Transport, counters: &ClientCounters, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
     counters.sent_to_server(server);

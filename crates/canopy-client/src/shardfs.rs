@@ -326,14 +326,16 @@ impl ShardFs {
         Err(err)
     }
 
-    /// Lifts transaction `txn`'s fences on `servers` without waiting: this
-    /// client's later requests to them are served after it. Another client
-    /// may still meet such a fence for a moment (or for good, if the post is
-    /// lost with its connection): it retries under read locks, which prove
-    /// the transaction over, and clears it then (`under_read_locks`).
+    /// Lifts transaction `txn`'s fences on `servers` without waiting, and
+    /// perhaps a little late (with this client's next request to each:
+    /// `Transport::post_soon`): this client's later requests to them are
+    /// served after it. Another client may still meet such a fence for a
+    /// moment (or for good, if the post is lost with its connection): it
+    /// retries under read locks, which prove the transaction over, and clears
+    /// it then (`under_read_locks`).
     async fn post_unfence(&self, servers: Vec<u32>, txn: u64) {
         for i in servers {
-            self.post(i, &Creds::root(), Request::Unfence { txn }, || format!("the unfence of transaction {txn} to server {i}")).await;
+            self.post_soon(i, &Creds::root(), Request::Unfence { txn }, || format!("the unfence of transaction {txn} to server {i}")).await;
         }
     }
 

@@ -185,10 +185,12 @@ impl ClientCore {
     }
 
     /// Unlocks `txn` without waiting for the lock service's answer (one round
-    /// trip less per directory mutation): the request is written before this
-    /// ends, and this client's later lock requests go on the same connection,
-    /// so they are served after it. A conflicting transaction of another
-    /// client is granted as soon as the service reads it. An unlock lost with
+    /// trip less per directory mutation), perhaps a little late: where the
+    /// transport owes posts (a mount), it goes with this client's next request
+    /// to the lock service or within a few milliseconds
+    /// (`Transport::post_soon`). This client's later lock requests are served
+    /// after it. A conflicting transaction of another client is granted as
+    /// soon as the service reads it. An unlock lost with
     /// its connection, or refused (a lease that ran out), is what a dead
     /// coordinator leaves: the lease expires and recovery decides from what
     /// the servers hold, which is the complete transaction.
@@ -198,7 +200,7 @@ impl ClientCore {
             return;
         }
         self.counters.sent_to_lockd();
-        if let Err(e) = self.t.post(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
+        if let Err(e) = self.t.post_soon(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
             eprintln!("canopy-client: unlock of transaction {} failed: {e}; its lease will expire", txn.id);
         }
     }

@@ -82,11 +82,28 @@ impl Connection {
     /// `ECONNREFUSED`: nothing was sent; `ENOTCONN` and `ETIMEDOUT` (not
     /// written within `timeout`): it may or may not have been.
     pub async fn post(&self, creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
+        self.post_after(&[], creds, req, timeout).await
+    }
+
+    /// [`Connection::post`], with `before` (whole one-way frames) written
+    /// ahead of it in the same write.
+    pub async fn post_after(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
         let alone = self.pending.lock().is_empty();
-        let end = with_frame(frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))?;
+        let end = with_frame(before, frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))?;
+        tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
+    }
+
+    /// Writes `frames` (whole one-way frames, encoded elsewhere), as
+    /// [`Connection::post`] writes one.
+    pub async fn post_frames(&self, frames: &[u8], timeout: Duration) -> Result<(), Errno> {
+        if self.is_broken() {
+            return Err(Errno::ECONNREFUSED);
+        }
+        let alone = self.pending.lock().is_empty();
+        let end = self.out.send(frames, alone)?;
         tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 
@@ -97,13 +114,19 @@ impl Connection {
     /// request was never sent (certain: nothing happened), `ENOTCONN` and
     /// `ETIMEDOUT` when it may have been applied and the answer is lost.
     pub async fn call(&self, creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
+        self.call_after(&[], creds, req, timeout).await
+    }
+
+    /// [`Connection::call`], with `before` (whole one-way frames) written
+    /// ahead of it in the same write, so the peer serves them first.
+    pub async fn call_after(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, wait) = oneshot::channel();
         let deadline = Instant::now().checked_add(timeout);
-        with_frame(id, creds, req, |frame| {
+        with_frame(before, id, creds, req, |frame| {
             // Waited for before it is sent: the answer may come at once.
             let alone = {
                 let mut pending = self.pending.lock();
@@ -131,10 +154,11 @@ thread_local! {
     static ENCODE: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
-/// Encodes request `id` and hands the frame to `send`.
-fn with_frame<T>(id: u64, creds: &Creds, req: &Request, send: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
+/// Encodes request `id` after the bytes `before` and hands them to `send`.
+fn with_frame<T>(before: &[u8], id: u64, creds: &Creds, req: &Request, send: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
     ENCODE.with_borrow_mut(|buf| {
         buf.clear();
+        buf.extend_from_slice(before);
         frame::encode_request(buf, id, creds, req)?;
         let r = send(buf);
         // A large request (a write's contents) does not stay held.

@@ -11,12 +11,15 @@
 //! - [`handshake`]: protocol version and key proof, both sides.
 //! - [`conn`]: a pipelined client connection: many requests in flight, responses
 //!   matched by request id, writes coalesced.
+//! - [`owed`]: one-way requests sent a little late, with the next request to
+//!   the same daemon.
 //! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP
 //!   ([`TcpTransport`]) or in-process ([`InProcTransport`]) behind one trait.
 
 pub mod blocking;
 pub mod conn;
 pub mod handshake;
+pub mod owed;
 pub mod random;
 pub mod server;
 pub mod socket;

@@ -3,6 +3,7 @@
 
 use crate::conn::Connection;
 use crate::handshake::ClientAuth;
+use crate::owed::{self, Owed};
 use crate::{Handled, RpcResult, Service};
 use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
@@ -32,6 +33,17 @@ pub trait Transport: Send + Sync + 'static {
     /// answer at once anyway).
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move { self.call(target, creds, req).await.map(drop) })
+    }
+
+    /// [`Transport::post`] for a post that may go a little late: where this
+    /// transport shares a box of owed posts ([`TcpTransport::owing`]), it
+    /// goes ahead of the next request to `target` from any transport sharing
+    /// the box, or from the flusher within a few milliseconds
+    /// ([`crate::owed`]); this client's later requests to `target` are still
+    /// served after it, unless the flusher sent it meanwhile. Elsewhere it is
+    /// posted now.
+    fn post_soon<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+        self.post(target, creds, req)
     }
 }
 
@@ -65,12 +77,65 @@ pub struct TcpTransport {
     lockd: Endpoint,
     me: ClientAuth,
     timeout: Duration,
+    owed: Option<Arc<Owed>>,
 }
 
 impl TcpTransport {
     pub fn new(servers: &[String], lockd: &str, me: ClientAuth, timeout: Duration) -> TcpTransport {
         let ep = |a: &str| Endpoint { addr: a.to_string(), conn: tokio::sync::Mutex::new(None) };
-        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), me, timeout }
+        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), me, timeout, owed: None }
+    }
+
+    /// This transport owes its [`Transport::post_soon`] posts in `owed`, and
+    /// sends what `owed` holds for a daemon ahead of its own requests to it.
+    /// Some transport sharing `owed` must run [`TcpTransport::flush_owed`].
+    pub fn owing(self, owed: Arc<Owed>) -> TcpTransport {
+        TcpTransport { owed: Some(owed), ..self }
+    }
+
+    /// The box of owed posts this transport shares, if any.
+    pub fn owed(&self) -> Option<Arc<Owed>> {
+        self.owed.clone()
+    }
+
+    /// Sends the owed posts that have waited [`owed::FLUSH_AFTER`], looking
+    /// that often while any are owed, until the runtime stops. Run it on a
+    /// runtime that is always driven (not a FUSE thread's own).
+    pub async fn flush_owed(self: Arc<Self>) {
+        let Some(owed) = self.owed.clone() else { return };
+        loop {
+            owed.wait_for_some().await;
+            loop {
+                tokio::time::sleep(owed::FLUSH_AFTER).await;
+                for (target, frames) in owed.take_due(owed::FLUSH_AFTER) {
+                    self.send_owed(target, &frames).await;
+                }
+                if owed.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Sends everything owed now (a client that stops).
+    pub async fn flush_all_owed(&self) {
+        let Some(owed) = self.owed.as_ref() else { return };
+        for (target, frames) in owed.take_all() {
+            self.send_owed(target, &frames).await;
+        }
+    }
+
+    /// Owed frames, as a post is sent: lost if they cannot be (as a post
+    /// lost with its connection).
+    async fn send_owed(&self, target: Target, frames: &[u8]) {
+        if let Ok(c) = self.connection(target).await {
+            let _ = c.post_frames(frames, self.timeout).await;
+        }
+    }
+
+    /// What is owed to `target`, taken to go ahead of a request to it.
+    fn owed_to(&self, target: Target) -> Option<bytes::BytesMut> {
+        self.owed.as_ref().and_then(|o| o.take(target))
     }
 }
 
@@ -85,12 +150,27 @@ impl Transport for TcpTransport {
                 Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
                 _ => self.timeout,
             };
-            self.connection(target).await?.call(creds, &req, timeout).await
+            let c = self.connection(target).await?;
+            let before = self.owed_to(target);
+            c.call_after(before.as_deref().unwrap_or_default(), creds, &req, timeout).await
         })
     }
 
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
-        Box::pin(async move { self.connection(target).await?.post(creds, &req, self.timeout).await })
+        Box::pin(async move {
+            let c = self.connection(target).await?;
+            let before = self.owed_to(target);
+            c.post_after(before.as_deref().unwrap_or_default(), creds, &req, self.timeout).await
+        })
+    }
+
+    fn post_soon<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            match &self.owed {
+                Some(owed) if owed.owe(target, creds, &req)? => Ok(()),
+                _ => self.post(target, creds, req).await,
+            }
+        })
     }
 }
 

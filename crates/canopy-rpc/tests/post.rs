@@ -57,6 +57,20 @@ fn serve_counter(listener: Listener) -> ClientAuth {
     ClientAuth { identity: Identity::Cluster, key }
 }
 
+/// A fresh `Counter` served on a Unix socket in a new directory (kept while
+/// the test runs): the directory, the address, how to prove the key.
+fn unix_counter() -> (tempfile::TempDir, String, ClientAuth) {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, listener) = unix_listener(&dir);
+    let me = serve_counter(listener);
+    (dir, addr, me)
+}
+
+/// A transport to the one daemon at `addr`, as server 0 and as the lock service.
+fn transport_to(addr: &str, me: &ClientAuth) -> TcpTransport {
+    TcpTransport::new(&[addr.to_string()], addr, me.clone(), Duration::from_secs(20))
+}
+
 /// A Unix socket address in `dir` and a listener on it.
 fn unix_listener(dir: &tempfile::TempDir) -> (String, Listener) {
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
@@ -89,10 +103,8 @@ async fn in_process_a_posted_request_is_served_before_later_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (addr, listener) = unix_listener(&dir);
-    let me = serve_counter(listener);
-    let t = Arc::new(TcpTransport::new(std::slice::from_ref(&addr), &addr, me, Duration::from_secs(20)));
+    let (_dir, addr, me) = unix_counter();
+    let t = Arc::new(transport_to(&addr, &me));
     let root = Creds::root();
     let long = format!("/{}", "d".repeat(3000));
     t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()) }).await.unwrap();
@@ -180,4 +192,72 @@ async fn a_post_ends_when_written_not_when_queued() {
     assert_eq!(outcome, Errno::ETIMEDOUT);
     assert!(written > 0, "the socket buffers took some before filling");
     drop(stuck);
+}
+
+/// How many touches the daemon behind `t` has seen (a plain stat).
+async fn touches_seen(t: &dyn Transport) -> u64 {
+    match t.call(Target::Server(0), &Creds::root(), Request::Stat { at: At::Path("/d".into()) }).await {
+        Ok(Reply::Redirect { ino, .. }) => ino,
+        other => panic!("stat: {other:?}"),
+    }
+}
+
+fn touch() -> Request {
+    Request::TouchDir { at: At::Path("/d".into()) }
+}
+
+/// Two transports sharing a box of owed posts, as a mount's threads do: a
+/// touch one of them owes goes ahead of the next request either sends, and
+/// not before (no flusher runs here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owed_post_goes_ahead_of_the_next_request_of_any_transport_sharing_its_box() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_dir, addr, me) = unix_counter();
+    let owed = canopy_rpc::owed::Owed::new();
+    let (a, b) = (transport_to(&addr, &me).owing(owed.clone()), transport_to(&addr, &me).owing(owed.clone()));
+    let plain = transport_to(&addr, &me);
+    let root = Creds::root();
+    for i in 1..=200u64 {
+        let (owes, asks) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        owes.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+        // Owed, not sent: a transport outside the box does not see it.
+        assert_eq!(touches_seen(&plain).await, i - 1, "touch {i} sent before a request carried it");
+        assert_eq!(touches_seen(asks).await, i, "touch {i} did not go ahead of the stat");
+    }
+    // A post of a transport that owes nothing goes at once.
+    plain.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    assert_eq!(touches_seen(&plain).await, 201);
+    assert_eq!(owed.counts(), canopy_rpc::owed::OwedCounts { owed: 200, flushed: 0 });
+}
+
+/// With nothing to ride on, the flusher sends owed posts within a few of its
+/// periods; a stopping client sends what is left at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owed_posts_with_nothing_to_ride_on_are_flushed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_dir, addr, me) = unix_counter();
+    let plain = transport_to(&addr, &me);
+    let owed = canopy_rpc::owed::Owed::new();
+    let owing = Arc::new(transport_to(&addr, &me).owing(owed.clone()));
+    let root = Creds::root();
+    owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    owing.flush_all_owed().await;
+    assert_eq!(touches_seen(&plain).await, 2, "flushed when the client stops");
+
+    let flusher = tokio::spawn(owing.clone().flush_owed());
+    for round in 1..=3u64 {
+        owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while touches_seen(&plain).await < 2 + round {
+            assert!(std::time::Instant::now() < deadline, "round {round}: the flusher never sent the owed touch");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Idle between rounds: the flusher goes back to waiting for a post.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(touches_seen(&plain).await, 5);
+    flusher.abort();
+    // Two went when the client stopped, three by the flusher.
+    assert_eq!(owed.counts(), canopy_rpc::owed::OwedCounts { owed: 5, flushed: 3 });
 }

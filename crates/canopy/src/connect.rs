@@ -99,7 +99,11 @@ where
 /// says. A user key's operations are delegated (its client cannot send the
 /// internal requests a transaction needs).
 pub fn namespace(c: &ClusterFile, key: &Loaded, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
-    let transport = transport(c, key);
+    namespace_over(c, transport(c, key), key, opts)
+}
+
+/// [`namespace`] over `transport`.
+pub fn namespace_over(c: &ClusterFile, transport: Arc<dyn canopy_rpc::Transport>, key: &Loaded, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
     // How long a crashed client's locks block others before recovery.
     let lease_ms = opts.lease_ms.or_else(|| std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()));
     let delegate = matches!(key.identity, Identity::User(_));
@@ -108,7 +112,11 @@ pub fn namespace(c: &ClusterFile, key: &Loaded, opts: NsOptions) -> Result<Arc<d
 
 /// The cluster's daemons over TCP, proving `key`.
 pub fn transport(c: &ClusterFile, key: &Loaded) -> Arc<dyn canopy_rpc::Transport> {
-    Arc::new(TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT))
+    Arc::new(tcp_transport(c, key))
+}
+
+pub fn tcp_transport(c: &ClusterFile, key: &Loaded) -> TcpTransport {
+    TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

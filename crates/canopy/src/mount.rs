@@ -8,6 +8,8 @@ use crate::connect;
 use canopy_client::{cluster, Client};
 use canopy_fuse::{Backends, CanopyFs, Handles, MountOptions, RequestTimes};
 use canopy_proto::Creds;
+use canopy_rpc::owed::Owed;
+use canopy_rpc::transport::TcpTransport;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -148,6 +150,8 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let handles = Arc::new(Handles::new(backends));
     // A batch's private server lives as long as the mount.
     let mut batch = None;
+    // Where the owed posts are flushed from, and sent at the end.
+    let mut flusher: Option<Arc<TcpTransport>> = None;
     let (client, own) = if let Some(id) = &args.batch {
         let _in_runtime = rt.enter();
         let b = canopy_batch::open(&canopy_batch::default_base(), canopy_batch::parse_id(id)?)?;
@@ -160,13 +164,23 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // credentials per request: that needs the cluster key.
         let key = connect::cluster_key(&c, "mount")?;
         let ns_opts = canopy_client::NsOptions { reclaim: Some(handles.clone()), dir_times: opts.dir_times, ..Default::default() };
-        let client = Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root());
+        // The closing posts of a directory mutation (unfences, the unlock) go
+        // with the next request any FUSE thread sends the same daemon: one
+        // box for all, flushed from the mount's runtime.
+        let owed = Owed::new();
+        let shared = Arc::new(connect::tcp_transport(&c, &key).owing(owed.clone()));
+        rt.spawn(shared.clone().flush_owed());
+        flusher = Some(shared.clone());
+        let client = Client::new(connect::namespace_over(&c, shared, &key, ns_opts.clone())?, Creds::root());
         // The same client for each FUSE thread, on its own runtime; one
         // for all of them where a client holds leases or proofs. They share
         // the first one's directory touches, whose sender runs on the mount's
         // runtime (a FUSE thread's runs only while the thread handles a request).
         let ns_opts = canopy_client::NsOptions { touches: client.namespace().dir_touches(), ..ns_opts };
-        let make = move || Ok(Client::new(connect::namespace(&c, &key, ns_opts.clone())?, Creds::root()));
+        let make = move || {
+            let transport = Arc::new(connect::tcp_transport(&c, &key).owing(owed.clone()));
+            Ok(Client::new(connect::namespace_over(&c, transport, &key, ns_opts.clone())?, Creds::root()))
+        };
         let own = (!client.namespace().holds_grants()).then(|| Arc::new(make) as canopy_fuse::ClientFactory);
         (client, own)
     };
@@ -174,13 +188,16 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     unmount_on_signal(&rt, &args.mountpoint);
     let touches = client.namespace().dir_touches();
     let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts, own);
-    let times = Timings { requests: fs.times(), touches };
+    let times = Timings { requests: fs.times(), touches, owed: flusher.as_ref().and_then(|t| t.owed()) };
     if let Some(file) = &args.timings {
         write_timings_every_second(&rt, times.clone(), file.clone());
     }
     let served = canopy_fuse::mount::serve(fs, &args.mountpoint);
     if let Some(file) = &args.timings {
         write_timings(&times, file);
+    }
+    if let Some(t) = flusher {
+        rt.block_on(t.flush_all_owed());
     }
     served.map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
     drop(batch);
@@ -207,6 +224,7 @@ fn unmount_on_signal(rt: &tokio::runtime::Runtime, mountpoint: &Path) {
 struct Timings {
     requests: Arc<RequestTimes>,
     touches: Option<Arc<canopy_client::touches::DirTouches>>,
+    owed: Option<Arc<Owed>>,
 }
 
 impl Timings {
@@ -215,6 +233,9 @@ impl Timings {
         if let Some(n) = self.touches.as_ref().map(|t| t.counts()) {
             let (changes, sent) = (n.at_once + n.owed, n.at_once + n.owed_sent);
             out.push_str(&format!("directory times: {changes} changes, {sent} touches sent ({} as the change was made, {} after a window)\n", n.at_once, n.owed_sent));
+        }
+        if let Some(n) = self.owed.as_ref().map(|o| o.counts()) {
+            out.push_str(&format!("owed posts (unfences, unlocks): {}, {} of them sent by the flusher, the rest with a later request or at unmount\n", n.owed, n.flushed));
         }
         out
     }

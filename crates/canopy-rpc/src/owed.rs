@@ -1,0 +1,228 @@
+//! One-way requests a client may send a little late: "owed" posts.
+//!
+//! An owed post goes out ahead of the next request that any transport sharing
+//! its box sends to the same daemon, in the same write, so the daemon serves it
+//! first; if no such request comes within [`FLUSH_AFTER`], a flusher sends it
+//! ([`crate::transport::TcpTransport::flush_owed`]). A mount's FUSE threads
+//! share one box: a directory mutation's closing posts (the replicas'
+//! unfences, the unlock) then ride on the next mutation's frames instead of
+//! each waking its daemon on its own, which on a machine of few cores costs
+//! about as much as the request itself.
+//!
+//! Only posts whose lateness is harmless are owed: a request that meets a
+//! fence whose lift has not come yet clears it under read locks, and a lock
+//! request behind an owed unlock waits for it (within the flusher's bound) or
+//! carries it itself when it comes from the same box.
+
+use crate::transport::Target;
+use bytes::BytesMut;
+use canopy_proto::{frame, Creds, Errno, Request};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How long an owed post waits for a request to ride on before the flusher
+/// sends it on its own. The flusher looks this often while posts are owed,
+/// so a post goes out at most about twice this late.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(2);
+
+/// The most bytes owed to one daemon: a post past it is sent at once.
+const MAX_OWED: usize = 64 * 1024;
+
+/// The frames owed to one daemon: since when the first has waited, and
+/// how many there are.
+struct Slot {
+    frames: BytesMut,
+    since: Instant,
+    posts: u64,
+}
+
+/// The owed frames per daemon.
+#[derive(Default)]
+struct Slots(HashMap<Target, Slot>);
+
+impl Slots {
+    /// Adds `frame` for `target` at `now`, unless that would pass
+    /// [`MAX_OWED`] (false: the caller sends it itself).
+    fn push(&mut self, target: Target, frame: &[u8], now: Instant) -> bool {
+        let held = self.0.get(&target).map_or(0, |slot| slot.frames.len());
+        if held + frame.len() > MAX_OWED {
+            return false;
+        }
+        let slot = self.0.entry(target).or_insert_with(|| Slot { frames: BytesMut::new(), since: now, posts: 0 });
+        slot.frames.extend_from_slice(frame);
+        slot.posts += 1;
+        true
+    }
+
+    fn take(&mut self, target: Target) -> Option<BytesMut> {
+        self.0.remove(&target).map(|slot| slot.frames)
+    }
+
+    /// The frames of every daemon whose oldest has waited `after` by `now`,
+    /// and how many posts they hold.
+    fn take_due(&mut self, now: Instant, after: Duration) -> (Vec<(Target, BytesMut)>, u64) {
+        let due: Vec<Target> = self.0.iter().filter(|(_, slot)| now.saturating_duration_since(slot.since) >= after).map(|(t, _)| *t).collect();
+        let mut posts = 0;
+        let frames = due
+            .into_iter()
+            .filter_map(|t| {
+                let slot = self.0.remove(&t)?;
+                posts += slot.posts;
+                Some((t, slot.frames))
+            })
+            .collect();
+        (frames, posts)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// How many posts a box took, and how many of them its flusher sent (the
+/// others rode on a request, or went when the client stopped).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwedCounts {
+    pub owed: u64,
+    pub flushed: u64,
+}
+
+/// A box of owed posts, shared by the transports of one client process.
+#[derive(Default)]
+pub struct Owed {
+    slots: Mutex<Slots>,
+    /// The flusher waits for a first owed post (rather than looking on a
+    /// timer): the next post wakes it.
+    idle: AtomicBool,
+    came: Notify,
+    owed: AtomicU64,
+    flushed: AtomicU64,
+}
+
+impl Owed {
+    pub fn new() -> std::sync::Arc<Owed> {
+        std::sync::Arc::new(Owed::default())
+    }
+
+    /// Owes `req` to `target` as a one-way frame. False: the box is full for
+    /// `target`; the caller posts it itself.
+    pub(crate) fn owe(&self, target: Target, creds: &Creds, req: &Request) -> Result<bool, Errno> {
+        let mut frame = BytesMut::new();
+        frame::encode_request(&mut frame, frame::ONE_WAY, creds, req)?;
+        if !self.slots.lock().push(target, &frame, Instant::now()) {
+            return Ok(false);
+        }
+        self.owed.fetch_add(1, Ordering::Relaxed);
+        if self.idle.swap(false, Ordering::AcqRel) {
+            self.came.notify_one();
+        }
+        Ok(true)
+    }
+
+    /// What is owed to `target`, to go ahead of a request to it.
+    pub(crate) fn take(&self, target: Target) -> Option<BytesMut> {
+        self.slots.lock().take(target)
+    }
+
+    /// What has waited `after`, for the flusher to send.
+    pub(crate) fn take_due(&self, after: Duration) -> Vec<(Target, BytesMut)> {
+        let (due, posts) = self.slots.lock().take_due(Instant::now(), after);
+        self.flushed.fetch_add(posts, Ordering::Relaxed);
+        due
+    }
+
+    pub fn counts(&self) -> OwedCounts {
+        OwedCounts { owed: self.owed.load(Ordering::Relaxed), flushed: self.flushed.load(Ordering::Relaxed) }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.lock().is_empty()
+    }
+
+    /// Everything owed, for a client that stops.
+    pub(crate) fn take_all(&self) -> Vec<(Target, BytesMut)> {
+        self.slots.lock().take_due(Instant::now(), Duration::ZERO).0
+    }
+
+    /// Ends once something is owed (at once if something is).
+    pub(crate) async fn wait_for_some(&self) {
+        let came = self.came.notified();
+        tokio::pin!(came);
+        came.as_mut().enable();
+        self.idle.store(true, Ordering::Release);
+        if self.slots.lock().is_empty() {
+            came.await;
+        }
+        self.idle.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Target = Target::Server(0);
+    const B: Target = Target::Lockd;
+
+    #[test]
+    fn frames_owed_to_a_daemon_are_taken_together_in_order() {
+        let (mut s, t0) = (Slots::default(), Instant::now());
+        assert!(s.push(A, b"one", t0));
+        assert!(s.push(B, b"x", t0));
+        assert!(s.push(A, b"two", t0));
+        assert_eq!(s.take(A).as_deref(), Some(&b"onetwo"[..]));
+        assert_eq!(s.take(A), None);
+        assert_eq!(s.take(B).as_deref(), Some(&b"x"[..]));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn only_frames_that_waited_long_enough_are_due() {
+        let (mut s, t0) = (Slots::default(), Instant::now());
+        let after = Duration::from_millis(2);
+        s.push(A, b"old", t0);
+        s.push(B, b"new", t0 + Duration::from_millis(1));
+        // A later frame to A does not make A's wait start again.
+        s.push(A, b"more", t0 + Duration::from_millis(1));
+        let (due, posts) = s.take_due(t0 + after, after);
+        assert_eq!((due.len(), posts), (1, 2));
+        assert_eq!(due[0].0, A);
+        assert_eq!(&due[0].1[..], b"oldmore");
+        assert!(s.take_due(t0 + after, after).0.is_empty());
+        assert_eq!(s.take_due(t0 + Duration::from_millis(3), after), (vec![(B, BytesMut::from(&b"new"[..]))], 1));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_full_box_refuses_and_keeps_what_it_holds() {
+        let (mut s, t0) = (Slots::default(), Instant::now());
+        let big = vec![7u8; MAX_OWED - 1];
+        assert!(s.push(A, &big, t0));
+        assert!(!s.push(A, b"xx", t0));
+        assert!(s.push(B, b"xx", t0));
+        assert_eq!(s.take(A).map(|f| f.len()), Some(MAX_OWED - 1));
+    }
+
+    #[tokio::test]
+    async fn the_flusher_is_woken_by_a_first_post_only_when_waiting() {
+        let owed = std::sync::Arc::new(Owed::default());
+        let waiter = tokio::spawn({
+            let owed = owed.clone();
+            async move { owed.wait_for_some().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        assert!(owed.owe(A, &Creds::root(), &Request::Unfence { txn: 9 }).unwrap());
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap();
+        // Something is owed: no wait.
+        tokio::time::timeout(Duration::from_secs(5), owed.wait_for_some()).await.expect("at once");
+        let frames = owed.take(A).unwrap();
+        let mut buf = frames.clone();
+        let f = frame::parse(&mut buf).unwrap();
+        assert_eq!(f.id, frame::ONE_WAY);
+        assert_eq!(frame::decode_request(&f).unwrap().1, Request::Unfence { txn: 9 });
+    }
+}
