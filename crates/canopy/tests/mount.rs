@@ -342,6 +342,48 @@ fn a_busy_fresh_directory_is_renewed_past_its_first_timeout() {
     assert_eq!(fs::read_dir(mnt.join("r")).unwrap().count(), 23);
 }
 
+/// A mount owes its mkdirs' replica unfences and unlocks (they go with its
+/// next request to the same daemon, or from its flusher): another mount,
+/// working at once in each directory just made (a file, which may meet a
+/// fence not yet lifted, and a subdirectory, whose lock waits for the
+/// unlock), is never refused and never waits out a lease (30 s).
+#[test]
+fn another_mount_works_at_once_in_a_directory_just_made_here() {
+    let mut m = up();
+    let table = m.home.path().join("timings.txt");
+    let a = m.mount("a", &["--timings", table.to_str().unwrap()]);
+    let b = m.mount("b", &[]);
+    for i in 0..60 {
+        let t0 = Instant::now();
+        fs::create_dir(a.join(format!("d{i}"))).unwrap();
+        fs::write(b.join(format!("d{i}/f")), b"x").unwrap();
+        fs::create_dir(b.join(format!("d{i}/sub"))).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(10), "round {i} took {:?}: an owed unlock was not sent", t0.elapsed());
+    }
+    // Each mkdir owes its three replicas' unfences and its unlock. Mount b's
+    // mkdir below it waits for that unlock (a lock on a path conflicts with
+    // one on its ancestor) while mount a sends nothing: only the flusher
+    // can have sent it.
+    let owed = || {
+        let text = fs::read_to_string(&table).unwrap_or_default();
+        let line = text.lines().find(|l| l.starts_with("owed posts")).unwrap_or_default().to_string();
+        let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        (numbers.first().copied().unwrap_or(0), numbers.get(1).copied().unwrap_or(0), line)
+    };
+    // The table is written every second.
+    let t0 = Instant::now();
+    while owed().0 < 60 * 4 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (owed, flushed, line) = owed();
+    assert!(owed >= 60 * 4 && flushed >= 60, "{line}");
+    m.umount(&a);
+    let a = m.mount("a", &[]);
+    assert_eq!(fs::read_dir(&a).unwrap().count(), 60);
+    assert_eq!(fs::read(a.join("d59/f")).unwrap(), b"x");
+    m.ok(&["fsck"]);
+}
+
 #[test]
 fn an_unlinked_file_stays_readable_until_its_last_close() {
     use std::io::{Read, Seek, SeekFrom, Write};
