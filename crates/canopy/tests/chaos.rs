@@ -1,4 +1,5 @@
-//! `scripts/chaos` for a short while against this build's binary, in each mode:
+//! `scripts/chaos` for a short while against this build's binary, in each mode,
+//! with CLI clients and a FUSE mount:
 //! SIGKILLs of servers, the lock service and clients during a mixed workload,
 //! then fsck clean, no acknowledged operation lost and every directory taking
 //! new entries again.
