@@ -88,22 +88,34 @@ impl Connection {
     /// [`Connection::post`], with `before` (whole one-way frames) written
     /// ahead of it in the same write.
     pub async fn post_after(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
-        if self.is_broken() {
-            return Err(Errno::ECONNREFUSED);
-        }
-        let alone = self.pending.lock().is_empty();
-        let end = with_frame(before, frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))?;
-        tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
+        let end = self.start_post(before, creds, req)?;
+        self.written(end, timeout).await
     }
 
-    /// Writes `frames` (whole one-way frames, encoded elsewhere), as
-    /// [`Connection::post`] writes one.
-    pub async fn post_frames(&self, frames: &[u8], timeout: Duration) -> Result<(), Errno> {
+    /// Writes (or queues) `before` and the one-way frame of `req`: the mark
+    /// to wait for with [`Connection::written`]. An error: none of it was sent.
+    pub fn start_post(&self, before: &[u8], creds: &Creds, req: &Request) -> Result<u64, Errno> {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
         let alone = self.pending.lock().is_empty();
-        let end = self.out.send(frames, alone)?;
+        with_frame(before, frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))
+    }
+
+    /// Writes (or queues) `frames` (whole one-way frames, encoded elsewhere),
+    /// as [`Connection::start_post`] does one.
+    pub fn start_frames(&self, frames: &[u8]) -> Result<u64, Errno> {
+        if self.is_broken() {
+            return Err(Errno::ECONNREFUSED);
+        }
+        let alone = self.pending.lock().is_empty();
+        self.out.send(frames, alone)
+    }
+
+    /// Ends once what was sent up to mark `end` is written to the socket,
+    /// at most `timeout`: `ENOTCONN` and `ETIMEDOUT` say it may or may not
+    /// have been.
+    pub async fn written(&self, end: u64, timeout: Duration) -> Result<(), Errno> {
         tokio::time::timeout(timeout, self.out.written(end)).await.map_err(|_| Errno::ETIMEDOUT)?
     }
 
@@ -114,12 +126,14 @@ impl Connection {
     /// request was never sent (certain: nothing happened), `ENOTCONN` and
     /// `ETIMEDOUT` when it may have been applied and the answer is lost.
     pub async fn call(&self, creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
-        self.call_after(&[], creds, req, timeout).await
+        self.start_call(&[], creds, req, timeout)?.await
     }
 
-    /// [`Connection::call`], with `before` (whole one-way frames) written
-    /// ahead of it in the same write, so the peer serves them first.
-    pub async fn call_after(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
+    /// Writes (or queues) `before` (whole one-way frames, which the peer then
+    /// serves first) and request `req`; the answer is the returned future's.
+    /// An error: none of it was sent. A caller that stops waiting leaves its
+    /// waiter to the watchdog.
+    pub fn start_call(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> Result<impl std::future::Future<Output = RpcResult>, Errno> {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
@@ -137,8 +151,7 @@ impl Connection {
                 self.pending.lock().remove(&id);
             })
         })?;
-        // A caller that stops waiting leaves its waiter to the watchdog.
-        wait.await.unwrap_or(Err(Errno::ENOTCONN))
+        Ok(async move { wait.await.unwrap_or(Err(Errno::ENOTCONN)) })
     }
 }
 

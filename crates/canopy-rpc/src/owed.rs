@@ -25,18 +25,29 @@ use tokio::sync::Notify;
 
 /// How long an owed post waits for a request to ride on before the flusher
 /// sends it on its own. The flusher looks this often while posts are owed,
-/// so a post goes out at most about twice this late.
+/// so a post goes out about twice this late at most while its daemon can
+/// be reached.
 pub const FLUSH_AFTER: Duration = Duration::from_millis(2);
 
 /// The most bytes owed to one daemon: a post past it is sent at once.
 const MAX_OWED: usize = 64 * 1024;
 
 /// The frames owed to one daemon: since when the first has waited, and
-/// how many there are.
+/// how many posts they are.
 struct Slot {
     frames: BytesMut,
     since: Instant,
     posts: u64,
+}
+
+/// Owed frames taken out of the box to be sent: put back
+/// ([`Owed::put_back`]) if they certainly were not.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Taken {
+    pub(crate) target: Target,
+    pub(crate) frames: BytesMut,
+    posts: u64,
+    since: Instant,
 }
 
 /// The owed frames per daemon.
@@ -57,24 +68,32 @@ impl Slots {
         true
     }
 
-    fn take(&mut self, target: Target) -> Option<BytesMut> {
-        self.0.remove(&target).map(|slot| slot.frames)
+    fn take(&mut self, target: Target) -> Option<Taken> {
+        self.0.remove(&target).map(|slot| Taken { target, frames: slot.frames, posts: slot.posts, since: slot.since })
     }
 
-    /// The frames of every daemon whose oldest has waited `after` by `now`,
-    /// and how many posts they hold.
-    fn take_due(&mut self, now: Instant, after: Duration) -> (Vec<(Target, BytesMut)>, u64) {
+    /// Frames that were taken and not sent go back ahead of those owed
+    /// since, and wait from when they first did (a full box keeps them all:
+    /// [`MAX_OWED`] bounds what is owed, not what comes back).
+    fn put_back(&mut self, taken: Taken) {
+        match self.0.get_mut(&taken.target) {
+            Some(slot) => {
+                let mut frames = taken.frames;
+                frames.extend_from_slice(&slot.frames);
+                slot.frames = frames;
+                slot.posts += taken.posts;
+                slot.since = slot.since.min(taken.since);
+            }
+            None => {
+                self.0.insert(taken.target, Slot { frames: taken.frames, since: taken.since, posts: taken.posts });
+            }
+        }
+    }
+
+    /// The frames of every daemon whose oldest has waited `after` by `now`.
+    fn take_due(&mut self, now: Instant, after: Duration) -> Vec<Taken> {
         let due: Vec<Target> = self.0.iter().filter(|(_, slot)| now.saturating_duration_since(slot.since) >= after).map(|(t, _)| *t).collect();
-        let mut posts = 0;
-        let frames = due
-            .into_iter()
-            .filter_map(|t| {
-                let slot = self.0.remove(&t)?;
-                posts += slot.posts;
-                Some((t, slot.frames))
-            })
-            .collect();
-        (frames, posts)
+        due.into_iter().filter_map(|t| self.take(t)).collect()
     }
 
     fn is_empty(&self) -> bool {
@@ -90,7 +109,8 @@ pub struct OwedCounts {
     pub flushed: u64,
 }
 
-/// A box of owed posts, shared by the transports of one client process.
+/// A box of owed posts, shared by the transports of one client process,
+/// which all prove one identity (the frames carry their credentials).
 #[derive(Default)]
 pub struct Owed {
     slots: Mutex<Slots>,
@@ -98,6 +118,8 @@ pub struct Owed {
     /// timer): the next post wakes it.
     idle: AtomicBool,
     came: Notify,
+    /// The client stops: the flusher ends after what it is sending.
+    stopping: AtomicBool,
     owed: AtomicU64,
     flushed: AtomicU64,
 }
@@ -123,15 +145,24 @@ impl Owed {
     }
 
     /// What is owed to `target`, to go ahead of a request to it.
-    pub(crate) fn take(&self, target: Target) -> Option<BytesMut> {
+    pub(crate) fn take(&self, target: Target) -> Option<Taken> {
         self.slots.lock().take(target)
     }
 
+    /// Frames taken that were certainly not sent (the request they were to
+    /// go with failed before anything was written).
+    pub(crate) fn put_back(&self, taken: Taken) {
+        self.slots.lock().put_back(taken);
+    }
+
     /// What has waited `after`, for the flusher to send.
-    pub(crate) fn take_due(&self, after: Duration) -> Vec<(Target, BytesMut)> {
-        let (due, posts) = self.slots.lock().take_due(Instant::now(), after);
-        self.flushed.fetch_add(posts, Ordering::Relaxed);
-        due
+    pub(crate) fn take_due(&self, after: Duration) -> Vec<Taken> {
+        self.slots.lock().take_due(Instant::now(), after)
+    }
+
+    /// The flusher sent `taken`.
+    pub(crate) fn flushed(&self, taken: &Taken) {
+        self.flushed.fetch_add(taken.posts, Ordering::Relaxed);
     }
 
     pub fn counts(&self) -> OwedCounts {
@@ -143,20 +174,33 @@ impl Owed {
     }
 
     /// Everything owed, for a client that stops.
-    pub(crate) fn take_all(&self) -> Vec<(Target, BytesMut)> {
-        self.slots.lock().take_due(Instant::now(), Duration::ZERO).0
+    pub(crate) fn take_all(&self) -> Vec<Taken> {
+        self.slots.lock().take_due(Instant::now(), Duration::ZERO)
     }
 
-    /// Ends once something is owed (at once if something is).
-    pub(crate) async fn wait_for_some(&self) {
+    /// Ends the flusher once it has sent what it holds (the client then
+    /// sends the rest itself).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.came.notify_one();
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Ends once something is owed (at once if something is): true, or
+    /// false if the client stops.
+    pub(crate) async fn wait_for_some(&self) -> bool {
         let came = self.came.notified();
         tokio::pin!(came);
         came.as_mut().enable();
         self.idle.store(true, Ordering::Release);
-        if self.slots.lock().is_empty() {
+        if self.slots.lock().is_empty() && !self.stopping() {
             came.await;
         }
         self.idle.store(false, Ordering::Release);
+        !self.stopping()
     }
 }
 
@@ -173,9 +217,9 @@ mod tests {
         assert!(s.push(A, b"one", t0));
         assert!(s.push(B, b"x", t0));
         assert!(s.push(A, b"two", t0));
-        assert_eq!(s.take(A).as_deref(), Some(&b"onetwo"[..]));
+        assert_eq!(s.take(A).map(|t| t.frames).as_deref(), Some(&b"onetwo"[..]));
         assert_eq!(s.take(A), None);
-        assert_eq!(s.take(B).as_deref(), Some(&b"x"[..]));
+        assert_eq!(s.take(B).map(|t| t.frames).as_deref(), Some(&b"x"[..]));
         assert!(s.is_empty());
     }
 
@@ -187,12 +231,13 @@ mod tests {
         s.push(B, b"new", t0 + Duration::from_millis(1));
         // A later frame to A does not make A's wait start again.
         s.push(A, b"more", t0 + Duration::from_millis(1));
-        let (due, posts) = s.take_due(t0 + after, after);
-        assert_eq!((due.len(), posts), (1, 2));
-        assert_eq!(due[0].0, A);
-        assert_eq!(&due[0].1[..], b"oldmore");
-        assert!(s.take_due(t0 + after, after).0.is_empty());
-        assert_eq!(s.take_due(t0 + Duration::from_millis(3), after), (vec![(B, BytesMut::from(&b"new"[..]))], 1));
+        let due = s.take_due(t0 + after, after);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].target, due[0].posts), (A, 2));
+        assert_eq!(&due[0].frames[..], b"oldmore");
+        assert!(s.take_due(t0 + after, after).is_empty());
+        let due = s.take_due(t0 + Duration::from_millis(3), after);
+        assert_eq!((due.len(), due[0].target, &due[0].frames[..]), (1, B, &b"new"[..]));
         assert!(s.is_empty());
     }
 
@@ -203,7 +248,23 @@ mod tests {
         assert!(s.push(A, &big, t0));
         assert!(!s.push(A, b"xx", t0));
         assert!(s.push(B, b"xx", t0));
-        assert_eq!(s.take(A).map(|f| f.len()), Some(MAX_OWED - 1));
+        assert_eq!(s.take(A).map(|t| t.frames.len()), Some(MAX_OWED - 1));
+    }
+
+    #[test]
+    fn frames_put_back_go_ahead_of_those_owed_since_and_keep_their_wait() {
+        let (mut s, t0) = (Slots::default(), Instant::now());
+        let after = Duration::from_millis(2);
+        s.push(A, b"first", t0);
+        let taken = s.take(A).unwrap();
+        s.push(A, b"second", t0 + Duration::from_millis(1));
+        s.put_back(taken);
+        let due = s.take_due(t0 + after, after);
+        assert_eq!(due.len(), 1, "due from when the first was owed");
+        assert_eq!((&due[0].frames[..], due[0].posts), (&b"firstsecond"[..], 2));
+        // Into an empty box too.
+        s.put_back(due.into_iter().next().unwrap());
+        assert_eq!(s.take(A).map(|t| t.frames).as_deref(), Some(&b"firstsecond"[..]));
     }
 
     #[tokio::test]
@@ -216,13 +277,22 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
         assert!(owed.owe(A, &Creds::root(), &Request::Unfence { txn: 9 }).unwrap());
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap();
+        assert!(tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap());
         // Something is owed: no wait.
-        tokio::time::timeout(Duration::from_secs(5), owed.wait_for_some()).await.expect("at once");
-        let frames = owed.take(A).unwrap();
+        assert!(tokio::time::timeout(Duration::from_secs(5), owed.wait_for_some()).await.expect("at once"));
+        let frames = owed.take(A).unwrap().frames;
         let mut buf = frames.clone();
         let f = frame::parse(&mut buf).unwrap();
         assert_eq!(f.id, frame::ONE_WAY);
         assert_eq!(frame::decode_request(&f).unwrap().1, Request::Unfence { txn: 9 });
+        // A client that stops ends the wait, and every later one.
+        let waiter = tokio::spawn({
+            let owed = owed.clone();
+            async move { owed.wait_for_some().await }
+        });
+        tokio::task::yield_now().await;
+        owed.stop();
+        assert!(!tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap());
+        assert!(!owed.wait_for_some().await);
     }
 }

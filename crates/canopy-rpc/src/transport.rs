@@ -3,7 +3,8 @@
 
 use crate::conn::Connection;
 use crate::handshake::ClientAuth;
-use crate::owed::{self, Owed};
+use crate::owed::{self, Owed, Taken};
+use futures::future::join_all;
 use crate::{Handled, RpcResult, Service};
 use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
@@ -39,9 +40,10 @@ pub trait Transport: Send + Sync + 'static {
     /// transport shares a box of owed posts ([`TcpTransport::owing`]), it
     /// goes ahead of the next request to `target` from any transport sharing
     /// the box, or from the flusher within a few milliseconds
-    /// ([`crate::owed`]); this client's later requests to `target` are still
-    /// served after it, unless the flusher sent it meanwhile. Elsewhere it is
-    /// posted now.
+    /// ([`crate::owed`]). This client's later requests to `target` are
+    /// served after it, unless another transport or the flusher took it
+    /// meanwhile: then one may overtake it on its way. Use it only where that
+    /// is harmless. Elsewhere it is posted now.
     fn post_soon<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         self.post(target, creds, req)
     }
@@ -99,17 +101,14 @@ impl TcpTransport {
     }
 
     /// Sends the owed posts that have waited [`owed::FLUSH_AFTER`], looking
-    /// that often while any are owed, until the runtime stops. Run it on a
+    /// that often while any are owed, until [`Owed::stop`]. Run it on a
     /// runtime that is always driven (not a FUSE thread's own).
     pub async fn flush_owed(self: Arc<Self>) {
         let Some(owed) = self.owed.clone() else { return };
-        loop {
-            owed.wait_for_some().await;
-            loop {
+        while owed.wait_for_some().await {
+            while !owed.stopping() {
                 tokio::time::sleep(owed::FLUSH_AFTER).await;
-                for (target, frames) in owed.take_due(owed::FLUSH_AFTER) {
-                    self.send_owed(target, &frames).await;
-                }
+                self.send_owed(owed.take_due(owed::FLUSH_AFTER), true).await;
                 if owed.is_empty() {
                     break;
                 }
@@ -117,25 +116,52 @@ impl TcpTransport {
         }
     }
 
-    /// Sends everything owed now (a client that stops).
+    /// Sends everything owed now (a client that stops, after
+    /// [`Owed::stop`] and its flusher ended).
     pub async fn flush_all_owed(&self) {
+        if let Some(owed) = self.owed.as_ref() {
+            self.send_owed(owed.take_all(), false).await;
+        }
+    }
+
+    /// Owed frames, to each daemon at once (one that does not answer holds
+    /// up no other), as posts are sent. For the flusher (`flusher`), those
+    /// certainly not sent (no connection) go back in the box to be tried
+    /// again, and those sent are counted; at the end they are lost, as a
+    /// post lost with its connection.
+    async fn send_owed(&self, due: Vec<Taken>, flusher: bool) {
         let Some(owed) = self.owed.as_ref() else { return };
-        for (target, frames) in owed.take_all() {
-            self.send_owed(target, &frames).await;
-        }
+        join_all(due.into_iter().map(|taken| async move {
+            let c = match self.connection(taken.target).await {
+                Ok(c) => c,
+                Err(_) if flusher => return owed.put_back(taken),
+                Err(e) => return eprintln!("canopy-client: posts owed to {:?} not sent: {e}", taken.target),
+            };
+            match c.start_frames(&taken.frames) {
+                Ok(end) => {
+                    if flusher {
+                        owed.flushed(&taken);
+                    }
+                    let _ = c.written(end, self.timeout).await;
+                }
+                Err(_) if flusher => owed.put_back(taken),
+                Err(e) => eprintln!("canopy-client: posts owed to {:?} not sent: {e}", taken.target),
+            }
+        }))
+        .await;
     }
 
-    /// Owed frames, as a post is sent: lost if they cannot be (as a post
-    /// lost with its connection).
-    async fn send_owed(&self, target: Target, frames: &[u8]) {
-        if let Ok(c) = self.connection(target).await {
-            let _ = c.post_frames(frames, self.timeout).await;
+    /// Runs `start` (which writes, or fails having written nothing) with what
+    /// is owed to `target` ahead of its own frame; what it could not send
+    /// goes back in the box.
+    fn sending_owed<T>(&self, target: Target, start: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
+        let Some(owed) = self.owed.as_ref() else { return start(&[]) };
+        let Some(taken) = owed.take(target) else { return start(&[]) };
+        let r = start(&taken.frames);
+        if r.is_err() {
+            owed.put_back(taken);
         }
-    }
-
-    /// What is owed to `target`, taken to go ahead of a request to it.
-    fn owed_to(&self, target: Target) -> Option<bytes::BytesMut> {
-        self.owed.as_ref().and_then(|o| o.take(target))
+        r
     }
 }
 
@@ -151,16 +177,15 @@ impl Transport for TcpTransport {
                 _ => self.timeout,
             };
             let c = self.connection(target).await?;
-            let before = self.owed_to(target);
-            c.call_after(before.as_deref().unwrap_or_default(), creds, &req, timeout).await
+            self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout))?.await
         })
     }
 
     fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
             let c = self.connection(target).await?;
-            let before = self.owed_to(target);
-            c.post_after(before.as_deref().unwrap_or_default(), creds, &req, self.timeout).await
+            let end = self.sending_owed(target, |before| c.start_post(before, creds, &req))?;
+            c.written(end, self.timeout).await
         })
     }
 

@@ -261,3 +261,40 @@ async fn owed_posts_with_nothing_to_ride_on_are_flushed() {
     // Two went when the client stopped, three by the flusher.
     assert_eq!(owed.counts(), canopy_rpc::owed::OwedCounts { owed: 5, flushed: 3 });
 }
+
+/// Owed frames that certainly were not sent go back in the box: those taken
+/// by a request that failed before writing anything (too large to send)
+/// ride on the next one, and those the flusher could not deliver (no daemon
+/// listening yet) are tried again until it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owed_posts_not_sent_are_kept_for_later() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_dir, addr, me) = unix_counter();
+    let owed = canopy_rpc::owed::Owed::new();
+    let t = transport_to(&addr, &me).owing(owed.clone());
+    let root = Creds::root();
+    t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    let huge = Request::Stat { at: At::Path(format!("/{}", "d".repeat(canopy_proto::frame::MAX_FRAME))) };
+    assert!(t.call(Target::Server(0), &root, huge).await.is_err());
+    assert_eq!(touches_seen(&t).await, 1, "the owed touch was dropped with the request that failed");
+
+    // A daemon that is not there yet.
+    let dir = tempfile::tempdir().unwrap();
+    let later = format!("unix:{}", dir.path().join("later.sock").display());
+    let owed = canopy_rpc::owed::Owed::new();
+    let t = Arc::new(transport_to(&later, &me).owing(owed.clone()));
+    let flusher = tokio::spawn(t.clone().flush_owed());
+    t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(owed.counts().flushed, 0);
+    let me = serve_counter(Listener::bind(&later).unwrap());
+    let plain = transport_to(&later, &me);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while touches_seen(&plain).await < 1 {
+        assert!(std::time::Instant::now() < deadline, "the flusher gave up on a daemon that came late");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(owed.counts().flushed, 1);
+    owed.stop();
+    tokio::time::timeout(Duration::from_secs(5), flusher).await.expect("the flusher stops").unwrap();
+}

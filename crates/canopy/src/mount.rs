@@ -150,8 +150,9 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let handles = Arc::new(Handles::new(backends));
     // A batch's private server lives as long as the mount.
     let mut batch = None;
-    // Where the owed posts are flushed from, and sent at the end.
-    let mut flusher: Option<Arc<TcpTransport>> = None;
+    // Where the owed posts are flushed from, and sent at the end, and the
+    // task that flushes them meanwhile.
+    let mut flusher: Option<(Arc<TcpTransport>, tokio::task::JoinHandle<()>)> = None;
     let (client, own) = if let Some(id) = &args.batch {
         let _in_runtime = rt.enter();
         let b = canopy_batch::open(&canopy_batch::default_base(), canopy_batch::parse_id(id)?)?;
@@ -169,8 +170,7 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // box for all, flushed from the mount's runtime.
         let owed = Owed::new();
         let shared = Arc::new(connect::tcp_transport(&c, &key).owing(owed.clone()));
-        rt.spawn(shared.clone().flush_owed());
-        flusher = Some(shared.clone());
+        flusher = Some((shared.clone(), rt.spawn(shared.clone().flush_owed())));
         let client = Client::new(connect::namespace_over(&c, shared, &key, ns_opts.clone())?, Creds::root());
         // The same client for each FUSE thread, on its own runtime; one
         // for all of them where a client holds leases or proofs. They share
@@ -188,7 +188,7 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     unmount_on_signal(&rt, &args.mountpoint);
     let touches = client.namespace().dir_touches();
     let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts, own);
-    let times = Timings { requests: fs.times(), touches, owed: flusher.as_ref().and_then(|t| t.owed()) };
+    let times = Timings { requests: fs.times(), touches, owed: flusher.as_ref().and_then(|(t, _)| t.owed()) };
     if let Some(file) = &args.timings {
         write_timings_every_second(&rt, times.clone(), file.clone());
     }
@@ -196,8 +196,15 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     if let Some(file) = &args.timings {
         write_timings(&times, file);
     }
-    if let Some(t) = flusher {
-        rt.block_on(t.flush_all_owed());
+    if let Some((t, task)) = flusher {
+        // The flusher first sends what it took, then the rest goes.
+        if let Some(owed) = t.owed() {
+            owed.stop();
+        }
+        rt.block_on(async {
+            let _ = task.await;
+            t.flush_all_owed().await;
+        });
     }
     served.map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
     drop(batch);

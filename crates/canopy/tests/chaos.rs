@@ -2,7 +2,7 @@
 //! with CLI clients and a FUSE mount:
 //! SIGKILLs of servers, the lock service and clients during a mixed workload,
 //! then fsck clean, no acknowledged operation lost and every directory taking
-//! new entries again.
+//! new entries again. Needs root and /dev/fuse (for the mount), as CI has.
 
 use std::process::Command;
 
