@@ -82,13 +82,7 @@ impl Connection {
     /// `ECONNREFUSED`: nothing was sent; `ENOTCONN` and `ETIMEDOUT` (not
     /// written within `timeout`): it may or may not have been.
     pub async fn post(&self, creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
-        self.post_after(&[], creds, req, timeout).await
-    }
-
-    /// [`Connection::post`], with `before` (whole one-way frames) written
-    /// ahead of it in the same write.
-    pub async fn post_after(&self, before: &[u8], creds: &Creds, req: &Request, timeout: Duration) -> Result<(), Errno> {
-        let end = self.start_post(before, creds, req)?;
+        let end = self.start_post(&[], creds, req)?;
         self.written(end, timeout).await
     }
 

@@ -4,10 +4,10 @@
 use crate::conn::Connection;
 use crate::handshake::ClientAuth;
 use crate::owed::{self, Owed, Taken};
-use futures::future::join_all;
 use crate::{Handled, RpcResult, Service};
 use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
+use futures::future::join_all;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,11 +93,6 @@ impl TcpTransport {
     /// Some transport sharing `owed` must run [`TcpTransport::flush_owed`].
     pub fn owing(self, owed: Arc<Owed>) -> TcpTransport {
         TcpTransport { owed: Some(owed), ..self }
-    }
-
-    /// The box of owed posts this transport shares, if any.
-    pub fn owed(&self) -> Option<Arc<Owed>> {
-        self.owed.clone()
     }
 
     /// Sends the owed posts that have waited [`owed::FLUSH_AFTER`], looking

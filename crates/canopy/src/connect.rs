@@ -115,6 +115,7 @@ pub fn transport(c: &ClusterFile, key: &Loaded) -> Arc<dyn canopy_rpc::Transport
     Arc::new(tcp_transport(c, key))
 }
 
+/// [`transport`], as its own type (to share a box of owed posts).
 pub fn tcp_transport(c: &ClusterFile, key: &Loaded) -> TcpTransport {
     TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT)
 }

@@ -150,8 +150,11 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let handles = Arc::new(Handles::new(backends));
     // A batch's private server lives as long as the mount.
     let mut batch = None;
-    // Where the owed posts are flushed from, and sent at the end, and the
-    // task that flushes them meanwhile.
+    // The closing posts of a directory mutation (unfences, the unlock) go
+    // with the next request any FUSE thread sends the same daemon: one box
+    // for all, flushed meanwhile by a task on the mount's runtime over the
+    // shared transport, which sends the rest at the end.
+    let owed = Owed::new();
     let mut flusher: Option<(Arc<TcpTransport>, tokio::task::JoinHandle<()>)> = None;
     let (client, own) = if let Some(id) = &args.batch {
         let _in_runtime = rt.enter();
@@ -165,10 +168,6 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // credentials per request: that needs the cluster key.
         let key = connect::cluster_key(&c, "mount")?;
         let ns_opts = canopy_client::NsOptions { reclaim: Some(handles.clone()), dir_times: opts.dir_times, ..Default::default() };
-        // The closing posts of a directory mutation (unfences, the unlock) go
-        // with the next request any FUSE thread sends the same daemon: one
-        // box for all, flushed from the mount's runtime.
-        let owed = Owed::new();
         let shared = Arc::new(connect::tcp_transport(&c, &key).owing(owed.clone()));
         flusher = Some((shared.clone(), rt.spawn(shared.clone().flush_owed())));
         let client = Client::new(connect::namespace_over(&c, shared, &key, ns_opts.clone())?, Creds::root());
@@ -177,6 +176,7 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
         // the first one's directory touches, whose sender runs on the mount's
         // runtime (a FUSE thread's runs only while the thread handles a request).
         let ns_opts = canopy_client::NsOptions { touches: client.namespace().dir_touches(), ..ns_opts };
+        let owed = owed.clone();
         let make = move || {
             let transport = Arc::new(connect::tcp_transport(&c, &key).owing(owed.clone()));
             Ok(Client::new(connect::namespace_over(&c, transport, &key, ns_opts.clone())?, Creds::root()))
@@ -188,23 +188,21 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     unmount_on_signal(&rt, &args.mountpoint);
     let touches = client.namespace().dir_touches();
     let fs = CanopyFs::new(rt.handle().clone(), client, handles, opts, own);
-    let times = Timings { requests: fs.times(), touches, owed: flusher.as_ref().and_then(|(t, _)| t.owed()) };
+    let times = Timings { requests: fs.times(), touches, owed: flusher.is_some().then(|| owed.clone()) };
     if let Some(file) = &args.timings {
         write_timings_every_second(&rt, times.clone(), file.clone());
     }
     let served = canopy_fuse::mount::serve(fs, &args.mountpoint);
-    if let Some(file) = &args.timings {
-        write_timings(&times, file);
-    }
     if let Some((t, task)) = flusher {
         // The flusher first sends what it took, then the rest goes.
-        if let Some(owed) = t.owed() {
-            owed.stop();
-        }
+        owed.stop();
         rt.block_on(async {
             let _ = task.await;
             t.flush_all_owed().await;
         });
+    }
+    if let Some(file) = &args.timings {
+        write_timings(&times, file);
     }
     served.map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
     drop(batch);
