@@ -31,7 +31,7 @@ use canopy_proto::{Creds, Errno, Reply, Request};
 
 /// A directory rename's apply step as recovery sends it: the directory's times
 /// and every fence are left to the migration and the unfence that follow.
-const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None };
+const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None, txn: None };
 
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
     match r? {

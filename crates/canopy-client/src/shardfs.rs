@@ -550,29 +550,27 @@ impl ShardFs {
         }
     }
 
-    /// Applies a checked directory rename. The destination's primary (the
-    /// commit point recovery rolls forward from) and every server but the
-    /// source's primary apply at once; those others keep their fences until
-    /// the commit point answered. The source's primary, which drops the
-    /// directory's times the destination's primary now keeps, applies once
-    /// the rename committed (so no rollback has to give the times back).
-    /// Then the objects below whose primary changed migrate. When nothing
-    /// is below (a leaf without files), the fences still up are lifted by
-    /// posts: the lock and one fan-out, plus one step when the two names
-    /// have different primaries.
+    /// Applies a checked directory rename: every server at once. The
+    /// destination's primary is the commit point recovery rolls forward
+    /// from; the others keep their fences until it answered. The source's
+    /// primary drops the directory's times, which the destination's primary
+    /// keeps from now on, but parks them until the transaction ends there, so
+    /// an undo can take them back (the server's `parked.rs`). Then the
+    /// objects below whose primary changed migrate. When nothing is below (a
+    /// leaf without files), the fences still up are lifted by posts: the lock,
+    /// the check and one fan-out.
     async fn rename_dir_apply(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn, found: Vec<(u32, Checked)>) -> Res<Fences> {
         let (s, d) = (src.to_string(), dst.to_string());
         let (prim, old_prim) = (self.primary(dst), self.primary(src));
         let below = found.iter().any(|(_, k)| k.below);
         let times = found.iter().find(|(i, _)| *i == old_prim).and_then(|(_, k)| k.times);
-        let lifts_on_apply = |i: u32| i == prim || i == old_prim;
         let req = |i: u32| {
-            let step = RenameDirStep::Apply { times, unfence: (lifts_on_apply(i) && !below).then_some(txn.id) };
+            let step = RenameDirStep::Apply { times, unfence: (i == prim && !below).then_some(txn.id), txn: Some(txn.id) };
             Request::RenameDir { src: s.clone(), dst: d.clone(), step }
         };
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(txn, || Step::Locked(intent())).await?;
-        let early: Vec<u32> = (0..self.n).filter(|i| !lifts_on_apply(*i)).collect();
+        let early: Vec<u32> = self.all_but(prim).collect();
         let mut applied = self.with_commit_point(txn, early.iter().copied(), prim, c, &intent(), &req).await?;
         let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
             Some(Ok(r)) => checked(r)?,
@@ -588,9 +586,6 @@ impl ShardFs {
             None => return Err(Errno::EIO),
         };
         self.step(txn, || Step::PrimaryDone(intent())).await?;
-        if old_prim != prim {
-            applied.extend(self.one_by_one(txn, [old_prim].into_iter(), c, &intent(), req).await?);
-        }
         if let Some(e) = pick_error(&applied, prim) {
             eprintln!("canopy-client: rename {src} -> {dst} passed its checks but failed on a server: {e}");
             return Err(Errno::EIO);

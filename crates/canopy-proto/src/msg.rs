@@ -160,10 +160,14 @@ pub enum RenameDirStep {
     Check { txn: u64 },
     /// Apply it. `times`: the moved directory's times, which the
     /// destination's primary keeps from now on and the source's drops (none
-    /// from recovery, whose migration moves them). `unfence`: lift that
+    /// from recovery, whose migration moves them; none in an undo, where the
+    /// source's primary takes back what it parked). `unfence`: lift that
     /// transaction's fences here once applied, if nothing below the directory
-    /// here is left to migrate. Answers `RenameChecked` (its `times` none).
-    Apply { times: Option<DirTimes>, unfence: Option<u64> },
+    /// here is left to migrate. `txn`: the transaction applying it, for which
+    /// the source's primary parks the times it drops until the transaction
+    /// ends here (it applies before the commit point answers). Answers
+    /// `RenameChecked` (its `times` none).
+    Apply { times: Option<DirTimes>, unfence: Option<u64>, txn: Option<u64> },
 }
 
 /// An object moved between servers when a directory rename changes primaries.

@@ -6,7 +6,7 @@
 //! | `entries` (files and symlinks whose primary is this server) | parent id (u64 BE) ‖ name | `Record` |
 //! | `dirtimes` (times of directories whose primary is this server) | dir id (u64 BE) | `DirTimes` |
 //! | `inodes` (shared inodes of hard-linked files homed here) | ino (u64 BE) | `Inode` |
-//! | `meta` (server-local state) | ASCII name | value |
+//! | `meta` (server-local state) | ASCII name (ShardFS's parked directory times: `parked-times/` ‖ txn ‖ dir id, `shardfs/parked.rs`) | value |
 //!
 //! That is ShardFS's layout. Keying by (parent id, name) makes a directory
 //! listing a prefix scan, and a directory rename leaves its children's keys

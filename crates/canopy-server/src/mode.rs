@@ -223,7 +223,9 @@ pub(crate) trait Mode: Send + Sync {
 
     /// The transactions open at the lock service as this server starts:
     /// guard what their steps here may have left half done.
-    fn open_transactions(&self, _txns: &[canopy_proto::msg::TxnInfo]) {}
+    fn open_transactions(&self, _core: &Core, _txns: &[canopy_proto::msg::TxnInfo]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -138,8 +138,8 @@ impl MetaServer {
     }
 
     /// The transactions open at the lock service as this server starts.
-    pub fn open_transactions(&self, txns: &[canopy_proto::msg::TxnInfo]) {
-        self.mode.open_transactions(txns)
+    pub fn open_transactions(&self, txns: &[canopy_proto::msg::TxnInfo]) -> Result<(), String> {
+        self.mode.open_transactions(&self.core, txns)
     }
 
     /// Ends the background work and waits for it (a split in progress stops

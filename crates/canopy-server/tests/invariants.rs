@@ -78,7 +78,8 @@ fn a_starting_server_fences_what_open_transactions_may_have_fenced() {
         open(10, 10, Intent::Rename { src: "/r".into(), dst: "/s".into() }),
         open(11, 11, Intent::Link { src: "/l".into(), dst: "/k".into() }),
         open(12, 12, Intent::Rmdir { path: "/x".into() }),
-    ]);
+    ])
+    .unwrap();
     let stat = |p: &str| s.handle(&root, Request::Stat { at: p.into() });
     for p in ["/m/f", "/r", "/s/f"] {
         assert_eq!(stat(p), Err(Errno::EAGAIN), "{p}");
@@ -284,4 +285,81 @@ fn an_indexfs_chmod_waits_out_other_clients_leases_only() {
     assert_eq!(lookup(9), 1000, "cacheable again");
     let Ok(Reply::Stats(st)) = s.handle(&root, Request::Stats) else { panic!("stats") };
     assert!(st.counters.contains(&("lease_waits".into(), 1)), "{:?}", st.counters);
+}
+
+/// A directory rename's source primary parks the times it drops until the
+/// transaction ends: an unfence drops them, an undo takes them back, and a
+/// start keeps them for a transaction still open and drops them otherwise.
+/// fsck reports times parked for a transaction with no fence up.
+#[test]
+fn a_renames_source_primary_parks_the_times_it_drops_until_the_transaction_ends() {
+    use canopy_proto::msg::{Intent, LockMode, RenameDirStep, TxnInfo};
+    use canopy_proto::path::NsPath;
+    use canopy_proto::placement::primary;
+    let cfg = ServerConfig { index: 0, servers: 2 };
+    let on = |want: u32, stem: &str| (0..100).map(|i| format!("/{stem}{i}")).find(|p| primary(&NsPath::parse(p).unwrap(), 2) == want).unwrap();
+    let (src, dst) = (on(0, "s"), on(1, "d"));
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let s = MetaServer::open(cfg, store.clone()).unwrap();
+    let rename = |s: &MetaServer, from: &str, to: &str, step| s.handle(&root, Request::RenameDir { src: from.into(), dst: to.into(), step });
+    let fsck = |s: &MetaServer| match s.handle(&root, Request::Fsck) {
+        Ok(Reply::Fsck(r)) => r.problems,
+        other => panic!("fsck: {other:?}"),
+    };
+    let times_at = |s: &MetaServer, p: &str| match s.handle(&root, Request::Stat { at: p.into() }) {
+        Ok(Reply::Attr(a)) => a.mtime,
+        other => panic!("stat {p}: {other:?}"),
+    };
+    // A rename of `src` (times here) to `dst` (times on server 1), applied
+    // here by transaction `txn` before its commit point answered.
+    let apply = |s: &MetaServer, txn: u64| {
+        let Ok(Reply::RenameChecked { times, .. }) = rename(s, &src, &dst, RenameDirStep::Check { txn }) else { panic!("check") };
+        assert!(times.is_some(), "the source's primary has its times");
+        rename(s, &src, &dst, RenameDirStep::Apply { times, unfence: None, txn: Some(txn) }).unwrap();
+        assert_eq!(fsck(s), Vec::<String>::new(), "parked while the transaction's fence is up");
+    };
+    let undo = |s: &MetaServer| rename(s, &dst, &src, RenameDirStep::Apply { times: None, unfence: None, txn: None }).unwrap();
+    let mkdir = Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None };
+    s.handle(&root, mkdir).unwrap();
+    let made = times_at(&s, &src);
+    assert!(made > 0);
+
+    // Committed: the unfence drops what was parked.
+    apply(&s, 5);
+    s.handle(&root, Request::Unfence { txn: 5 }).unwrap();
+    assert_eq!(fsck(&s), Vec::<String>::new(), "the times went to server 1");
+    undo(&s);
+    assert_eq!(fsck(&s), vec![format!("server 0: directory {src} has no times on its primary")], "nothing parked was left to take back");
+
+    // Rolled back: the undo takes the parked times back.
+    let s = MetaServer::open(cfg, Arc::new(MemStore::new(ALL_CFS))).unwrap();
+    s.handle(&root, Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None }).unwrap();
+    let made = times_at(&s, &src);
+    apply(&s, 6);
+    undo(&s);
+    s.handle(&root, Request::Unfence { txn: 6 }).unwrap();
+    assert_eq!(times_at(&s, &src), made);
+    assert_eq!(fsck(&s), Vec::<String>::new());
+
+    // A start: kept for a transaction still open (under its original id), dropped for one that ended.
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let s = MetaServer::open(cfg, store.clone()).unwrap();
+    s.handle(&root, Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None }).unwrap();
+    apply(&s, 7);
+    drop(s);
+    let open = TxnInfo { txn: 8, origin: 7, intent: Intent::Rename { src: src.clone(), dst: dst.clone() }, locks: vec![(src.clone(), LockMode::Write)], expires_in_ms: 1000 };
+    let restarted = MetaServer::open(cfg, store.clone()).unwrap();
+    restarted.open_transactions(std::slice::from_ref(&open)).unwrap();
+    undo(&restarted);
+    restarted.handle(&root, Request::Unfence { txn: 7 }).unwrap();
+    assert!(times_at(&restarted, &src) > 0, "an undo after the start took the times back");
+    assert_eq!(fsck(&restarted), Vec::<String>::new());
+    apply(&restarted, 9);
+    drop(restarted);
+    let restarted = MetaServer::open(cfg, store).unwrap();
+    let parked_for_ended = fsck(&restarted);
+    assert!(parked_for_ended.iter().any(|p| p.contains("parked for transaction 9")), "{parked_for_ended:?}");
+    restarted.open_transactions(&[]).unwrap();
+    assert_eq!(fsck(&restarted), Vec::<String>::new(), "dropped at the start");
 }

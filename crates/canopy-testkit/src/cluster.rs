@@ -86,7 +86,7 @@ impl InProcCluster {
         // As `canopy server` does before it serves.
         let open = lock.transactions();
         for s in servers.iter().filter(|s| s.needs_open_transactions()) {
-            s.open_transactions(&open);
+            s.open_transactions(&open).expect("open transactions");
         }
         let delegating: Vec<Arc<Delegating>> = servers.iter().map(|s| Arc::new(Delegating::new(s.clone()))).collect();
         let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();

@@ -209,7 +209,7 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     // over TCP with the cluster key.
     let key = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone(), path: cluster.path.clone() };
     if meta.needs_open_transactions() {
-        meta.open_transactions(&open_transactions(&cluster, &key)?);
+        meta.open_transactions(&open_transactions(&cluster, &key)?)?;
     }
     meta.start_background(connect::transport(&cluster, &key));
     let server = Arc::new(Delegating::new(meta));

@@ -272,7 +272,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::ClearFences { path: "/".into() },
         Request::Rmdir { path: "/x".into() },
         Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) },
-        Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None } },
+        Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None, txn: None } },
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Check { txn: 1 } },
         Request::Fence { txn: 1, paths: vec!["/".into()] },
         Request::Unfence { txn: 1 },

@@ -58,20 +58,33 @@ impl Fences {
         Ok(Reply::Unit)
     }
 
-    pub(crate) fn unfence(&self, txn: u64) -> Result<Reply, Errno> {
-        self.lift(|t, _| t == txn)
+    pub(crate) fn unfence(&self, txn: u64) {
+        self.lift(|t, _| t == txn);
     }
 
-    /// Lifts every fence that covers `path` (stale ones: see `Request::ClearFences`).
-    pub(crate) fn clear_covering(&self, path: &NsPath) -> Result<Reply, Errno> {
+    /// Lifts every fence that covers `path` (stale ones: see
+    /// `Request::ClearFences`); answers the transactions whose fences it lifted.
+    pub(crate) fn clear_covering(&self, path: &NsPath) -> Vec<u64> {
         self.lift(|_, f| path.is_within(f))
     }
 
-    fn lift(&self, which: impl Fn(u64, &NsPath) -> bool) -> Result<Reply, Errno> {
+    /// Whether transaction `txn` has a fence up here.
+    pub(crate) fn is_up(&self, txn: u64) -> bool {
+        self.by_txn.read().iter().any(|(t, _)| *t == txn)
+    }
+
+    fn lift(&self, which: impl Fn(u64, &NsPath) -> bool) -> Vec<u64> {
         let mut fences = self.by_txn.write();
-        fences.retain(|(t, f)| !which(*t, f));
+        let mut lifted = Vec::new();
+        fences.retain(|(t, f)| {
+            let lift = which(*t, f);
+            if lift && !lifted.contains(t) {
+                lifted.push(*t);
+            }
+            !lift
+        });
         self.count.store(fences.len(), Ordering::Release);
-        Ok(Reply::Unit)
+        lifted
     }
 }
 
@@ -90,9 +103,11 @@ mod tests {
         assert_eq!(f.admit(&p("/a/b")), Err(Errno::EAGAIN));
         assert_eq!(f.admit(&p("/a")), Err(Errno::EAGAIN));
         assert_eq!(f.admit(&p("/ab")), Ok(()));
-        f.unfence(8).unwrap();
+        f.unfence(8);
         assert!(f.any());
-        f.unfence(7).unwrap();
+        assert!(f.is_up(7));
+        f.unfence(7);
+        assert!(!f.is_up(7));
         assert!(!f.any());
         assert_eq!(f.admit(&p("/a/b")), Ok(()));
         assert_eq!(f.fence(9, &["rel".into()]), Err(Errno::EINVAL));
@@ -105,7 +120,7 @@ mod tests {
         f.fence(1, &["/a".into()]).unwrap();
         f.fence(2, &["/a/b".into(), "/c".into()]).unwrap();
         f.fence(3, &["/a/b/c/d".into()]).unwrap();
-        f.clear_covering(&p("/a/b/c")).unwrap();
+        assert_eq!(f.clear_covering(&p("/a/b/c")), vec![1, 2]);
         assert_eq!(f.admit(&p("/a/x")), Ok(()));
         assert_eq!(f.admit(&p("/c")), Err(Errno::EAGAIN), "the other path of a cleared transaction");
         assert_eq!(f.admit(&p("/a/b/c/d")), Err(Errno::EAGAIN), "a fence below the path");

@@ -1,6 +1,7 @@
 //! ShardFS's part of fsck: a digest of the replicated table (equal on every
-//! server), every file entry under a known directory and on its primary, and
-//! directory times on their primary only. Runs under the structure lock.
+//! server), every file entry under a known directory and on its primary,
+//! directory times on their primary only, and no times parked by a rename
+//! that has ended. Runs under the structure lock.
 
 use super::ShardFs;
 use super::decode_entry;
@@ -45,6 +46,7 @@ impl ShardFs {
                 true
             })
             .map_err(io)?;
+        self.parked.check(core, |txn| self.fences.is_up(txn), problems)?;
         for id in table.ids() {
             if let Some(p) = table.path_of(id) {
                 if self.primary_of(core, &p) == me && core.load_dir_times(id)?.is_none() {

@@ -7,7 +7,8 @@
 //!
 //! - [`dirtable`], [`resolve`]: the replicated table and path resolution (pure);
 //! - `dirs`: mkdir, rmdir, directory setattr, `DirProbe`, `DirSync`;
-//! - `rename_dir`, `migrate`, `fence`: directory renames and what they move;
+//! - `rename_dir`, `migrate`, `fence`, `parked`: directory renames and what
+//!   they move;
 //! - `fsck`: the table's digest and where every object belongs.
 
 pub mod dirtable;
@@ -15,6 +16,7 @@ mod dirs;
 mod fence;
 mod fsck;
 mod migrate;
+mod parked;
 mod rename_dir;
 pub mod resolve;
 
@@ -35,13 +37,15 @@ use std::collections::HashMap;
 pub(crate) struct ShardFs {
     table: RwLock<DirTable>,
     fences: fence::Fences,
+    /// Times a rename's source primary dropped, kept until it ends here.
+    parked: parked::Parked,
 }
 
 impl ShardFs {
     /// Loads the replicated directory table; creates the root on a new store.
     pub(crate) fn open(core: &Core) -> Result<ShardFs, String> {
         let table = load_table(core)?;
-        Ok(ShardFs { table: RwLock::new(table), fences: fence::Fences::default() })
+        Ok(ShardFs { table: RwLock::new(table), fences: fence::Fences::default(), parked: parked::Parked::default() })
     }
 
     fn primary_of(&self, core: &Core, path: &NsPath) -> u32 {
@@ -206,13 +210,17 @@ impl Mode for ShardFs {
     /// nothing below a name that must stay so): its intent's paths, under its
     /// original id, which its coordinator and recovery lift. Kinds that never
     /// fence (rmdir, link) are left alone: their own steps would meet it.
-    fn open_transactions(&self, txns: &[TxnInfo]) {
+    ///
+    /// Times parked by transactions no longer open are dropped (`parked.rs`).
+    fn open_transactions(&self, core: &Core, txns: &[TxnInfo]) -> Result<(), String> {
         for t in txns.iter().filter(|t| fences_its_paths(&t.intent)) {
             let paths: Vec<String> = t.intent.paths().into_iter().map(str::to_string).collect();
             if let Err(e) = self.fences.fence(t.origin, &paths) {
                 eprintln!("canopy-server: transaction {} names a path that is no path ({e}): not fenced", t.txn);
             }
         }
+        let open = txns.iter().map(|t| t.origin).collect();
+        self.parked.after_start(core, &open).map_err(|e| format!("cannot sort the parked directory times: {e}"))
     }
 
     fn dirs(&self) -> u64 {
@@ -223,8 +231,14 @@ impl Mode for ShardFs {
         let parse = NsPath::parse;
         match req {
             Request::Fence { txn, paths } => self.fences.fence(txn, &paths),
-            Request::Unfence { txn } => self.fences.unfence(txn),
-            Request::ClearFences { path } => self.fences.clear_covering(&parse(&path)?),
+            Request::Unfence { txn } => self.lift_fences(core, || {
+                self.fences.unfence(txn);
+                vec![txn]
+            }),
+            Request::ClearFences { path } => {
+                let path = parse(&path)?;
+                self.lift_fences(core, || self.fences.clear_covering(&path))
+            }
             Request::Mkdir { path, mode, id, fence } => self.mkdir(core, creds, &parse(&path)?, mode, id, fence),
             Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
             Request::DirSetAttr { path, set } => self.dir_set_attr(core, creds, &parse(&path)?, &set),
@@ -240,6 +254,18 @@ impl Mode for ShardFs {
 
     fn fsck(&self, core: &Core, report: &mut FsckReport) -> Result<(), Errno> {
         self.check(core, report)
+    }
+}
+
+impl ShardFs {
+    /// Lifts fences (`lift` answers the transactions whose fences it lifted)
+    /// and drops what those transactions parked here: they have ended. Under
+    /// the structure lock, so fsck never sees one done without the other.
+    fn lift_fences(&self, core: &Core, lift: impl FnOnce() -> Vec<u64>) -> Result<Reply, Errno> {
+        let _g = core.lock_structure();
+        let ended = lift();
+        self.parked.drop_ended(core, &ended)?;
+        Ok(Reply::Unit)
     }
 }
 

@@ -3,9 +3,10 @@
 //! source is a file after all, then applied); the client
 //! then migrates the objects below whose primary changed (`migrate.rs`). A
 //! directory with nothing below it anywhere (a leaf without files) needs no
-//! migration: its own times move with the apply steps, and the two names'
-//! primaries lift their fences as they apply (the others keep theirs until
-//! the client knows the rename committed).
+//! migration: its own times move with the apply step (the source's primary
+//! parks what it drops until the transaction ends, `parked.rs`), and the
+//! destination's primary lifts its fence as it applies (the others keep
+//! theirs until the client knows the rename committed).
 
 use super::ShardFs;
 use crate::core::{io, Core};
@@ -73,11 +74,11 @@ impl ShardFs {
         if grows > 0 && self.longest_below(core, sid)? + grows > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let (times, unfence) = match step {
+        let (times, unfence, txn) = match step {
             RenameDirStep::Check { .. } => {
                 return Ok(Reply::RenameChecked { below: self.anything_below(core, sid)?, times: core.load_dir_times(sid)? });
             }
-            RenameDirStep::Apply { times, unfence } => (times, unfence),
+            RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn),
         };
         let mut b = Batch::new();
         b.delete(DIRS, keys::entry_key(sp, &sname));
@@ -85,10 +86,11 @@ impl ShardFs {
             b.delete(DIRTIMES, keys::id_key(did).to_vec());
         }
         b.put(DIRS, keys::entry_key(dp, &dname), keys::encode(&moved));
-        if let Some(times) = times {
-            self.move_times(core, &mut b, sid, times, src, dst);
-        }
+        let parked = self.move_times(core, &mut b, sid, times, txn, src, dst)?;
         core.write(b)?;
+        if let Some(txn) = parked {
+            self.parked.written(txn);
+        }
         let mut table = self.table.write();
         if let Some(did) = replaced {
             table.remove(did);
@@ -97,7 +99,7 @@ impl ShardFs {
         drop(table);
         let below = self.anything_below(core, sid)?;
         if let (Some(txn), false) = (unfence, below) {
-            self.fences.unfence(txn)?;
+            self.fences.unfence(txn);
         }
         Ok(Reply::RenameChecked { below, times: None })
     }
@@ -111,13 +113,34 @@ impl ShardFs {
     }
 
     /// The moved directory `id`'s times, carried by the apply step rather than
-    /// migrated: its new primary keeps them, its old one drops them.
-    fn move_times(&self, core: &Core, b: &mut Batch, id: u64, times: DirTimes, src: &NsPath, dst: &NsPath) {
+    /// migrated (`times`; none from recovery, whose migration moves them):
+    /// its new primary keeps them, or, given none, takes back what it parked
+    /// (an undo); its old one drops them, parked for `txn` (`parked.rs`).
+    /// Answers the transaction it parked them for.
+    #[allow(clippy::too_many_arguments)]
+    fn move_times(&self, core: &Core, b: &mut Batch, id: u64, times: Option<DirTimes>, txn: Option<u64>, src: &NsPath, dst: &NsPath) -> Result<Option<u64>, Errno> {
+        let key = keys::id_key(id).to_vec();
         match (self.is_primary(core, src), self.is_primary(core, dst)) {
-            (false, true) => b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times)),
-            (true, false) => b.delete(DIRTIMES, keys::id_key(id).to_vec()),
+            (false, true) => {
+                let times = match times {
+                    Some(t) => Some(t),
+                    None => self.parked.take_back(core, b, id)?,
+                };
+                if let Some(t) = times {
+                    b.put(DIRTIMES, key, keys::encode(&t));
+                }
+            }
+            (true, false) if times.is_some() => {
+                let kept = core.load_dir_times(id)?;
+                b.delete(DIRTIMES, key);
+                if let (Some(txn), Some(kept)) = (txn, kept) {
+                    self.parked.park(b, txn, id, &kept);
+                    return Ok(Some(txn));
+                }
+            }
             _ => {}
         }
+        Ok(None)
     }
 
     /// The length of the longest path this server holds at or below directory
