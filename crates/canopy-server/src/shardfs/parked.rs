@@ -10,8 +10,10 @@
 //! put up again, so nothing else would.
 //!
 //! Kept in the `meta` family, under [`PREFIX`] ‖ txn (u64 BE) ‖ directory
-//! id (u64 BE); the set of transactions with times parked here is kept in
-//! memory so an unfence without any (nearly all) costs no store read.
+//! id (u64 BE); what is parked here is also kept in memory, so an unfence
+//! with nothing parked (nearly all) costs no store read, and one with
+//! something deletes its keys (point deletes: a range tombstone would slow
+//! every later read of the family).
 
 use crate::core::{io, Core};
 use crate::keys::{self, META};
@@ -19,7 +21,7 @@ use canopy_proto::msg::DirTimes;
 use canopy_proto::Errno;
 use canopy_store::Batch;
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 const PREFIX: &[u8] = b"parked-times/";
 
@@ -61,8 +63,8 @@ fn all(core: &Core) -> Result<Vec<Stored>, Errno> {
 
 #[derive(Default)]
 pub(crate) struct Parked {
-    /// Transactions with times parked here.
-    txns: Mutex<HashSet<u64>>,
+    /// The directories each transaction parked times of here.
+    txns: Mutex<HashMap<u64, Vec<u64>>>,
 }
 
 impl Parked {
@@ -72,8 +74,13 @@ impl Parked {
         b.put(META, key(txn, id), keys::encode(times));
     }
 
-    pub(crate) fn written(&self, txn: u64) {
-        self.txns.lock().insert(txn);
+    /// `txn` parked directory `id`'s times (the batch of [`Parked::park`] is written).
+    pub(crate) fn written(&self, txn: u64, id: u64) {
+        let mut txns = self.txns.lock();
+        let ids = txns.entry(txn).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 
     /// Directory `id`'s parked times, if a transaction parked them here,
@@ -96,19 +103,17 @@ impl Parked {
     /// Drops what `ended` (transactions whose fences here were just lifted)
     /// parked: they committed, or an undo took the times back.
     pub(crate) fn drop_ended(&self, core: &Core, ended: &[u64]) -> Result<(), Errno> {
-        let ended: Vec<u64> = {
-            let mut txns = self.txns.lock();
-            ended.iter().copied().filter(|t| txns.remove(t)).collect()
-        };
-        if ended.is_empty() {
-            return Ok(());
-        }
         let mut b = Batch::new();
-        for txn in ended {
-            // [txn ‖ 0, txn ‖ u64::MAX ‖ 0): every directory txn parked.
-            let mut to = key(txn, u64::MAX);
-            to.push(0);
-            b.delete_range(META, key(txn, 0), to);
+        {
+            let mut txns = self.txns.lock();
+            for txn in ended {
+                for id in txns.remove(txn).unwrap_or_default() {
+                    b.delete(META, key(*txn, id));
+                }
+            }
+        }
+        if b.is_empty() {
+            return Ok(());
         }
         core.write(b)
     }
@@ -120,8 +125,8 @@ impl Parked {
         let mut txns = self.txns.lock();
         for p in all(core)? {
             match p.which {
-                Some((txn, _)) if open.contains(&txn) => {
-                    txns.insert(txn);
+                Some((txn, id)) if open.contains(&txn) => {
+                    txns.entry(txn).or_default().push(id);
                 }
                 _ => b.delete(META, p.key),
             }

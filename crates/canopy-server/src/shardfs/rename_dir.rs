@@ -89,7 +89,7 @@ impl ShardFs {
         let parked = self.move_times(core, &mut b, sid, times, txn, src, dst)?;
         core.write(b)?;
         if let Some(txn) = parked {
-            self.parked.written(txn);
+            self.parked.written(txn, sid);
         }
         let mut table = self.table.write();
         if let Some(did) = replaced {
