@@ -29,9 +29,16 @@ use canopy_proto::msg::{DirLookup, Intent, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
 
-/// A directory rename's apply step as recovery sends it: the directory's times
-/// and every fence are left to the migration and the unfence that follow.
+/// A directory rename's apply step as recovery rolls it forward: the
+/// directory's times and every fence are left to the migration and the
+/// unfence that follow.
 const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None, txn: None };
+
+/// A directory rename's apply step backwards, undoing transaction `was`: the
+/// source's primary takes back the times `was` parked there.
+fn undo(was: u64) -> RenameDirStep {
+    RenameDirStep::Apply { times: None, unfence: None, txn: Some(was) }
+}
 
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
     match r? {
@@ -53,7 +60,7 @@ impl ShardFs {
             }
             // ShardFS makes no RenameOver; recovered as the rename it is.
             Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
-                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn).await?;
+                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was).await?;
                 self.unfence(was).await?;
             }
             Intent::Link { .. } | Intent::Retry { .. } => {}
@@ -78,7 +85,9 @@ impl ShardFs {
         Ok(())
     }
 
-    pub(crate) async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<()> {
+    /// Finishes or undoes the rename of `src` to `dst` that transaction `was`
+    /// (its original id) began, holding it as `txn`.
+    pub(crate) async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn, was: u64) -> Res<()> {
         let at_src = self.probe_all(src).await?;
         let at_dst = self.probe_all(dst).await?;
         let prim = self.primary(dst) as usize;
@@ -105,7 +114,7 @@ impl ShardFs {
         let victim = at_dst[prim].clone();
         for (i, l) in at_dst.iter().enumerate() {
             if l.as_ref().is_some_and(|l| l.id == moved) {
-                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), step: APPLY };
+                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), step: undo(was) };
                 self.rpc(i as u32, &root, back).await?;
                 if victim.is_some() {
                     self.rpc(i as u32, &root, Request::DirSync { path: dst.to_string(), want: victim.clone() }).await?;

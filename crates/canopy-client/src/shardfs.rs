@@ -578,7 +578,7 @@ impl ShardFs {
             // Refused after all: put back the servers that applied it (if
             // that fails, EIO leaves the transaction to recovery).
             Some(Err(e)) => {
-                return match self.recover_rename(src, dst, txn).await {
+                return match self.recover_rename(src, dst, txn, txn.id).await {
                     Ok(()) => Err(e),
                     Err(_) => Err(Errno::EIO),
                 }

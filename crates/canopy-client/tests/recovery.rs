@@ -9,7 +9,7 @@ use canopy_client::Client;
 use canopy_proto::msg::Intent;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
-use canopy_proto::{Errno, FileKind};
+use canopy_proto::{Errno, FileKind, TimeSet};
 use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::hooks::DieAt;
 use canopy_testkit::InProcCluster;
@@ -32,7 +32,14 @@ async fn populate(c: &Client) {
         c.create(&format!("/a/sub/g{i}"), 0o644).await.unwrap();
     }
     c.mkdir("/empty", 0o755).await.unwrap();
+    for (dir, mtime) in RENAMED_DIR_MTIMES {
+        c.utimens(dir, Some(TimeSet::At(mtime)), Some(TimeSet::At(mtime))).await.unwrap();
+    }
 }
+
+/// The directories the renames move, with the times `populate` gives them:
+/// after recovery, whichever name a directory has, it has these times.
+const RENAMED_DIR_MTIMES: [(&str, i64); 3] = [("/a", 1_000), ("/a/sub", 2_000), ("/empty", 3_000)];
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -46,8 +53,9 @@ enum Op {
     ChownDir,
     RenameDir,
     RenameDirOverEmpty,
-    /// Nothing below it: its times travel with the apply steps, which lift
-    /// the fences; to a name on another primary, so the times move.
+    /// Nothing below it: its times travel with the apply step (the
+    /// destination's primary lifts its fence as it applies); to a name on
+    /// another primary, so the times move.
     RenameEmptyDir,
     RenameFile,
 }
@@ -164,9 +172,11 @@ async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
     assert!(fsck.is_clean(), "{op:?} died at {step:?}: {:?}", fsck.problems);
     if let Intent::Rename { src, dst } = op.intent() {
         // A directory's times are kept on one server: whichever name it has
-        // now, its primary has them (a server keeping none answers zero).
-        if let Ok(a) = root.stat(&src).await.or(root.stat(&dst).await) {
-            assert!(a.kind != FileKind::Dir || a.mtime > 0, "{op:?} died at {step:?}: the directory's times were lost");
+        // now, its primary has them, as they were (a server keeping none
+        // answers zero; one keeping a stale copy, other times).
+        if let Some((_, mtime)) = RENAMED_DIR_MTIMES.iter().find(|(d, _)| *d == src) {
+            let a = root.stat(&src).await.or(root.stat(&dst).await).unwrap();
+            assert_eq!(a.mtime, *mtime, "{op:?} died at {step:?}: the directory's times were lost or changed");
         }
     }
     // No fence is left behind: a walk that stats every object needs no retry.

@@ -69,8 +69,9 @@ async fn in_moving_dir<T>(c: &Client, name: &str, op: impl AsyncFn(&Client, &str
 }
 
 /// Makes files in a directory that is being renamed, removing every other one,
-/// so it is often empty: renames then migrate nothing and lift their fences as
-/// they apply, and must still see a create that raced their check.
+/// so it is often empty: renames then migrate nothing (the destination's
+/// primary lifts its fence as it applies, the others' are posted), and must
+/// still see a create that raced their check.
 async fn mover_creator(c: Client, id: usize) -> Vec<String> {
     let mut kept = Vec::new();
     for i in 0..OPS {

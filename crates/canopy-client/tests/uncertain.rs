@@ -13,7 +13,7 @@ use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::msg::{DirLookup, Intent};
-use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
+use canopy_proto::{Creds, Errno, FileKind, Reply, Request, TimeSet};
 use canopy_server::MetaServer;
 use canopy_testkit::hooks::Gate;
 use canopy_testkit::InProcCluster;
@@ -213,14 +213,16 @@ async fn a_directory_rename_its_commit_point_refuses_is_put_back() {
 /// The commit point applies a directory rename and dies before answering: the
 /// coordinator cannot know whether it committed, so it leaves the transaction
 /// to recovery, which finds it committed on the primary and rolls it forward
-/// (the files below move to their new primaries).
+/// (the files below move to their new primaries). The source's primary's
+/// apply is lost too, so recovery applies it there, and the directory's
+/// times, still on the source's primary, reach the new one unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_rename_whose_commit_points_answer_is_lost_is_rolled_forward() {
     let cluster = InProcCluster::memory(SERVERS);
-    dir_with_files(&cluster.fresh_client(), 5).await;
-    // A destination whose primary is not the source's: the source's primary
-    // applies only after the commit point answered, so it still has the old
-    // name when recovery looks.
+    let setup = cluster.fresh_client();
+    dir_with_files(&setup, 5).await;
+    setup.utimens("/s/x", Some(TimeSet::At(4_000)), Some(TimeSet::At(4_000))).await.unwrap();
+    // A destination whose primary is not the source's.
     let dst = (0..).map(|i| format!("/s/y{i}")).find(|d| prim(d) != prim("/s/x")).unwrap();
     let (c, mut at, release) = held_before_rename_applies(&cluster, "/s/x", &dst);
     let to = dst.clone();
@@ -228,6 +230,7 @@ async fn a_directory_rename_whose_commit_points_answer_is_lost_is_rolled_forward
     at.recv().await.unwrap();
     let p = prim(&dst);
     cluster.faults().die_after(p, "RenameDir");
+    cluster.faults().refuse_next(prim("/s/x"), "RenameDir", Errno::ETIMEDOUT);
     release.add_permits(1);
     assert_eq!(renaming.await.unwrap(), Err(Errno::EIO));
     assert_eq!(cluster.lock.transactions().len(), 1, "left for recovery, not unlocked");
@@ -239,6 +242,7 @@ async fn a_directory_rename_whose_commit_points_answer_is_lost_is_rolled_forward
     for i in 0..5 {
         assert_eq!(fresh.stat(&format!("{dst}/f{i}")).await.unwrap().kind, FileKind::File);
     }
+    assert_eq!(fresh.stat(&dst).await.unwrap().mtime, 4_000, "the directory's times");
 }
 
 /// A fence outlives a restart of its server. A mkdir's commit point does not

@@ -32,7 +32,9 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// its apply may carry the directory's times and lift the fences.
 /// Version 6: a request with id 0 is one-way ([`ONE_WAY`]).
 /// Version 7: a listed transaction names its original id (`msg::TxnInfo::origin`).
-pub const VERSION: u16 = 7;
+/// Version 8: a directory rename's apply names its transaction (the source's
+/// primary parks the times it drops; an undo takes them back).
+pub const VERSION: u16 = 8;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

@@ -163,10 +163,13 @@ pub enum RenameDirStep {
     /// from recovery, whose migration moves them; none in an undo, where the
     /// source's primary takes back what it parked). `unfence`: lift that
     /// transaction's fences here once applied, if nothing below the directory
-    /// here is left to migrate. `txn`: the transaction applying it, for which
-    /// the source's primary parks the times it drops until the transaction
-    /// ends here (it applies before the commit point answers). Answers
-    /// `RenameChecked` (its `times` none).
+    /// here is left to migrate. `txn`: the transaction applying it (or, in an
+    /// undo, undoing it), whose fence must still be up here (else `ESTALE`:
+    /// recovery has taken the transaction over); the source's primary parks
+    /// the times it drops for it until the transaction ends here (it applies
+    /// before the commit point answers), and an undo takes them back. None
+    /// from recovery rolling forward. Answers `RenameChecked` (its `times`
+    /// none).
     Apply { times: Option<DirTimes>, unfence: Option<u64>, txn: Option<u64> },
 }
 

@@ -319,27 +319,37 @@ fn a_renames_source_primary_parks_the_times_it_drops_until_the_transaction_ends(
         rename(s, &src, &dst, RenameDirStep::Apply { times, unfence: None, txn: Some(txn) }).unwrap();
         assert_eq!(fsck(s), Vec::<String>::new(), "parked while the transaction's fence is up");
     };
-    let undo = |s: &MetaServer| rename(s, &dst, &src, RenameDirStep::Apply { times: None, unfence: None, txn: None }).unwrap();
+    let undo = |s: &MetaServer, txn: u64| rename(s, &dst, &src, RenameDirStep::Apply { times: None, unfence: None, txn: Some(txn) });
     let mkdir = Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None };
     s.handle(&root, mkdir).unwrap();
-    let made = times_at(&s, &src);
-    assert!(made > 0);
+    assert!(times_at(&s, &src) > 0);
 
-    // Committed: the unfence drops what was parked.
+    // Committed: the unfence drops what was parked; a step of the
+    // transaction that comes after its fence was lifted is refused.
     apply(&s, 5);
     s.handle(&root, Request::Unfence { txn: 5 }).unwrap();
     assert_eq!(fsck(&s), Vec::<String>::new(), "the times went to server 1");
-    undo(&s);
-    assert_eq!(fsck(&s), vec![format!("server 0: directory {src} has no times on its primary")], "nothing parked was left to take back");
+    assert_eq!(undo(&s, 5), Err(Errno::ESTALE));
+    assert_eq!(rename(&s, &dst, &src, RenameDirStep::Apply { times: None, unfence: None, txn: Some(5) }), Err(Errno::ESTALE));
+    assert!(matches!(s.handle(&root, Request::Stat { at: src.as_str().into() }), Err(Errno::ENOENT)), "the late steps changed nothing");
 
-    // Rolled back: the undo takes the parked times back.
+    // Rolled back: the undo takes back the times its own transaction parked.
+    // Transaction 11 committed and its unfence never came (its fence and
+    // its parked times stay); 12 renamed the directory back with other
+    // times; 13 parks those and is undone.
     let s = MetaServer::open(cfg, Arc::new(MemStore::new(ALL_CFS))).unwrap();
     s.handle(&root, Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None }).unwrap();
-    let made = times_at(&s, &src);
-    apply(&s, 6);
-    undo(&s);
-    s.handle(&root, Request::Unfence { txn: 6 }).unwrap();
-    assert_eq!(times_at(&s, &src), made);
+    apply(&s, 11);
+    rename(&s, &dst, &src, RenameDirStep::Check { txn: 12 }).unwrap();
+    let newer = canopy_proto::msg::DirTimes { atime: 7, mtime: 8, ctime: 9 };
+    rename(&s, &dst, &src, RenameDirStep::Apply { times: Some(newer), unfence: None, txn: Some(12) }).unwrap();
+    s.handle(&root, Request::Unfence { txn: 12 }).unwrap();
+    apply(&s, 13);
+    undo(&s, 13).unwrap();
+    s.handle(&root, Request::Unfence { txn: 13 }).unwrap();
+    assert_eq!(fsck(&s), Vec::<String>::new(), "11's fence is still up");
+    s.handle(&root, Request::Unfence { txn: 11 }).unwrap();
+    assert_eq!(times_at(&s, &src), 8, "the times transaction 13 parked, not 11's");
     assert_eq!(fsck(&s), Vec::<String>::new());
 
     // A start: kept for a transaction still open (under its original id), dropped for one that ended.
@@ -351,7 +361,7 @@ fn a_renames_source_primary_parks_the_times_it_drops_until_the_transaction_ends(
     let open = TxnInfo { txn: 8, origin: 7, intent: Intent::Rename { src: src.clone(), dst: dst.clone() }, locks: vec![(src.clone(), LockMode::Write)], expires_in_ms: 1000 };
     let restarted = MetaServer::open(cfg, store.clone()).unwrap();
     restarted.open_transactions(std::slice::from_ref(&open)).unwrap();
-    undo(&restarted);
+    undo(&restarted, 7).unwrap();
     restarted.handle(&root, Request::Unfence { txn: 7 }).unwrap();
     assert!(times_at(&restarted, &src) > 0, "an undo after the start took the times back");
     assert_eq!(fsck(&restarted), Vec::<String>::new());

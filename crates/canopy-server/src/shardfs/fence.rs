@@ -68,6 +68,13 @@ impl Fences {
         self.lift(|_, f| path.is_within(f))
     }
 
+    /// The transactions with a fence up here that covers `path`.
+    pub(crate) fn covering(&self, path: &NsPath) -> Vec<u64> {
+        let mut txns: Vec<u64> = self.by_txn.read().iter().filter(|(_, f)| path.is_within(f)).map(|(t, _)| *t).collect();
+        txns.dedup();
+        txns
+    }
+
     /// Whether transaction `txn` has a fence up here.
     pub(crate) fn is_up(&self, txn: u64) -> bool {
         self.by_txn.read().iter().any(|(t, _)| *t == txn)

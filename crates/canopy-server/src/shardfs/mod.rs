@@ -231,13 +231,13 @@ impl Mode for ShardFs {
         let parse = NsPath::parse;
         match req {
             Request::Fence { txn, paths } => self.fences.fence(txn, &paths),
-            Request::Unfence { txn } => self.lift_fences(core, || {
+            Request::Unfence { txn } => self.lift_fences(core, &[txn], || {
                 self.fences.unfence(txn);
                 vec![txn]
             }),
             Request::ClearFences { path } => {
                 let path = parse(&path)?;
-                self.lift_fences(core, || self.fences.clear_covering(&path))
+                self.lift_fences(core, &self.fences.covering(&path), || self.fences.clear_covering(&path))
             }
             Request::Mkdir { path, mode, id, fence } => self.mkdir(core, creds, &parse(&path)?, mode, id, fence),
             Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
@@ -260,8 +260,18 @@ impl Mode for ShardFs {
 impl ShardFs {
     /// Lifts fences (`lift` answers the transactions whose fences it lifted)
     /// and drops what those transactions parked here: they have ended. Under
-    /// the structure lock, so fsck never sees one done without the other.
-    fn lift_fences(&self, core: &Core, lift: impl FnOnce() -> Vec<u64>) -> Result<Reply, Errno> {
+    /// the structure lock when something is parked, so fsck never sees one
+    /// done without the other.
+    fn lift_fences(&self, core: &Core, covered: &[u64], lift: impl FnOnce() -> Vec<u64>) -> Result<Reply, Errno> {
+        if !self.parked.any_of(covered) {
+            let ended = lift();
+            if self.parked.any_of(&ended) {
+                // A fence put up since `covered` was read.
+                let _g = core.lock_structure();
+                self.parked.drop_ended(core, &ended)?;
+            }
+            return Ok(Reply::Unit);
+        }
         let _g = core.lock_structure();
         let ended = lift();
         self.parked.drop_ended(core, &ended)?;

@@ -83,21 +83,22 @@ impl Parked {
         }
     }
 
-    /// Directory `id`'s parked times, if a transaction parked them here,
-    /// their record's removal added to `b` (an undo takes them back).
-    pub(crate) fn take_back(&self, core: &Core, b: &mut Batch, id: u64) -> Result<Option<DirTimes>, Errno> {
-        if self.txns.lock().is_empty() {
+    /// The times of directory `id` that `txn` parked here, if any, their
+    /// record's removal added to `b` (an undo of `txn` takes them back).
+    pub(crate) fn take_back(&self, core: &Core, b: &mut Batch, txn: u64, id: u64) -> Result<Option<DirTimes>, Errno> {
+        if !self.txns.lock().contains_key(&txn) {
             return Ok(None);
         }
-        for p in all(core)? {
-            if let (Some((_, parked_id)), Some(times)) = (p.which, p.times) {
-                if parked_id == id {
-                    b.delete(META, p.key);
-                    return Ok(Some(times));
-                }
-            }
-        }
-        Ok(None)
+        let k = key(txn, id);
+        let Some(v) = core.store.get(META, &k).map_err(io)? else { return Ok(None) };
+        b.delete(META, k);
+        Ok(keys::decode(&v))
+    }
+
+    /// Whether any of `txns` parked times here.
+    pub(crate) fn any_of(&self, txns: &[u64]) -> bool {
+        let parked = self.txns.lock();
+        txns.iter().any(|t| parked.contains_key(t))
     }
 
     /// Drops what `ended` (transactions whose fences here were just lifted)
@@ -105,17 +106,24 @@ impl Parked {
     pub(crate) fn drop_ended(&self, core: &Core, ended: &[u64]) -> Result<(), Errno> {
         let mut b = Batch::new();
         {
-            let mut txns = self.txns.lock();
+            let txns = self.txns.lock();
             for txn in ended {
-                for id in txns.remove(txn).unwrap_or_default() {
-                    b.delete(META, key(*txn, id));
+                for id in txns.get(txn).into_iter().flatten() {
+                    b.delete(META, key(*txn, *id));
                 }
             }
         }
         if b.is_empty() {
             return Ok(());
         }
-        core.write(b)
+        // Forgotten only once deleted: a failed write leaves them for the
+        // next lift or start.
+        core.write(b)?;
+        let mut txns = self.txns.lock();
+        for txn in ended {
+            txns.remove(txn);
+        }
+        Ok(())
     }
 
     /// At a start: keeps what the transactions still `open` (by original id)

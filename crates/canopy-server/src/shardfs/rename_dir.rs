@@ -80,6 +80,12 @@ impl ShardFs {
             }
             RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn),
         };
+        // A step that comes after recovery lifted its transaction's fence
+        // (the coordinator's lease ran out meanwhile) must not land: recovery
+        // has decided the outcome from what it found.
+        if txn.is_some_and(|t| !self.fences.is_up(t)) {
+            return Err(Errno::ESTALE);
+        }
         let mut b = Batch::new();
         b.delete(DIRS, keys::entry_key(sp, &sname));
         if let Some(did) = replaced {
@@ -114,17 +120,18 @@ impl ShardFs {
 
     /// The moved directory `id`'s times, carried by the apply step rather than
     /// migrated (`times`; none from recovery, whose migration moves them):
-    /// its new primary keeps them, or, given none, takes back what it parked
-    /// (an undo); its old one drops them, parked for `txn` (`parked.rs`).
-    /// Answers the transaction it parked them for.
+    /// its new primary keeps them, or, given none, takes back what `txn`
+    /// parked (an undo); its old one drops them, parked for `txn`
+    /// (`parked.rs`). Answers the transaction it parked them for.
     #[allow(clippy::too_many_arguments)]
     fn move_times(&self, core: &Core, b: &mut Batch, id: u64, times: Option<DirTimes>, txn: Option<u64>, src: &NsPath, dst: &NsPath) -> Result<Option<u64>, Errno> {
         let key = keys::id_key(id).to_vec();
         match (self.is_primary(core, src), self.is_primary(core, dst)) {
             (false, true) => {
-                let times = match times {
-                    Some(t) => Some(t),
-                    None => self.parked.take_back(core, b, id)?,
+                let times = match (times, txn) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(txn)) => self.parked.take_back(core, b, txn, id)?,
+                    (None, None) => None,
                 };
                 if let Some(t) = times {
                     b.put(DIRTIMES, key, keys::encode(&t));
