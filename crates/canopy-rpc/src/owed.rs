@@ -150,9 +150,13 @@ impl Owed {
     }
 
     /// Frames taken that were certainly not sent (the request they were to
-    /// go with failed before anything was written).
+    /// go with failed before anything was written). Wakes an idle flusher:
+    /// a send of its own may put them back after it last looked.
     pub(crate) fn put_back(&self, taken: Taken) {
         self.slots.lock().put_back(taken);
+        if self.idle.swap(false, Ordering::AcqRel) {
+            self.came.notify_one();
+        }
     }
 
     /// What has waited `after`, for the flusher to send.

@@ -9,6 +9,7 @@ use canopy_proto::auth::Identity;
 use canopy_proto::{Creds, Errno, Request};
 use futures::future::join_all;
 use futures::future::BoxFuture;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,17 +99,38 @@ impl TcpTransport {
     /// Sends the owed posts that have waited [`owed::FLUSH_AFTER`], looking
     /// that often while any are owed, until [`Owed::stop`]. Run it on a
     /// runtime that is always driven (not a FUSE thread's own).
+    ///
+    /// Each daemon's frames go in a task of their own, so one that does not
+    /// answer (a connect to a host that is down waits up to the RPC timeout)
+    /// holds up no other's; while such a send is in flight, what is owed to
+    /// that daemon waits in the box for the next look. Ends once the sends
+    /// it started have.
     pub async fn flush_owed(self: Arc<Self>) {
         let Some(owed) = self.owed.clone() else { return };
+        let sending: Arc<parking_lot::Mutex<HashSet<Target>>> = Arc::default();
+        let mut sends = tokio::task::JoinSet::new();
         while owed.wait_for_some().await {
             while !owed.stopping() {
                 tokio::time::sleep(owed::FLUSH_AFTER).await;
-                self.send_owed(owed.take_due(owed::FLUSH_AFTER), true).await;
+                while sends.try_join_next().is_some() {}
+                for taken in owed.take_due(owed::FLUSH_AFTER) {
+                    let target = taken.target;
+                    if !sending.lock().insert(target) {
+                        owed.put_back(taken);
+                        continue;
+                    }
+                    let (me, sending) = (self.clone(), sending.clone());
+                    sends.spawn(async move {
+                        me.send_owed(vec![taken], true).await;
+                        sending.lock().remove(&target);
+                    });
+                }
                 if owed.is_empty() {
                     break;
                 }
             }
         }
+        while sends.join_next().await.is_some() {}
     }
 
     /// Sends everything owed now (a client that stops, after

@@ -298,3 +298,38 @@ async fn owed_posts_not_sent_are_kept_for_later() {
     owed.stop();
     tokio::time::timeout(Duration::from_secs(5), flusher).await.expect("the flusher stops").unwrap();
 }
+
+/// A daemon that does not answer (it takes the connection and never
+/// completes the handshake, as a host that is down holds a connect) holds
+/// up no other daemon's owed posts: the flusher sends each daemon's on its
+/// own, again and again while that one hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_does_not_answer_holds_up_no_other_daemons_owed_posts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_dir, good, me) = unix_counter();
+    let hang_dir = tempfile::tempdir().unwrap();
+    let (hang, listener) = unix_listener(&hang_dir);
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok(stream) = listener.accept().await {
+            kept.push(stream);
+        }
+    });
+    let owed = canopy_rpc::owed::Owed::new();
+    let t = Arc::new(TcpTransport::new(&[hang.clone(), good.clone()], &good, me.clone(), Duration::from_secs(20)).owing(owed.clone()));
+    let plain = transport_to(&good, &me);
+    let flusher = tokio::spawn(t.clone().flush_owed());
+    let root = Creds::root();
+    for round in 1..=3u64 {
+        t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+        t.post_soon(Target::Server(1), &root, touch()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while touches_seen(&plain).await < round {
+            assert!(std::time::Instant::now() < deadline, "round {round}: the touch owed to the daemon that answers waited for the one that does not");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    assert_eq!(owed.counts().flushed, 3, "the hanging daemon's three touches are still owed");
+    flusher.abort();
+    held.abort();
+}
