@@ -18,7 +18,7 @@ use crate::transport::Target;
 use bytes::BytesMut;
 use canopy_proto::{frame, Creds, Errno, Request};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -96,8 +96,15 @@ impl Slots {
         due.into_iter().filter_map(|t| self.take(t)).collect()
     }
 
+    #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Whether every daemon anything is owed to is in `busy` (true when
+    /// nothing is owed).
+    fn only_for(&self, busy: &HashSet<Target>) -> bool {
+        self.0.keys().all(|t| busy.contains(t))
     }
 }
 
@@ -154,6 +161,12 @@ impl Owed {
     /// a send of its own may put them back after it last looked.
     pub(crate) fn put_back(&self, taken: Taken) {
         self.slots.lock().put_back(taken);
+        self.nudge();
+    }
+
+    /// Wakes the flusher if it waits ([`Owed::wait_for_some`]): what it
+    /// waits for may have changed.
+    pub(crate) fn nudge(&self) {
         if self.idle.swap(false, Ordering::AcqRel) {
             self.came.notify_one();
         }
@@ -173,10 +186,6 @@ impl Owed {
         OwedCounts { owed: self.owed.load(Ordering::Relaxed), flushed: self.flushed.load(Ordering::Relaxed) }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slots.lock().is_empty()
-    }
-
     /// Everything owed, for a client that stops.
     pub(crate) fn take_all(&self) -> Vec<Taken> {
         self.slots.lock().take_due(Instant::now(), Duration::ZERO)
@@ -193,18 +202,29 @@ impl Owed {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Ends once something is owed (at once if something is): true, or
-    /// false if the client stops.
-    pub(crate) async fn wait_for_some(&self) -> bool {
+    /// Ends once something is owed to a daemon not in `busy` (at once if
+    /// something is): true, or false if the client stops. Whoever takes a
+    /// daemon out of `busy` must [`Owed::nudge`] after.
+    pub(crate) async fn wait_for_some(&self, busy: &Mutex<HashSet<Target>>) -> bool {
         let came = self.came.notified();
         tokio::pin!(came);
         came.as_mut().enable();
         self.idle.store(true, Ordering::Release);
-        if self.slots.lock().is_empty() && !self.stopping() {
+        let nothing_to_send = {
+            let busy = busy.lock();
+            self.slots.lock().only_for(&busy)
+        };
+        if nothing_to_send && !self.stopping() {
             came.await;
         }
         self.idle.store(false, Ordering::Release);
         !self.stopping()
+    }
+
+    /// Whether every daemon anything is owed to is in `busy`.
+    pub(crate) fn only_for(&self, busy: &Mutex<HashSet<Target>>) -> bool {
+        let busy = busy.lock();
+        self.slots.lock().only_for(&busy)
     }
 }
 
@@ -246,6 +266,18 @@ mod tests {
     }
 
     #[test]
+    fn only_daemons_with_a_send_in_flight_may_be_owed_while_the_flusher_sleeps() {
+        let (mut s, t0) = (Slots::default(), Instant::now());
+        let busy: HashSet<Target> = [A].into();
+        assert!(s.only_for(&busy), "nothing owed");
+        s.push(A, b"a", t0);
+        assert!(s.only_for(&busy));
+        s.push(B, b"b", t0);
+        assert!(!s.only_for(&busy));
+        assert!(!s.only_for(&HashSet::new()));
+    }
+
+    #[test]
     fn a_full_box_refuses_and_keeps_what_it_holds() {
         let (mut s, t0) = (Slots::default(), Instant::now());
         let big = vec![7u8; MAX_OWED - 1];
@@ -274,16 +306,17 @@ mod tests {
     #[tokio::test]
     async fn the_flusher_is_woken_by_a_first_post_only_when_waiting() {
         let owed = std::sync::Arc::new(Owed::default());
+        let none: std::sync::Arc<Mutex<HashSet<Target>>> = Default::default();
         let waiter = tokio::spawn({
-            let owed = owed.clone();
-            async move { owed.wait_for_some().await }
+            let (owed, none) = (owed.clone(), none.clone());
+            async move { owed.wait_for_some(&none).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
         assert!(owed.owe(A, &Creds::root(), &Request::Unfence { txn: 9 }).unwrap());
         assert!(tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap());
         // Something is owed: no wait.
-        assert!(tokio::time::timeout(Duration::from_secs(5), owed.wait_for_some()).await.expect("at once"));
+        assert!(tokio::time::timeout(Duration::from_secs(5), owed.wait_for_some(&none)).await.expect("at once"));
         let frames = owed.take(A).unwrap().frames;
         let mut buf = frames.clone();
         let f = frame::parse(&mut buf).unwrap();
@@ -291,12 +324,38 @@ mod tests {
         assert_eq!(frame::decode_request(&f).unwrap().1, Request::Unfence { txn: 9 });
         // A client that stops ends the wait, and every later one.
         let waiter = tokio::spawn({
-            let owed = owed.clone();
-            async move { owed.wait_for_some().await }
+            let (owed, none) = (owed.clone(), none.clone());
+            async move { owed.wait_for_some(&none).await }
         });
         tokio::task::yield_now().await;
         owed.stop();
         assert!(!tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap());
-        assert!(!owed.wait_for_some().await);
+        assert!(!owed.wait_for_some(&none).await);
+    }
+
+    /// What is owed only to a daemon with a send in flight leaves the
+    /// flusher asleep; the send's end (a nudge) or a post to another daemon
+    /// wakes it.
+    #[tokio::test]
+    async fn the_flusher_sleeps_while_only_daemons_it_is_sending_to_are_owed() {
+        let owed = std::sync::Arc::new(Owed::default());
+        let busy: std::sync::Arc<Mutex<HashSet<Target>>> = std::sync::Arc::new(Mutex::new([A].into()));
+        assert!(owed.owe(A, &Creds::root(), &Request::Unfence { txn: 1 }).unwrap());
+        let wait = || {
+            let (owed, busy) = (owed.clone(), busy.clone());
+            tokio::spawn(async move { owed.wait_for_some(&busy).await })
+        };
+        let waiter = wait();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "woke with only a busy daemon owed");
+        busy.lock().remove(&A);
+        owed.nudge();
+        assert!(tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken by the send's end").unwrap());
+        busy.lock().insert(A);
+        let waiter = wait();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        assert!(owed.owe(B, &Creds::root(), &Request::Unfence { txn: 2 }).unwrap());
+        assert!(tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken by a post to another daemon").unwrap());
     }
 }

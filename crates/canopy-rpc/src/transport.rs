@@ -103,29 +103,36 @@ impl TcpTransport {
     /// Each daemon's frames go in a task of their own, so one that does not
     /// answer (a connect to a host that is down waits up to the RPC timeout)
     /// holds up no other's; while such a send is in flight, what is owed to
-    /// that daemon waits in the box for the next look. Ends once the sends
-    /// it started have.
+    /// that daemon waits in the box, and the flusher sleeps while nothing
+    /// else is owed (the send's end wakes it). Ends once the sends it
+    /// started have.
     pub async fn flush_owed(self: Arc<Self>) {
         let Some(owed) = self.owed.clone() else { return };
         let sending: Arc<parking_lot::Mutex<HashSet<Target>>> = Arc::default();
         let mut sends = tokio::task::JoinSet::new();
-        while owed.wait_for_some().await {
+        // Asleep while nothing is owed but to daemons with a send in flight.
+        while owed.wait_for_some(&sending).await {
             while !owed.stopping() {
                 tokio::time::sleep(owed::FLUSH_AFTER).await;
-                while sends.try_join_next().is_some() {}
+                while let Some(done) = sends.try_join_next() {
+                    if let Err(e) = done {
+                        eprintln!("canopy-client: a send of owed posts failed: {e}");
+                    }
+                }
                 for taken in owed.take_due(owed::FLUSH_AFTER) {
                     let target = taken.target;
                     if !sending.lock().insert(target) {
                         owed.put_back(taken);
                         continue;
                     }
-                    let (me, sending) = (self.clone(), sending.clone());
+                    let in_flight = InFlight { target, sending: sending.clone(), owed: owed.clone() };
+                    let me = self.clone();
                     sends.spawn(async move {
+                        let _in_flight = in_flight;
                         me.send_owed(vec![taken], true).await;
-                        sending.lock().remove(&target);
                     });
                 }
-                if owed.is_empty() {
+                if owed.only_for(&sending) {
                     break;
                 }
             }
@@ -179,6 +186,21 @@ impl TcpTransport {
             owed.put_back(taken);
         }
         r
+    }
+}
+
+/// A flusher's send to `target` in flight, until dropped (also when the
+/// send panics): then the flusher may send to it again, and is woken to.
+struct InFlight {
+    target: Target,
+    sending: Arc<parking_lot::Mutex<HashSet<Target>>>,
+    owed: Arc<Owed>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.sending.lock().remove(&self.target);
+        self.owed.nudge();
     }
 }
 

@@ -96,6 +96,11 @@ impl ShardFs {
         core.write(b)?;
         if let Some(txn) = parked {
             self.parked.written(txn, sid);
+            // An unfence that lifted the fence since the check above, without
+            // the structure lock, may have found nothing parked yet.
+            if !self.fences.is_up(txn) {
+                self.parked.drop_ended(core, &[txn])?;
+            }
         }
         let mut table = self.table.write();
         if let Some(did) = replaced {
