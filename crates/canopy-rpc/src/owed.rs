@@ -145,9 +145,7 @@ impl Owed {
             return Ok(false);
         }
         self.owed.fetch_add(1, Ordering::Relaxed);
-        if self.idle.swap(false, Ordering::AcqRel) {
-            self.came.notify_one();
-        }
+        self.nudge();
         Ok(true)
     }
 
@@ -210,11 +208,7 @@ impl Owed {
         tokio::pin!(came);
         came.as_mut().enable();
         self.idle.store(true, Ordering::Release);
-        let nothing_to_send = {
-            let busy = busy.lock();
-            self.slots.lock().only_for(&busy)
-        };
-        if nothing_to_send && !self.stopping() {
+        if self.only_for(busy) && !self.stopping() {
             came.await;
         }
         self.idle.store(false, Ordering::Release);

@@ -263,18 +263,13 @@ impl ShardFs {
     /// the structure lock when something is parked, so fsck never sees one
     /// done without the other.
     fn lift_fences(&self, core: &Core, covered: &[u64], lift: impl FnOnce() -> Vec<u64>) -> Result<Reply, Errno> {
-        if !self.parked.any_of(covered) {
-            let ended = lift();
-            if self.parked.any_of(&ended) {
-                // A fence put up since `covered` was read.
-                let _g = core.lock_structure();
-                self.parked.drop_ended(core, &ended)?;
-            }
-            return Ok(Reply::Unit);
-        }
-        let _g = core.lock_structure();
+        let mut guard = self.parked.any_of(covered).then(|| core.lock_structure());
         let ended = lift();
-        self.parked.drop_ended(core, &ended)?;
+        if self.parked.any_of(&ended) {
+            // Taken only now if a fence was put up since `covered` was read.
+            guard.get_or_insert_with(|| core.lock_structure());
+            self.parked.drop_ended(core, &ended)?;
+        }
         Ok(Reply::Unit)
     }
 }
