@@ -5,7 +5,13 @@
 //! Recovery is state-based and idempotent (and lifts the fences a non-monotonic
 //! transaction left): it reads what the servers hold and
 //! finishes or undoes the transaction from there, so it can itself die and be run
-//! again by the next client.
+//! again by the next client. Before it reads, it revokes the transaction on
+//! every server (`Request::Revoke`): a step the dead coordinator sent in time
+//! but that arrives late is refused from then on, rather than landing behind
+//! recovery's decision. (A recovery that died and is run again decides the
+//! same from the same commit point, so its own late steps push the same way
+//! while the transaction is open; one that arrives after it ended is not
+//! guarded against.)
 //!
 //! - mkdir, rmdir, chmod/chown of a directory: the primary's state is the truth. In
 //!   Procedure 1 the primary applies first (the commit point), in Procedure 2 last
@@ -34,10 +40,35 @@ use canopy_proto::{Creds, Errno, Reply, Request};
 /// unfence that follow.
 const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None, txn: None };
 
-/// A directory rename's apply step backwards, undoing transaction `was`: the
-/// source's primary takes back the times `was` parked there.
-fn undo(was: u64) -> RenameDirStep {
-    RenameDirStep::Apply { times: None, unfence: None, txn: Some(was) }
+/// Who puts back what a transaction applied: recovery, whose steps a revoke
+/// lets through, or the coordinator itself, whose steps it stops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    Recovery,
+    Coordinator,
+}
+
+impl By {
+    /// A directory rename's apply step backwards, undoing transaction `was`:
+    /// the source's primary takes back the times `was` parked there.
+    fn undo(self, was: u64) -> RenameDirStep {
+        match self {
+            By::Recovery => RenameDirStep::Undo { txn: was },
+            By::Coordinator => RenameDirStep::Apply { times: None, unfence: None, txn: Some(was) },
+        }
+    }
+
+    /// What a `DirSync` that puts back transaction `was`'s change names.
+    pub(crate) fn sync_txn(self, was: u64) -> Option<u64> {
+        (self == By::Coordinator).then_some(was)
+    }
+}
+
+/// Whether recovering a transaction of this kind revokes it first: those
+/// whose steps change the replicated directory state or put up fences
+/// (a link or a pessimistic retry leaves nothing recovery reads).
+pub(crate) fn revokes(intent: &Intent) -> bool {
+    !matches!(intent, Intent::Link { .. } | Intent::Retry { .. })
 }
 
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
@@ -52,6 +83,9 @@ impl ShardFs {
     /// now holds as `txn` (it renews that lease), then lifts the fences it left
     /// under its original id `was`.
     pub(crate) async fn recover(&self, txn: Txn, was: u64, intent: &Intent) -> Res<()> {
+        if revokes(intent) {
+            self.revoke(was).await?;
+        }
         match intent {
             Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
             Intent::Mkdir { path } | Intent::DirSetAttr { path } => {
@@ -60,10 +94,22 @@ impl ShardFs {
             }
             // ShardFS makes no RenameOver; recovered as the rename it is.
             Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
-                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was).await?;
+                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was, By::Recovery).await?;
                 self.unfence(was).await?;
             }
             Intent::Link { .. } | Intent::Retry { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Makes every server refuse the dead coordinator's steps of `was` from
+    /// now on, and waits for those under way: a step it sent in time but
+    /// that arrives only now cannot land behind what recovery then reads and
+    /// decides. Every server must answer; one that does not fails this
+    /// recovery, which the next conflicting request or sweep runs again.
+    async fn revoke(&self, was: u64) -> Res<()> {
+        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Revoke { txn: was }).await {
+            r?;
         }
         Ok(())
     }
@@ -78,7 +124,7 @@ impl ShardFs {
     async fn sync_replicas(&self, path: &NsPath) -> Res<()> {
         let prim = self.primary(path);
         let want = probe_reply(self.rpc(prim, &Creds::root(), Request::DirProbe { path: path.to_string() }).await)?;
-        let results = self.fan_out(self.all_but(prim), &Creds::root(), |_| Request::DirSync { path: path.to_string(), want: want.clone() }).await;
+        let results = self.fan_out(self.all_but(prim), &Creds::root(), |_| Request::DirSync { path: path.to_string(), want: want.clone(), txn: None }).await;
         for (_, r) in results {
             r?;
         }
@@ -86,8 +132,9 @@ impl ShardFs {
     }
 
     /// Finishes or undoes the rename of `src` to `dst` that transaction `was`
-    /// (its original id) began, holding it as `txn`.
-    pub(crate) async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn, was: u64) -> Res<()> {
+    /// (its original id) began, holding it as `txn`: recovery, or the
+    /// coordinator putting back a rename its commit point refused (`by`).
+    pub(crate) async fn recover_rename(&self, src: &NsPath, dst: &NsPath, txn: Txn, was: u64, by: By) -> Res<()> {
         let at_src = self.probe_all(src).await?;
         let at_dst = self.probe_all(dst).await?;
         let prim = self.primary(dst) as usize;
@@ -110,15 +157,18 @@ impl ShardFs {
             return self.migrate_all(dst, txn).await;
         }
         // Not committed: undo where it was applied, restoring a replaced directory
-        // from the destination's primary, which still has it.
+        // from the destination's primary, which still has it (also where an
+        // earlier recovery undid it and died before it restored it).
         let victim = at_dst[prim].clone();
         for (i, l) in at_dst.iter().enumerate() {
-            if l.as_ref().is_some_and(|l| l.id == moved) {
-                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), step: undo(was) };
+            let applied = l.as_ref().is_some_and(|l| l.id == moved);
+            if applied {
+                let back = Request::RenameDir { src: dst.to_string(), dst: src.to_string(), step: by.undo(was) };
                 self.rpc(i as u32, &root, back).await?;
-                if victim.is_some() {
-                    self.rpc(i as u32, &root, Request::DirSync { path: dst.to_string(), want: victim.clone() }).await?;
-                }
+            }
+            if victim.is_some() && (applied || *l != victim) {
+                let restore = Request::DirSync { path: dst.to_string(), want: victim.clone(), txn: by.sync_txn(was) };
+                self.rpc(i as u32, &root, restore).await?;
             }
         }
         Ok(())

@@ -26,10 +26,11 @@ use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
+use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, first_unknown, outcome_unknown, Step, Txn};
+use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
@@ -197,8 +198,18 @@ impl ShardFs {
     where
         Fut: std::future::Future<Output = Res<T>>,
     {
+        let taken_over_means_stop = revokes(&intent);
         let txn = self.lock(paths, intent).await?;
-        let r = body(txn).await;
+        let r = match body(txn).await {
+            // A step refused because recovery has taken the transaction over
+            // (revoked it, or lifted its fence): recovery decides, so it is
+            // neither unlocked nor reported done or refused.
+            Err(Errno::ESTALE) if taken_over_means_stop => {
+                eprintln!("canopy-client: transaction {} was taken over by recovery; its outcome is recovery's", txn.id);
+                Err(Errno::EIO)
+            }
+            r => r,
+        };
         self.finish(txn, &r).await;
         r
     }
@@ -319,7 +330,7 @@ impl ShardFs {
             return Err(self.undecided(p, i, e));
         }
         let err = pick_error(&results, prim).unwrap_or(Errno::EIO);
-        let err = self.roll_back(p, applied.iter().map(|i| (*i, None)), err).await;
+        let err = self.roll_back(p, txn, applied.iter().map(|i| (*i, None)), err).await;
         if !outcome_unknown(&err) {
             self.post_unfence(applied, txn).await;
         }
@@ -344,10 +355,10 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::Rmdir { path: p.to_string() };
         self.step(txn, || Step::Locked(intent())).await?;
-        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::Rmdir { path: path.clone() }).await?;
+        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::Rmdir { path: path.clone(), txn: txn.id }).await?;
         self.step(txn, || Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
-            let r = self.rpc(prim, c, Request::Rmdir { path: path.clone() }).await;
+            let r = self.rpc(prim, c, Request::Rmdir { path: path.clone(), txn: txn.id }).await;
             if r.is_ok() {
                 return self.last_step(|| Step::PrimaryDone(intent())).await;
             }
@@ -364,7 +375,7 @@ impl ShardFs {
             Ok(Reply::Dir(l)) => Some((*i, Some(l.clone()))),
             _ => None,
         });
-        Err(self.roll_back(p, removed, err).await)
+        Err(self.roll_back(p, txn.id, removed, err).await)
     }
 
     /// Procedure 2 met a server whose answer was lost: whether the primary (the
@@ -380,9 +391,11 @@ impl ShardFs {
     /// its old lookup state, and answers `err`. If an undo fails, the outcome is
     /// uncertain: EIO, so the transaction is left to recovery (which makes the
     /// replicas equal the unchanged primary) instead of being unlocked.
-    async fn roll_back(&self, p: &NsPath, applied: impl Iterator<Item = (u32, Option<DirLookup>)>, err: Errno) -> Errno {
+    /// Each undo names transaction `txn`, so a server where recovery has
+    /// taken it over refuses it (recovery decides there).
+    async fn roll_back(&self, p: &NsPath, txn: u64, applied: impl Iterator<Item = (u32, Option<DirLookup>)>, err: Errno) -> Errno {
         for (i, old) in applied {
-            let undo = Request::DirSync { path: p.to_string(), want: old };
+            let undo = Request::DirSync { path: p.to_string(), want: old, txn: Some(txn) };
             if let Err(e) = self.rpc(i, &Creds::root(), undo).await {
                 eprintln!("canopy-client: rollback of {p} on server {i} failed: {e}; left to recovery");
                 return Errno::EIO;
@@ -432,12 +445,12 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
         self.step(txn, || Step::Locked(intent())).await?;
-        let attr = match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await? {
+        let attr = match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone(), txn: txn.id }).await? {
             Reply::Attr(a) => a,
             other => return Err(unexpected(other)),
         };
         self.step(txn, || Step::PrimaryDone(intent())).await?;
-        let results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
+        let results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone(), txn: txn.id }).await?;
         if let Some(e) = pick_error(&results, prim) {
             eprintln!("canopy-client: setattr of directory {p} committed but a replica failed: {e}");
             return Err(Errno::EIO);
@@ -453,10 +466,10 @@ impl ShardFs {
         let path = p.to_string();
         let intent = || Intent::DirSetAttr { path: p.to_string() };
         self.step(txn, || Step::Locked(intent())).await?;
-        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone() }).await?;
+        let mut results = self.on_replicas(txn, prim, c, &intent(), |_| Request::DirSetAttr { path: path.clone(), set: set.clone(), txn: txn.id }).await?;
         self.step(txn, || Step::ReplicasDone(intent())).await?;
         if pick_error(&results, prim).is_none() {
-            match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone() }).await {
+            match self.rpc(prim, c, Request::DirSetAttr { path: path.clone(), set: set.clone(), txn: txn.id }).await {
                 Ok(Reply::Attr(a)) => {
                     self.last_step(|| Step::PrimaryDone(intent())).await?;
                     return Ok(a);
@@ -470,7 +483,7 @@ impl ShardFs {
         }
         let Some(err) = pick_error(&results, prim) else { return Err(Errno::EIO) };
         let applied = results.iter().filter(|(_, r)| r.is_ok()).map(|(i, _)| (*i, Some(old.clone())));
-        Err(self.roll_back(p, applied, err).await)
+        Err(self.roll_back(p, txn.id, applied, err).await)
     }
 
     /// Runs `body` with single-RPC operations on `paths` and below fenced off on
@@ -504,7 +517,7 @@ impl ShardFs {
     /// made, a request that meets a fence waits for the transaction under
     /// read locks, and recovery lifts them once it has decided.
     async fn unfenced_after<T>(&self, servers: impl Iterator<Item = u32>, txn: u64, r: Res<T>) -> Res<T> {
-        if r.as_ref().is_err_and(outcome_unknown) {
+        if r.as_ref().is_err_and(left_to_recovery) {
             return r;
         }
         match self.unfence_on(servers, txn).await {
@@ -545,7 +558,7 @@ impl ShardFs {
             Ok(Fences::Up) => self.unfenced_after(0..self.n, txn.id, Ok(())).await,
             // Whether it committed, or finished, is for recovery to find out
             // from the servers' state; it lifts the fences too.
-            Err(e) if outcome_unknown(&e) => Err(e),
+            Err(e) if left_to_recovery(&e) => Err(e),
             Err(e) => self.unfenced_after(0..self.n, txn.id, Err(e)).await,
         }
     }
@@ -574,11 +587,11 @@ impl ShardFs {
         let mut applied = self.with_commit_point(txn, early.iter().copied(), prim, c, &intent(), &req).await?;
         let at_prim = match applied.iter().position(|(i, _)| *i == prim).map(|k| applied.remove(k).1) {
             Some(Ok(r)) => checked(r)?,
-            Some(Err(e)) if outcome_unknown(&e) => return Err(self.undecided(dst, prim, e)),
+            Some(Err(e)) if left_to_recovery(&e) => return Err(self.undecided(dst, prim, e)),
             // Refused after all: put back the servers that applied it (if
             // that fails, EIO leaves the transaction to recovery).
             Some(Err(e)) => {
-                return match self.recover_rename(src, dst, txn, txn.id).await {
+                return match self.recover_rename(src, dst, txn, txn.id, By::Coordinator).await {
                     Ok(()) => Err(e),
                     Err(_) => Err(Errno::EIO),
                 }
@@ -680,6 +693,9 @@ impl ShardFs {
         let (s, d) = (src.to_string(), dst.to_string());
         let check = RenameDirStep::Check { txn: txn.id };
         let checks = self.fan_out(0..self.n, c, |_| Request::RenameDir { src: s.clone(), dst: d.clone(), step: check }).await;
+        if checks.iter().any(|(_, r)| *r == Err(Errno::ESTALE)) {
+            return Err(Errno::ESTALE); // recovery has taken it over
+        }
         if checks.iter().any(|(_, r)| matches!(r, Ok(Reply::RenameOfFile))) {
             self.rename_file_fenced(c, src, dst, txn).await
         } else {

@@ -61,9 +61,19 @@ pub(crate) fn outcome_unknown(e: &Errno) -> bool {
     matches!(e, Errno::EIO | Errno::ENOTCONN | Errno::ETIMEDOUT)
 }
 
-/// The first answer among `results` whose outcome is unknown.
+/// Whether a ShardFS transaction step's error leaves the transaction to
+/// recovery: its outcome unknown, or refused `ESTALE` because recovery has
+/// taken the transaction over there (revoked it, or lifted its fence): the
+/// coordinator neither goes on nor undoes anything, since recovery decides
+/// from what it read.
+pub(crate) fn left_to_recovery(e: &Errno) -> bool {
+    outcome_unknown(e) || *e == Errno::ESTALE
+}
+
+/// The first answer among `results` that leaves the transaction to recovery
+/// ([`left_to_recovery`]).
 pub(crate) fn first_unknown(results: &[(u32, Res<Reply>)]) -> Option<(u32, Errno)> {
-    results.iter().find_map(|(i, r)| r.as_ref().err().filter(|e| outcome_unknown(e)).map(|e| (*i, *e)))
+    results.iter().find_map(|(i, r)| r.as_ref().err().filter(|e| left_to_recovery(e)).map(|e| (*i, *e)))
 }
 
 /// What a recovery may read as "not there": `None` only when a server said so

@@ -366,3 +366,86 @@ async fn a_rename_or_a_link_lifts_a_stale_fence_over_its_names() {
     assert_eq!(c.link("/d/g", "/d/h").await.unwrap().nlink, 2);
     assert!(c.fsck().await.unwrap().is_clean());
 }
+
+/// Runs `op` (a coordinator's transaction) with the next request named
+/// `step` to `server` held on its way, until the coordinator's lease has run
+/// out, the sweep has recovered the transaction and `meanwhile` has run; then
+/// lets the step arrive, and answers what `op` got.
+async fn with_a_step_arriving_after_recovery<F>(
+    cluster: &InProcCluster,
+    server: u32,
+    step: &'static str,
+    op: F,
+    meanwhile: impl std::future::Future<Output = ()>,
+) -> Result<(), Errno>
+where
+    F: std::future::Future<Output = Result<(), Errno>> + Send + 'static,
+{
+    let (mut held, release) = cluster.faults().hold_next(server, step);
+    let running = tokio::spawn(op);
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
+    let sweeper = cluster.start_sweeper(Duration::from_millis(100));
+    settled(cluster).await;
+    sweeper.abort();
+    meanwhile.await;
+    release.add_permits(1);
+    running.await.unwrap()
+}
+
+/// An rmdir's step to its primary (the commit point), sent in time, arrives
+/// only after recovery has read the primary (which still had the directory)
+/// and put the replicas back: it is refused, since recovery revoked the
+/// transaction first, so the directory stays on every server, and the
+/// coordinator leaves the outcome to recovery rather than report it done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmdir_step_that_arrives_after_recovery_changes_nothing() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let setup = cluster.fresh_client();
+    setup.mkdir("/p", 0o755).await.unwrap();
+    setup.mkdir("/p/d", 0o755).await.unwrap();
+    let c = coordinator(&cluster);
+    let got = with_a_step_arriving_after_recovery(&cluster, prim("/p/d"), "Rmdir", async move { c.rmdir("/p/d").await }, async {}).await;
+    assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
+    assert!(replicas(&cluster, "/p/d", u32::MAX).iter().all(Option::is_some), "a server dropped /p/d after recovery kept it");
+    assert!(cluster.fresh_client().fsck().await.unwrap().is_clean());
+    setup.rmdir("/p/d").await.unwrap();
+}
+
+/// A mkdir's step to its primary arrives only after recovery found the
+/// directory missing there and removed it from the replicas: it is refused,
+/// so no server makes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mkdir_step_that_arrives_after_recovery_makes_nothing() {
+    let cluster = InProcCluster::memory(SERVERS);
+    cluster.fresh_client().mkdir("/p", 0o755).await.unwrap();
+    let c = coordinator(&cluster);
+    let got = with_a_step_arriving_after_recovery(&cluster, prim("/p/d"), "Mkdir", async move { c.mkdir("/p/d", 0o755).await.map(drop) }, async {}).await;
+    assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
+    assert_eq!(replicas(&cluster, "/p/d", u32::MAX), vec![None; SERVERS as usize], "a server made /p/d after recovery rolled it back");
+    let fresh = cluster.fresh_client();
+    assert!(fresh.fsck().await.unwrap().is_clean());
+    fresh.mkdir("/p/d", 0o755).await.unwrap();
+}
+
+/// A coordinator's own rollback is a step too: a mkdir its primary refused
+/// (for certain) is put back on the replicas, and one of those undos arrives
+/// only after recovery has removed the directory and another client has made
+/// it again, with another id. It is refused, so the new directory stays on
+/// every server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_that_arrives_after_recovery_removes_nothing() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let other = cluster.fresh_client();
+    other.mkdir("/p", 0o755).await.unwrap();
+    let replica = (0..SERVERS).find(|i| *i != prim("/p/d")).unwrap();
+    cluster.faults().refuse_next(prim("/p/d"), "Mkdir", Errno::ENOSPC);
+    let c = coordinator(&cluster);
+    let again = async {
+        other.mkdir("/p/d", 0o700).await.expect("made again once recovered");
+    };
+    let got = with_a_step_arriving_after_recovery(&cluster, replica, "DirSync", async move { c.mkdir("/p/d", 0o755).await.map(drop) }, again).await;
+    assert_eq!(got, Err(Errno::EIO), "a rollback recovery had taken over was reported refused");
+    let made = replicas(&cluster, "/p/d", u32::MAX);
+    assert!(made.iter().all(|l| l.as_ref().is_some_and(|l| l.mode & 0o777 == 0o700)), "{made:?}");
+    assert!(cluster.fresh_client().fsck().await.unwrap().is_clean());
+}

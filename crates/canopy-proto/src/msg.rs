@@ -160,17 +160,23 @@ pub enum RenameDirStep {
     Check { txn: u64 },
     /// Apply it. `times`: the moved directory's times, which the
     /// destination's primary keeps from now on and the source's drops (none
-    /// from recovery, whose migration moves them; none in an undo, where the
-    /// source's primary takes back what it parked). `unfence`: lift that
-    /// transaction's fences here once applied, if nothing below the directory
-    /// here is left to migrate. `txn`: the transaction applying it (or, in an
-    /// undo, undoing it), whose fence must still be up here (else `ESTALE`:
+    /// from recovery, whose migration moves them; none in a coordinator's
+    /// undo, sent with the names swapped, where the source's primary takes
+    /// back what it parked). `unfence`: lift that transaction's fences here
+    /// once applied, if nothing below the directory here is left to migrate.
+    /// `txn`: the transaction applying (or undoing) it, whose fence must
+    /// still be up here and which must not be revoked here (else `ESTALE`:
     /// recovery has taken the transaction over); the source's primary parks
     /// the times it drops for it until the transaction ends here (it applies
-    /// before the commit point answers), and an undo takes them back. None
-    /// from recovery rolling forward. Answers `RenameChecked` (its `times`
-    /// none).
+    /// before the commit point answers). None from recovery rolling forward.
+    /// Answers `RenameChecked` (its `times` none).
     Apply { times: Option<DirTimes>, unfence: Option<u64>, txn: Option<u64> },
+    /// Recovery's undo of transaction `txn`'s apply (sent with the names
+    /// swapped): as a coordinator's undo (`Apply` with no times and no
+    /// unfence, where the source's primary takes back what `txn` parked),
+    /// but accepted once `txn` is revoked; refused `ESTALE` once its fence
+    /// here is down.
+    Undo { txn: u64 },
 }
 
 /// An object moved between servers when a directory rename changes primaries.
@@ -438,9 +444,12 @@ requests! {
     /// commit point) may still refuse. The primary answers `Attr`, times and
     /// all; a replica `Dir`.
     Mkdir { path: String, mode: u32, id: u64, fence: Option<u64> } = 0x0101,
-    Rmdir { path: String } = 0x0102,
-    /// Change a directory's mode or ownership (replicated lookup state).
-    DirSetAttr { path: String, set: SetAttr } = 0x0103,
+    /// Remove directory `path` here, as transaction `txn` (refused `ESTALE`
+    /// once `txn` is revoked here: see `Revoke`).
+    Rmdir { path: String, txn: u64 } = 0x0102,
+    /// Change a directory's mode or ownership (replicated lookup state), as
+    /// transaction `txn` (refused `ESTALE` once `txn` is revoked here).
+    DirSetAttr { path: String, set: SetAttr, txn: u64 } = 0x0103,
     /// Rename a directory in the replicated state: `step` says which of the
     /// transaction's steps on this server.
     RenameDir { src: String, dst: String, step: RenameDirStep } = 0x0104,
@@ -452,8 +461,10 @@ requests! {
     /// What `path` holds here, as root and through any fence: recovery's view of a
     /// half-applied file rename.
     RecoveryStat { at: At } = 0x0107,
-    /// Make this server's directory state at `path` equal `want` (recovery).
-    DirSync { path: String, want: Option<DirLookup> } = 0x0108,
+    /// Make this server's directory state at `path` equal `want`: recovery's
+    /// repair (`txn` none), or a coordinator putting back what its own
+    /// transaction `txn` applied (refused `ESTALE` once `txn` is revoked here).
+    DirSync { path: String, want: Option<DirLookup>, txn: Option<u64> } = 0x0108,
     /// Fence off single-RPC operations on `paths` and below for transaction `txn`
     /// (a non-monotonic directory mutation): they are answered EAGAIN until
     /// `Unfence`.
@@ -648,6 +659,15 @@ requests! {
     /// still hold: such a fence is stale (its `Unfence`, posted, not yet
     /// read, or lost with its connection).
     ClearFences { path: String } = 0x010D,
+    /// ShardFS recovery, before it reads what a dead coordinator's
+    /// transaction `txn` (its original id) left: from now on this server
+    /// refuses that coordinator's steps naming `txn` (`Mkdir`, by the
+    /// directory id it makes; `Rmdir`, `DirSetAttr`, `DirSync`, `Fence`, a
+    /// directory rename's check and apply) with
+    /// `ESTALE`, durably, so a step sent in time but arriving late cannot
+    /// land behind recovery's decision. Answers once every step of `txn`
+    /// already under way here has ended.
+    Revoke { txn: u64 } = 0x010E,
 }
 
 /// The id of the directory a ShardFS mkdir makes as transaction `txn`: the lock
@@ -661,6 +681,12 @@ pub fn dir_id_of_txn(txn: u64) -> Option<u64> {
 /// Whether `id` is one [`dir_id_of_txn`] makes.
 pub fn is_txn_dir_id(id: u64) -> bool {
     id >> DIR_ID_FROM_TXN.trailing_zeros() == 1
+}
+
+/// The transaction whose mkdir made directory `id` (one [`dir_id_of_txn`]
+/// makes), if any.
+pub fn txn_of_dir_id(id: u64) -> Option<u64> {
+    is_txn_dir_id(id).then_some(id & !DIR_ID_FROM_TXN)
 }
 
 const DIR_ID_FROM_TXN: u64 = 1 << 47;
@@ -756,9 +782,10 @@ mod tests {
         for txn in [1, 2, 12_345, (1 << 47) - 1] {
             let id = dir_id_of_txn(txn).unwrap();
             assert!(is_txn_dir_id(id) && id != 1 && !server_ids.contains(&id));
+            assert_eq!(txn_of_dir_id(id), Some(txn));
             assert_ne!(dir_id_of_txn(txn + 1), Some(id));
         }
-        assert!(server_ids.iter().all(|id| !is_txn_dir_id(*id)));
+        assert!(server_ids.iter().all(|id| !is_txn_dir_id(*id) && txn_of_dir_id(*id).is_none()));
         assert!(!is_txn_dir_id(1), "the root");
         assert_eq!(dir_id_of_txn(1 << 47), None);
     }
@@ -844,6 +871,7 @@ mod tests {
         ("BatchApply", 0x0504),
         ("BatchClose", 0x0505),
         ("ClearFences", 0x010D),
+        ("Revoke", 0x010E),
     ];
 
     #[test]

@@ -21,10 +21,10 @@ fn a_directory_id_in_use_is_refused_everywhere_it_could_enter() {
     let s = server();
     let root = Creds::root();
     let id = dir_id_of_txn(77).unwrap();
-    assert!(s.handle(&root, Request::DirSync { path: "/a".into(), want: dir(id) }).is_ok());
-    assert_eq!(s.handle(&root, Request::DirSync { path: "/b".into(), want: dir(id) }), Err(Errno::EEXIST));
-    assert_eq!(s.handle(&root, Request::DirSync { path: "/a/a".into(), want: dir(id) }), Err(Errno::EEXIST), "its own child");
-    assert_eq!(s.handle(&root, Request::DirSync { path: "/c".into(), want: dir(1) }), Err(Errno::EEXIST), "the root's id");
+    assert!(s.handle(&root, Request::DirSync { path: "/a".into(), want: dir(id), txn: None }).is_ok());
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/b".into(), want: dir(id), txn: None }), Err(Errno::EEXIST));
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/a/a".into(), want: dir(id), txn: None }), Err(Errno::EEXIST), "its own child");
+    assert_eq!(s.handle(&root, Request::DirSync { path: "/c".into(), want: dir(1), txn: None }), Err(Errno::EEXIST), "the root's id");
     let mkdir = |id| Request::Mkdir { path: "/d".into(), mode: 0o755, id, fence: None };
     assert_eq!(s.handle(&root, mkdir(id)), Err(Errno::EIO), "an id the lock service handed out twice");
     assert_eq!(s.handle(&root, mkdir(1)), Err(Errno::EINVAL), "not a transaction's id");
@@ -131,7 +131,7 @@ fn a_held_mutation_blocks_only_its_own_directory() {
     use std::time::Duration;
     let s = Arc::new(server());
     let root = Creds::root();
-    let dir = |id: u64| Request::DirSync { path: format!("/d{id}"), want: Some(DirLookup { id, mode: 0o777, uid: 0, gid: 0 }) };
+    let dir = |id: u64| Request::DirSync { path: format!("/d{id}"), want: Some(DirLookup { id, mode: 0o777, uid: 0, gid: 0 }), txn: None };
     s.handle(&root, dir(100)).unwrap();
     s.handle(&root, dir(101)).unwrap();
     let create = |p: &str| Request::Create { at: p.into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
@@ -319,7 +319,7 @@ fn a_renames_source_primary_parks_the_times_it_drops_until_the_transaction_ends(
         rename(s, &src, &dst, RenameDirStep::Apply { times, unfence: None, txn: Some(txn) }).unwrap();
         assert_eq!(fsck(s), Vec::<String>::new(), "parked while the transaction's fence is up");
     };
-    let undo = |s: &MetaServer, txn: u64| rename(s, &dst, &src, RenameDirStep::Apply { times: None, unfence: None, txn: Some(txn) });
+    let undo = |s: &MetaServer, txn: u64| rename(s, &dst, &src, RenameDirStep::Undo { txn });
     let mkdir = Request::Mkdir { path: src.clone(), mode: 0o755, id: dir_id_of_txn(3).unwrap(), fence: None };
     s.handle(&root, mkdir).unwrap();
     assert!(times_at(&s, &src) > 0);
@@ -372,4 +372,77 @@ fn a_renames_source_primary_parks_the_times_it_drops_until_the_transaction_ends(
     assert!(parked_for_ended.iter().any(|p| p.contains("parked for transaction 9")), "{parked_for_ended:?}");
     restarted.open_transactions(&[]).unwrap();
     assert_eq!(fsck(&restarted), Vec::<String>::new(), "dropped at the start");
+}
+
+/// Once recovery revokes a transaction here, the coordinator's steps that
+/// name it are refused (a mkdir's, named by the directory id, with or
+/// without a fence; an rmdir's; a directory setattr's; a fence; a rename's
+/// check and apply) and change nothing, also after a restart; other
+/// transactions' steps and recovery's own (an undo, an unfence) go on.
+#[test]
+fn a_revoked_transactions_late_steps_change_nothing() {
+    use canopy_proto::msg::{Intent, LockMode, RenameDirStep, TxnInfo};
+    use canopy_proto::SetAttr;
+    let cfg = ServerConfig { index: 0, servers: 2 };
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let s = MetaServer::open(cfg, store.clone()).unwrap();
+    let mkdir = |path: &str, txn: u64, fence: Option<u64>| Request::Mkdir { path: path.into(), mode: 0o755, id: dir_id_of_txn(txn).unwrap(), fence };
+    let probe = |s: &MetaServer, path: &str| match s.handle(&root, Request::DirProbe { path: path.into() }) {
+        Ok(Reply::Probe(p)) => p,
+        other => panic!("probe {path}: {other:?}"),
+    };
+    let rename = |s: &MetaServer, from: &str, to: &str, step| s.handle(&root, Request::RenameDir { src: from.into(), dst: to.into(), step });
+    s.handle(&root, mkdir("/a", 2, None)).unwrap();
+    s.handle(&root, mkdir("/b", 3, None)).unwrap();
+    // Transaction 9 renames /b to /c: checked (fenced) and applied here,
+    // then its coordinator dies; recovery revokes it and undoes the apply.
+    rename(&s, "/b", "/c", RenameDirStep::Check { txn: 9 }).unwrap();
+    rename(&s, "/b", "/c", RenameDirStep::Apply { times: None, unfence: None, txn: Some(9) }).unwrap();
+    for txn in [4, 5, 6, 7, 8, 9] {
+        s.handle(&root, Request::Revoke { txn }).unwrap();
+    }
+    s.handle(&root, Request::Revoke { txn: 9 }).unwrap();
+
+    let refused = |s: &MetaServer| {
+        let late = [
+            mkdir("/m", 4, None),
+            mkdir("/m", 4, Some(4)),
+            Request::Rmdir { path: "/a".into(), txn: 5 },
+            Request::DirSetAttr { path: "/a".into(), set: SetAttr::mode(0o700), txn: 6 },
+            Request::Fence { txn: 7, paths: vec!["/a".into()] },
+            Request::RenameDir { src: "/a".into(), dst: "/z".into(), step: RenameDirStep::Check { txn: 8 } },
+            Request::RenameDir { src: "/c".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None, txn: Some(9) } },
+            Request::DirSync { path: "/a".into(), want: None, txn: Some(5) },
+        ];
+        for req in late {
+            assert_eq!(s.handle(&root, req.clone()), Err(Errno::ESTALE), "{req:?}");
+        }
+        assert_eq!(probe(s, "/m"), None, "no late mkdir");
+        assert_eq!(probe(s, "/a").map(|l| l.mode & 0o777), Some(0o755), "no late rmdir or setattr");
+        assert_eq!(probe(s, "/z"), None, "no late rename");
+        for p in ["/a/f", "/m/f"] {
+            assert_ne!(s.handle(&root, Request::Stat { at: p.into() }), Err(Errno::EAGAIN), "a late fence over {p}");
+        }
+    };
+    refused(&s);
+    // A transaction not revoked goes on.
+    s.handle(&root, mkdir("/n", 10, Some(10))).unwrap();
+    s.handle(&root, Request::Unfence { txn: 10 }).unwrap();
+    assert!(probe(&s, "/n").is_some());
+    drop(s);
+
+    // After a restart, with 9 still open (its fence put up again): still
+    // refused; recovery's undo and unfence go on.
+    let restarted = MetaServer::open(cfg, store).unwrap();
+    let open = TxnInfo { txn: 12, origin: 9, intent: Intent::Rename { src: "/b".into(), dst: "/c".into() }, locks: vec![("/b".into(), LockMode::Write)], expires_in_ms: 1000 };
+    restarted.open_transactions(std::slice::from_ref(&open)).unwrap();
+    assert_eq!(restarted.handle(&root, Request::Stat { at: "/c/f".into() }), Err(Errno::EAGAIN), "9's fence is up again");
+    refused(&restarted);
+    rename(&restarted, "/c", "/b", RenameDirStep::Undo { txn: 9 }).unwrap();
+    restarted.handle(&root, Request::Unfence { txn: 9 }).unwrap();
+    assert!(probe(&restarted, "/b").is_some() && probe(&restarted, "/c").is_none(), "recovery undid the rename");
+    assert_eq!(rename(&restarted, "/b", "/c", RenameDirStep::Undo { txn: 9 }), Err(Errno::ESTALE), "an undo once its fence is down");
+    let Ok(Reply::Fsck(report)) = restarted.handle(&root, Request::Fsck) else { panic!("fsck") };
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

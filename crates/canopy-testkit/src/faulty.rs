@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
 
 /// A transport that fails servers as a test says, deterministically:
 /// [`FaultyTransport::down`] refuses every request to a server (`ECONNREFUSED`:
@@ -19,6 +20,9 @@ use std::time::Duration;
 /// server with an error without applying it: a refusal the coordinator can
 /// trust. [`FaultyTransport::slow`] delays every request of one kind: a long
 /// job (a big subtree's recovery) without building a big subtree.
+/// [`FaultyTransport::hold_next`] holds the next request of one kind to a
+/// server on its way until the test lets it go: a step sent in time that
+/// arrives late.
 pub struct FaultyTransport {
     inner: Arc<dyn Transport>,
     faults: Mutex<Faults>,
@@ -30,6 +34,7 @@ struct Faults {
     die_after: Option<(u32, &'static str)>,
     refuse_next: Option<(u32, &'static str, Errno)>,
     slow: Option<(&'static str, Duration)>,
+    hold_next: Option<(u32, &'static str, mpsc::UnboundedSender<()>, Arc<Semaphore>)>,
 }
 
 impl FaultyTransport {
@@ -61,6 +66,16 @@ impl FaultyTransport {
     pub fn slow(&self, op: &'static str, delay: Duration) {
         self.faults.lock().slow = Some((op, delay));
     }
+
+    /// The next request named `op` to `server` waits on its way until the
+    /// test adds a permit to the semaphore answered; the receiver hears when
+    /// it is held.
+    pub fn hold_next(&self, server: u32, op: &'static str) -> (mpsc::UnboundedReceiver<()>, Arc<Semaphore>) {
+        let (held, at) = mpsc::unbounded_channel();
+        let release = Arc::new(Semaphore::new(0));
+        self.faults.lock().hold_next = Some((server, op, held, release.clone()));
+        (at, release)
+    }
 }
 
 impl Transport for FaultyTransport {
@@ -74,6 +89,17 @@ impl Transport for FaultyTransport {
             let delay = self.faults.lock().slow.filter(|(op, _)| *op == req.name()).map(|(_, d)| d);
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
+            }
+            let hold = {
+                let mut f = self.faults.lock();
+                match &f.hold_next {
+                    Some((s, op, _, _)) if (*s, *op) == (i, req.name()) => f.hold_next.take(),
+                    _ => None,
+                }
+            };
+            if let Some((_, _, held, release)) = hold {
+                let _ = held.send(());
+                let _ = release.acquire().await.map(|p| p.forget());
             }
             let dies = {
                 let mut f = self.faults.lock();

@@ -266,12 +266,13 @@ async fn internal_requests_need_the_cluster_key() {
     let alice = connect(&addr, &user(1000)).await;
     let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
     let internal = vec![
-        Request::DirSync { path: "/x".into(), want: Some(dir.clone()) },
+        Request::DirSync { path: "/x".into(), want: Some(dir.clone()), txn: None },
         Request::Mkdir { path: "/x".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: None },
         Request::Mkdir { path: "/x".into(), mode: 0o777, id: canopy_proto::msg::dir_id_of_txn(9).unwrap(), fence: Some(1) },
         Request::ClearFences { path: "/".into() },
-        Request::Rmdir { path: "/x".into() },
-        Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) },
+        Request::Rmdir { path: "/x".into(), txn: 1 },
+        Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777), txn: 1 },
+        Request::Revoke { txn: 1 },
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Apply { times: None, unfence: None, txn: None } },
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Check { txn: 1 } },
         Request::Fence { txn: 1, paths: vec!["/".into()] },
@@ -587,7 +588,7 @@ async fn oversized_offsets_allocate_nothing() {
     let addr = start_server().await;
     let alice = connect(&addr, &user(1000)).await;
     let root = connect(&addr, &admin()).await;
-    root.call(&Creds::root(), &Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777) }, T).await.unwrap();
+    root.call(&Creds::root(), &Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777), txn: 1 }, T).await.unwrap();
     let fid = canopy_proto::Fid::new(1, 1);
     let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File { fid }, if_exists: IfExists::Fail };
     alice.call(&Creds::root(), &create, T).await.unwrap();

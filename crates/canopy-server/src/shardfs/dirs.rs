@@ -24,12 +24,16 @@ impl ShardFs {
         if !is_txn_dir_id(id) {
             return Err(Errno::EINVAL);
         }
+        self.refuse_revoked_mkdir(id)?;
         if let Some(txn) = fence {
             self.fences.fence(txn, &[path.to_string()])?;
         }
         let made = self.make_dir(core, creds, path, mode, id);
-        if let (Err(_), Some(txn)) = (&made, fence) {
-            self.fences.unfence(txn);
+        // Refused as revoked: recovery has the transaction, and lifts its fences.
+        if let (Err(e), Some(txn)) = (&made, fence) {
+            if *e != Errno::ESTALE {
+                self.fences.unfence(txn);
+            }
         }
         made
     }
@@ -38,6 +42,7 @@ impl ShardFs {
     /// this server's replica of the parent (the same on every server).
     fn make_dir(&self, core: &Core, creds: &Creds, path: &NsPath, mode: u32, id: u64) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        self.refuse_revoked_mkdir(id)?;
         let primary = self.is_primary(core, path);
         let (parent, name) = match self.locate_path(core, creds, path)? {
             // A step sent again: already applied.
@@ -67,8 +72,9 @@ impl ShardFs {
         Ok(made_reply(lookup, times))
     }
 
-    pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, path: &NsPath) -> Result<Reply, Errno> {
+    pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, path: &NsPath, txn: u64) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        self.refuse_revoked(Some(txn))?;
         let (parent, name, id) = match self.locate_path(core, creds, path)? {
             Located::Root => return Err(Errno::EBUSY),
             Located::File { .. } => return Err(Errno::ENOTDIR),
@@ -91,11 +97,12 @@ impl ShardFs {
     }
 
     /// chmod/chown of a directory, applied to the replicated lookup state.
-    pub(crate) fn dir_set_attr(&self, core: &Core, creds: &Creds, path: &NsPath, set: &SetAttr) -> Result<Reply, Errno> {
+    pub(crate) fn dir_set_attr(&self, core: &Core, creds: &Creds, path: &NsPath, set: &SetAttr, txn: u64) -> Result<Reply, Errno> {
         if set.size.is_some() {
             return Err(Errno::EISDIR);
         }
         let _g = core.lock_structure();
+        self.refuse_revoked(Some(txn))?;
         let (key, id) = match self.locate_path(core, creds, path)? {
             Located::Root => (keys::entry_key(0, ""), ROOT_ID),
             Located::Dir { parent, name, id } => (keys::entry_key(parent, &name), id),
@@ -126,9 +133,12 @@ impl ShardFs {
     }
 
     /// Makes this server's directory state at `path` equal `want`: insert, update
-    /// or remove. Idempotent, so recovery can run it any number of times.
-    pub(crate) fn dir_sync(&self, core: &Core, path: &NsPath, want: Option<DirLookup>) -> Result<Reply, Errno> {
+    /// or remove. Idempotent, so recovery can run it any number of times. A
+    /// coordinator's rollback names its transaction (`txn`), refused once
+    /// recovery has revoked it.
+    pub(crate) fn dir_sync(&self, core: &Core, path: &NsPath, want: Option<DirLookup>, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        self.refuse_revoked(txn)?;
         let (parent, name, current) = match path.split() {
             None => (0, String::new(), Some(ROOT_ID)),
             Some((parent_path, name)) => {

@@ -9,10 +9,16 @@
 //! A fence, once up, also waits for the operations admitted before it to end:
 //! when it answers, nothing below it is being changed (a check that follows,
 //! such as "does anything below this directory live here", stays true).
+//!
+//! The transactions recovery has revoked here (`revoked.rs` keeps them
+//! durably) are kept beside the fences, under the same lock: a `Fence` of a
+//! revoked transaction is refused, so none goes up after recovery has read
+//! what the transaction left.
 
 use canopy_proto::path::NsPath;
 use canopy_proto::{Errno, Reply};
 use parking_lot::{RwLock, RwLockReadGuard};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Default)]
@@ -23,6 +29,9 @@ pub(crate) struct Fences {
     /// Held shared by each admitted operation while it runs; a new fence
     /// takes it once exclusively, to wait for those admitted before it.
     running: RwLock<()>,
+    /// Revoked transactions (original ids), changed only while `by_txn` is
+    /// held for writing.
+    revoked: RwLock<BTreeSet<u64>>,
 }
 
 impl Fences {
@@ -43,9 +52,24 @@ impl Fences {
         Ok(())
     }
 
+    /// A transaction's step puts up its fences: refused `ESTALE` once the
+    /// transaction is revoked.
     pub(crate) fn fence(&self, txn: u64, paths: &[String]) -> Result<Reply, Errno> {
+        self.put_up(txn, paths, true)
+    }
+
+    /// A start fences again what an open transaction may have fenced before
+    /// it, revoked or not: its recovery lifts them.
+    pub(crate) fn fence_again(&self, txn: u64, paths: &[String]) -> Result<Reply, Errno> {
+        self.put_up(txn, paths, false)
+    }
+
+    fn put_up(&self, txn: u64, paths: &[String], unless_revoked: bool) -> Result<Reply, Errno> {
         let parsed = paths.iter().map(|p| NsPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
         let mut fences = self.by_txn.write();
+        if unless_revoked && self.revoked.read().contains(&txn) {
+            return Err(Errno::ESTALE);
+        }
         for p in parsed {
             if !fences.iter().any(|(t, f)| *t == txn && *f == p) {
                 fences.push((txn, p));
@@ -78,6 +102,28 @@ impl Fences {
     /// Whether transaction `txn` has a fence up here.
     pub(crate) fn is_up(&self, txn: u64) -> bool {
         self.by_txn.read().iter().any(|(t, _)| *t == txn)
+    }
+
+    /// Whether recovery has revoked transaction `txn` here.
+    pub(crate) fn is_revoked(&self, txn: u64) -> bool {
+        self.revoked.read().contains(&txn)
+    }
+
+    /// The oldest revoked transactions that must go for one more to be kept
+    /// within `kept`.
+    pub(crate) fn revoked_beyond(&self, kept: usize) -> Vec<u64> {
+        let revoked = self.revoked.read();
+        revoked.iter().take((revoked.len() + 1).saturating_sub(kept)).copied().collect()
+    }
+
+    /// Revokes `txn` and forgets `dropped` (see [`Fences::revoked_beyond`]).
+    pub(crate) fn revoke(&self, txn: u64, dropped: &[u64]) {
+        let _fences = self.by_txn.write();
+        let mut revoked = self.revoked.write();
+        for t in dropped {
+            revoked.remove(t);
+        }
+        revoked.insert(txn);
     }
 
     fn lift(&self, which: impl Fn(u64, &NsPath) -> bool) -> Vec<u64> {
@@ -118,6 +164,25 @@ mod tests {
         assert!(!f.any());
         assert_eq!(f.admit(&p("/a/b")), Ok(()));
         assert_eq!(f.fence(9, &["rel".into()]), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn a_revoked_transaction_puts_up_no_fence_but_at_a_start() {
+        let f = Fences::default();
+        f.fence(4, &["/a".into()]).unwrap();
+        f.revoke(4, &[]);
+        f.revoke(5, &[]);
+        assert!(f.is_up(4), "a revoke lifts nothing");
+        assert_eq!(f.fence(5, &["/b".into()]), Err(Errno::ESTALE));
+        assert!(!f.is_up(5));
+        f.fence_again(5, &["/b".into()]).unwrap();
+        assert!(f.is_up(5));
+        assert_eq!(f.fence(6, &["/c".into()]), Ok(Reply::Unit));
+        assert_eq!(f.revoked_beyond(3), vec![] as Vec<u64>);
+        assert_eq!(f.revoked_beyond(2), vec![4]);
+        assert_eq!(f.revoked_beyond(1), vec![4, 5]);
+        f.revoke(7, &[4]);
+        assert!(!f.is_revoked(4) && f.is_revoked(5) && f.is_revoked(7));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! - `dirs`: mkdir, rmdir, directory setattr, `DirProbe`, `DirSync`;
 //! - `rename_dir`, `migrate`, `fence`, `parked`: directory renames and what
 //!   they move;
+//! - `revoked`: the transactions recovery took over, whose late steps are
+//!   refused;
 //! - `fsck`: the table's digest and where every object belongs.
 
 pub mod dirtable;
@@ -19,6 +21,7 @@ mod migrate;
 mod parked;
 mod rename_dir;
 pub mod resolve;
+mod revoked;
 
 use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
@@ -45,7 +48,11 @@ impl ShardFs {
     /// Loads the replicated directory table; creates the root on a new store.
     pub(crate) fn open(core: &Core) -> Result<ShardFs, String> {
         let table = load_table(core)?;
-        Ok(ShardFs { table: RwLock::new(table), fences: fence::Fences::default(), parked: parked::Parked::default() })
+        let fences = fence::Fences::default();
+        for txn in revoked::prune(core, revoked::load(core)?)? {
+            fences.revoke(txn, &[]);
+        }
+        Ok(ShardFs { table: RwLock::new(table), fences, parked: parked::Parked::default() })
     }
 
     fn primary_of(&self, core: &Core, path: &NsPath) -> u32 {
@@ -215,7 +222,7 @@ impl Mode for ShardFs {
     fn open_transactions(&self, core: &Core, txns: &[TxnInfo]) -> Result<(), String> {
         for t in txns.iter().filter(|t| fences_its_paths(&t.intent)) {
             let paths: Vec<String> = t.intent.paths().into_iter().map(str::to_string).collect();
-            if let Err(e) = self.fences.fence(t.origin, &paths) {
+            if let Err(e) = self.fences.fence_again(t.origin, &paths) {
                 eprintln!("canopy-server: transaction {} names a path that is no path ({e}): not fenced", t.txn);
             }
         }
@@ -240,11 +247,12 @@ impl Mode for ShardFs {
                 self.lift_fences(core, &self.fences.covering(&path), || self.fences.clear_covering(&path))
             }
             Request::Mkdir { path, mode, id, fence } => self.mkdir(core, creds, &parse(&path)?, mode, id, fence),
-            Request::Rmdir { path } => self.rmdir(core, creds, &parse(&path)?),
-            Request::DirSetAttr { path, set } => self.dir_set_attr(core, creds, &parse(&path)?, &set),
+            Request::Rmdir { path, txn } => self.rmdir(core, creds, &parse(&path)?, txn),
+            Request::DirSetAttr { path, set, txn } => self.dir_set_attr(core, creds, &parse(&path)?, &set, txn),
+            Request::Revoke { txn } => self.revoke(core, txn),
             Request::RenameDir { src, dst, step } => self.rename_dir(core, creds, &parse(&src)?, &parse(&dst)?, step),
             Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
-            Request::DirSync { path, want } => self.dir_sync(core, &parse(&path)?, want),
+            Request::DirSync { path, want, txn } => self.dir_sync(core, &parse(&path)?, want, txn),
             Request::Migrate { root, limit } => self.migrate(core, &parse(&root)?, limit),
             Request::Adopt { items } => self.adopt(core, items),
             Request::Release { items } => self.release(core, items),

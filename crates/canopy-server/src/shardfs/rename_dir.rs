@@ -30,6 +30,12 @@ impl ShardFs {
             self.fences.fence(txn, &[src.to_string(), dst.to_string()])?;
         }
         let _g = core.lock_structure();
+        // The coordinator's steps; recovery's undo is let through.
+        match step {
+            RenameDirStep::Check { txn } => self.refuse_revoked(Some(txn))?,
+            RenameDirStep::Apply { txn, .. } => self.refuse_revoked(txn)?,
+            RenameDirStep::Undo { .. } => {}
+        }
         let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
             Located::Dir { parent, name, id } => (parent, name, id),
             // The client checks before it knows what it renames: a file is
@@ -79,6 +85,7 @@ impl ShardFs {
                 return Ok(Reply::RenameChecked { below: self.anything_below(core, sid)?, times: core.load_dir_times(sid)? });
             }
             RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn),
+            RenameDirStep::Undo { txn } => (None, None, Some(txn)),
         };
         // A step that comes after recovery lifted its transaction's fence
         // (the coordinator's lease ran out meanwhile) must not land: recovery
