@@ -654,7 +654,7 @@ impl ShardFs {
         let (a, b) = (self.primary(src), self.primary(dst));
         let (s, d) = (src.to_string(), dst.to_string());
         if a == b {
-            let r = self.rpc(a, c, Request::RenameLocal { src: s.into(), dst: d.into() }).await?;
+            let r = self.rpc(a, c, Request::RenameLocal { src: s.into(), dst: d.into(), txn: Some(txn.id) }).await?;
             return self.drop_remote(r).await;
         }
         let record = match self.rpc(a, c, Request::RenameOut { src: s.clone().into(), dst: d.clone().into() }).await? {
@@ -664,7 +664,7 @@ impl ShardFs {
         let ino = record.ino();
         let intent = || Intent::Rename { src: s.clone(), dst: d.clone() };
         self.step(txn, || Step::Locked(intent())).await?;
-        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone().into(), dst: d.clone().into(), record }).await?;
+        let inserted = self.rpc(b, c, Request::RenameIn { src: s.clone().into(), dst: d.clone().into(), record, txn: Some(txn.id) }).await?;
         if inserted == Reply::Unit {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }

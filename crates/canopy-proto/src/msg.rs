@@ -428,12 +428,14 @@ requests! {
     InodeStat { ino: u64 } = 0x000B,
     InodeSetAttr { ino: u64, set: SetAttr } = 0x000C,
     InodeLinkDelta { ino: u64, delta: i32 } = 0x000D,
-    /// Rename of a file within one server.
-    RenameLocal { src: At, dst: At } = 0x000E,
+    /// Rename of a file within one server. `txn`: the transaction doing it
+    /// (ShardFS: refused `ESTALE` once recovery has revoked it here).
+    RenameLocal { src: At, dst: At, txn: Option<u64> } = 0x000E,
     /// Rename of a file across servers, on the source's primary: check, return the record.
     RenameOut { src: At, dst: At } = 0x000F,
     /// ...on the destination's primary: check, replace, insert the record.
-    RenameIn { src: At, dst: At, record: Record } = 0x0010,
+    /// `txn` as for `RenameLocal`.
+    RenameIn { src: At, dst: At, record: Record, txn: Option<u64> } = 0x0010,
     /// ...on the source's primary: remove the source entry if it is still `ino`.
     RenameOutCommit { src: At, ino: u64 } = 0x0011,
     /// Make directory `path` with id `id` (see [`dir_id_of_txn`]), sent to every
@@ -663,7 +665,8 @@ requests! {
     /// transaction `txn` (its original id) left: from now on this server
     /// refuses that coordinator's steps naming `txn` (`Mkdir`, by the
     /// directory id it makes; `Rmdir`, `DirSetAttr`, `DirSync`, `Fence`, a
-    /// directory rename's check and apply) with
+    /// directory rename's check and apply, a file rename's `RenameLocal` and
+    /// `RenameIn`) with
     /// `ESTALE`, durably, so a step sent in time but arriving late cannot
     /// land behind recovery's decision. Answers once every step of `txn`
     /// already under way here has ended.

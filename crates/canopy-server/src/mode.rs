@@ -168,6 +168,12 @@ pub(crate) trait Mode: Send + Sync {
     /// The mode's own counters, reported with the RPC counts in `Stats`.
     fn counters(&self) -> Vec<(String, u64)>;
 
+    /// `ESTALE` if a transaction's step naming `txn` must not land here
+    /// (ShardFS: recovery has revoked it). Called under the mutation locks.
+    fn refuse_step(&self, _txn: Option<u64>) -> Result<(), Errno> {
+        Ok(())
+    }
+
     /// The mode's own requests; `ENOSYS` for any other.
     fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno>;
 

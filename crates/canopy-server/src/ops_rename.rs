@@ -74,8 +74,12 @@ impl MetaServer {
         Ok(InOutcome::Inserted(dropped))
     }
 
-    pub(crate) fn rename_local(&self, creds: &Creds, src: &Target, dst: &Target) -> Result<Reply, Errno> {
+    /// `txn`: the transaction doing it, whose steps the mode may refuse
+    /// (ShardFS, once recovery revoked it: checked under the entry locks,
+    /// which a revoke waits for).
+    pub(crate) fn rename_local(&self, creds: &Creds, src: &Target, dst: &Target, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[src, dst], true)?;
+        self.mode().refuse_step(txn)?;
         let (sp, sname, record) = self.rename_out_check(creds, src, dst)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
@@ -96,8 +100,9 @@ impl MetaServer {
 
     /// Answers `Unit` when source and destination are one file (the client must
     /// then leave the source alone), `Dropped` when inserted.
-    pub(crate) fn rename_in(&self, creds: &Creds, _src: &Target, dst: &Target, record: Record) -> Result<Reply, Errno> {
+    pub(crate) fn rename_in(&self, creds: &Creds, _src: &Target, dst: &Target, record: Record, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[dst], true)?;
+        self.mode().refuse_step(txn)?;
         let mut b = Batch::new();
         match self.rename_in_apply(&mut b, creds, dst, record)? {
             InOutcome::SameFile => Ok(Reply::Unit),

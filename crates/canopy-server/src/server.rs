@@ -204,9 +204,9 @@ impl MetaServer {
             Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
             // Transaction steps and recovery: under the transaction's own locks
             // (and fences), so not admitted.
-            Request::RenameLocal { src, dst } => self.rename_local(creds, &Target::parse(&src)?, &Target::parse(&dst)?),
+            Request::RenameLocal { src, dst, txn } => self.rename_local(creds, &Target::parse(&src)?, &Target::parse(&dst)?, txn),
             Request::RenameOut { src, dst } => self.rename_out(creds, &Target::parse(&src)?, &Target::parse(&dst)?),
-            Request::RenameIn { src, dst, record } => self.rename_in(creds, &Target::parse(&src)?, &Target::parse(&dst)?, record),
+            Request::RenameIn { src, dst, record, txn } => self.rename_in(creds, &Target::parse(&src)?, &Target::parse(&dst)?, record, txn),
             Request::RenameOutCommit { src, ino } => self.rename_out_commit(&Target::parse(&src)?, ino),
             Request::RecoveryStat { at } => self.stat(&Creds::root(), &Target::parse(&at)?),
             Request::ReadData { at, offset, len } => self.read_data(creds, &at, offset, len),
@@ -383,7 +383,7 @@ fn named_entries(req: &Request) -> [Option<Named>; 2] {
         | Request::RenameOutCommit { src: at, .. }
         | Request::IxRenameDirOut { src: at, .. }
         | Request::IxRenameDirCommit { src: at, .. } => [entry(at), None],
-        Request::RenameLocal { src, dst } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)],
+        Request::RenameLocal { src, dst, .. } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)],
         Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
             [named(dir, name), None]
         }

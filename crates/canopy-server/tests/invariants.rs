@@ -426,6 +426,21 @@ fn a_revoked_transactions_late_steps_change_nothing() {
         }
     };
     refused(&s);
+    // A file rename's steps: within this server, and the insert of one
+    // across servers (its record read by `RenameOut`).
+    use canopy_proto::msg::{IfExists, NewKind};
+    use canopy_proto::path::NsPath;
+    use canopy_proto::placement::primary;
+    let here: Vec<String> = (0..).map(|i| format!("/a/f{i}")).filter(|p| primary(&NsPath::parse(p).unwrap(), 2) == 0).take(2).collect();
+    let create = Request::Create { at: here[0].as_str().into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    s.handle(&root, create).unwrap();
+    let (from, to) = (here[0].as_str(), here[1].as_str());
+    assert_eq!(s.handle(&root, Request::RenameLocal { src: from.into(), dst: to.into(), txn: Some(4) }), Err(Errno::ESTALE));
+    let Ok(Reply::Record(record)) = s.handle(&root, Request::RenameOut { src: from.into(), dst: to.into() }) else { panic!("rename out") };
+    assert_eq!(s.handle(&root, Request::RenameIn { src: from.into(), dst: to.into(), record, txn: Some(4) }), Err(Errno::ESTALE));
+    assert!(s.handle(&root, Request::Stat { at: from.into() }).is_ok());
+    assert_eq!(s.handle(&root, Request::Stat { at: to.into() }), Err(Errno::ENOENT), "a late file rename step landed");
+    s.handle(&root, Request::RenameLocal { src: from.into(), dst: to.into(), txn: Some(10) }).unwrap();
     // A transaction not revoked goes on.
     s.handle(&root, mkdir("/n", 10, Some(10))).unwrap();
     s.handle(&root, Request::Unfence { txn: 10 }).unwrap();

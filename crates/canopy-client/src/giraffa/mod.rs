@@ -326,7 +326,7 @@ impl Giraffa {
         let (s, d) = (src.to_string(), dst.to_string());
         if a == b {
             let dirs: Vec<&NsPath> = if sp == dp { vec![&sp] } else { vec![&sp, &dp] };
-            let r = self.vouched(c, &dirs, a, &Request::RenameLocal { src: s.into(), dst: d.into() }).await?;
+            let r = self.vouched(c, &dirs, a, &Request::RenameLocal { src: s.into(), dst: d.into(), txn: None }).await?;
             return self.drop_remote(r).await;
         }
         let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: s.clone(), dst: d.clone() }).await?;
@@ -346,7 +346,7 @@ impl Giraffa {
             other => return Err(unexpected(other)),
         };
         let ino = record.ino();
-        let into = Request::RenameIn { src: s.clone().into(), dst: d.into(), record };
+        let into = Request::RenameIn { src: s.clone().into(), dst: d.into(), record, txn: None };
         let inserted = self.vouched(c, &[dp], self.row_server(dst), &into).await?;
         if inserted == Reply::Unit {
             return Ok(()); // both names are links to one file: nothing to do

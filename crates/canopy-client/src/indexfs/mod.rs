@@ -623,7 +623,7 @@ impl IndexFs {
 
     async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, txn: Txn, intent: &Intent) -> Res<()> {
         if sp.server == dp.server {
-            let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone() }).await?;
+            let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone(), txn: None }).await?;
             return self.drop_remote(r).await;
         }
         let record = match self.rpc_ix(sp.server, c, Request::RenameOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
@@ -631,7 +631,7 @@ impl IndexFs {
             other => return Err(unexpected(other)),
         };
         let ino = record.ino();
-        let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record }).await?;
+        let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record, txn: None }).await?;
         if inserted == Reply::Unit {
             return Ok(());
         }

@@ -207,6 +207,10 @@ impl Mode for ShardFs {
         Vec::new()
     }
 
+    fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
+        self.refuse_revoked(txn)
+    }
+
     fn needs_open_transactions(&self) -> bool {
         true
     }

@@ -5,8 +5,10 @@
 //! server slow, its coordinator stalled between its lease check and its
 //! send) could land after recovery had read and decided: a mkdir's primary
 //! making a directory recovery rolled back on every replica, an rmdir's
-//! primary removing one recovery put back. (A cross-server file rename's
-//! steps and a migration's name no transaction and are not covered.)
+//! primary removing one recovery put back, a file rename's insert making
+//! a second name recovery found no trace of. (A migration's steps, and a
+//! file rename's `RenameOutCommit`, which drops the source only if it still
+//! names the inode, as recovery would, name no transaction.)
 //!
 //! Kept durably, so a restart forgets none: the `meta` family under
 //! [`PREFIX`] ‖ txn (u64 BE), loaded at a start into [`Fences`]. Recoveries
@@ -60,8 +62,9 @@ pub(crate) fn load(core: &Core) -> Result<Vec<u64>, String> {
 
 impl ShardFs {
     /// `Request::Revoke`: durable before it answers, and under the structure
-    /// lock, which every directory step holds while it checks and applies,
-    /// so a step of `txn` under way ends first and a later one sees it.
+    /// lock, which every directory step holds while it checks and applies
+    /// (and a file rename's, shared, with its entry locks), so a step of
+    /// `txn` under way ends first and a later one sees it.
     pub(crate) fn revoke(&self, core: &Core, txn: u64) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
         if self.fences.is_revoked(txn) {
