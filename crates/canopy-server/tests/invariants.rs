@@ -461,3 +461,26 @@ fn a_revoked_transactions_late_steps_change_nothing() {
     let Ok(Reply::Fsck(report)) = restarted.handle(&root, Request::Fsck) else { panic!("fsck") };
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// A server remembers the newest `REVOKED_KEPT` revoked transactions: one
+/// more drops the oldest, in memory and in the store, so a restart keeps the
+/// same ones.
+#[test]
+fn a_server_keeps_the_newest_revoked_transactions() {
+    use canopy_server::shardfs::REVOKED_KEPT;
+    let cfg = ServerConfig { index: 0, servers: 2 };
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let s = MetaServer::open(cfg, store.clone()).unwrap();
+    let last = REVOKED_KEPT as u64 + 1;
+    for txn in 1..=last {
+        s.handle(&root, Request::Revoke { txn }).unwrap();
+    }
+    // An rmdir of nothing: ESTALE if its transaction is revoked, else ENOENT.
+    let rmdir = |s: &MetaServer, txn| s.handle(&root, Request::Rmdir { path: "/none".into(), txn });
+    for s in [s, MetaServer::open(cfg, store).unwrap()] {
+        assert_eq!(rmdir(&s, 1), Err(Errno::ENOENT), "the oldest is dropped");
+        assert_eq!(rmdir(&s, 2), Err(Errno::ESTALE));
+        assert_eq!(rmdir(&s, last), Err(Errno::ESTALE));
+    }
+}

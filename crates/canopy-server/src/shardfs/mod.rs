@@ -23,6 +23,8 @@ mod rename_dir;
 pub mod resolve;
 mod revoked;
 
+pub use revoked::KEPT as REVOKED_KEPT;
+
 use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::{Admission, Located, Mode, Target};

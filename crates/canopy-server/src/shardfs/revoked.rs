@@ -28,7 +28,7 @@ use canopy_store::Batch;
 const PREFIX: &[u8] = b"revoked/";
 
 /// How many revoked transactions a server remembers.
-pub(crate) const KEPT: usize = 4096;
+pub const KEPT: usize = 4096;
 
 fn key(txn: u64) -> Vec<u8> {
     let mut k = PREFIX.to_vec();
