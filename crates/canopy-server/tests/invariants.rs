@@ -484,3 +484,43 @@ fn a_server_keeps_the_newest_revoked_transactions() {
         assert_eq!(rmdir(&s, last), Err(Errno::ESTALE));
     }
 }
+
+/// A Giraffa directory rename's freeze is durable: a server restarted while
+/// it holds still refuses to change the frozen row, for what is left of the
+/// freeze's lapse; a thaw, or the lapse, ends it for good.
+#[test]
+fn a_giraffa_freeze_outlives_a_restart_until_thawed_or_lapsed() {
+    use canopy_proto::clock::ManualClock;
+    use canopy_proto::SetAttr;
+    let cfg = ServerConfig { index: 0, servers: 1 };
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let clock = ManualClock::new();
+    clock.advance(1_000_000);
+    let open = || MetaServer::open_mode("giraffa", cfg, store.clone(), clock.clone()).unwrap();
+    let chmod = |s: &MetaServer| s.handle(&root, Request::GfDirSetAttr { path: "/".into(), set: SetAttr::mode(0o755) }).map(drop);
+    let freeze = |s: &MetaServer, thaw| s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw }).unwrap();
+    let s = open();
+    chmod(&s).unwrap();
+    freeze(&s, false);
+    assert_eq!(chmod(&s), Err(Errno::EAGAIN));
+    drop(s);
+    let s = open();
+    assert_eq!(chmod(&s), Err(Errno::EAGAIN), "the freeze was lost at the restart");
+    freeze(&s, true);
+    chmod(&s).unwrap();
+    drop(s);
+    let s = open();
+    chmod(&s).expect("the thaw was lost at the restart");
+
+    // Restarted halfway through its lapse: held for the half left.
+    freeze(&s, false);
+    drop(s);
+    clock.advance(30_000);
+    let s = open();
+    assert_eq!(chmod(&s), Err(Errno::EAGAIN));
+    clock.advance(30_001);
+    chmod(&s).expect("held past its lapse");
+    drop(s);
+    chmod(&open()).expect("a lapsed freeze held again at a start");
+}

@@ -3,10 +3,9 @@
 //! the renamed directory's two names. A frozen row is not changed (`EAGAIN`;
 //! clients retry) so no change lands on a row after it was copied and before
 //! the old one is deleted. A freeze lapses after [`FREEZE_MS`] so a dead
-//! coordinator cannot hold rows forever (its recovery redoes the copy). In
-//! memory only: a server restarted mid-rename serves those rows unfrozen
-//! until the rename ends (ShardFS's fences are put back at start from the
-//! open transactions' locks; a freeze names directory ids no lock shows).
+//! coordinator cannot hold rows forever (its recovery redoes the copy).
+//! Kept durably too (`frozen_store.rs`), so a server restarted mid-rename
+//! holds them again for what is left of their lapse.
 //!
 //! Pure bookkeeping: times are passed in (ms on the server's clock).
 

@@ -18,6 +18,7 @@
 
 mod dirs;
 mod freeze;
+mod frozen_store;
 mod proofs;
 mod regions;
 mod rename;
@@ -98,11 +99,26 @@ impl Giraffa {
             proof_waits: AtomicU64::new(0),
             proof_wait_ms: AtomicU64::new(0),
         };
+        me.freeze_again(core).map_err(|e| row_err(format!("cannot read the stored freezes: {e}")))?;
         if giraffa::region_server(ROOT_ROW_PREFIX, core.cfg.servers) == core.cfg.index && me.row_at(core, &root_key()).map_err(|e| e.to_string())?.is_none() {
             let root = DirRow { lookup: DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 }, path: "/".into(), subdirs: 0 };
             me.put_new_row(core, &root_key(), &root).map_err(|e| format!("cannot make the root: {e}"))?;
         }
         Ok(me)
+    }
+
+    /// At a start: holds again what a rename under way froze before it, for
+    /// what is left of each freeze's lapse (`frozen_store.rs`).
+    fn freeze_again(&self, core: &Core) -> Result<(), Errno> {
+        let now = core.clock.now_ms();
+        let mut frozen = self.frozen.lock();
+        for (held, left) in frozen_store::load(core, core.clock.wall_ms())? {
+            match held {
+                frozen_store::Held::Prefix(p) => frozen.freeze(&[p], &[], now + left),
+                frozen_store::Held::Path(p) => frozen.freeze(&[], &[p], now + left),
+            }
+        }
+        Ok(())
     }
 
     fn here(&self, core: &Core, row_prefix: u64) -> bool {

@@ -8,6 +8,7 @@
 //! idempotent, so recovery can redo them.
 
 use super::freeze::FREEZE_MS;
+use super::frozen_store;
 use super::Giraffa;
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
@@ -57,14 +58,17 @@ impl Giraffa {
         for p in paths {
             stripes.push(giraffa::row_prefix(&NsPath::parse(p)?));
         }
-        {
-            let mut frozen = self.frozen.lock();
-            if thaw {
-                frozen.thaw(prefixes, paths);
-                return Ok(Reply::Unit);
-            }
-            frozen.freeze(prefixes, paths, core.clock.now_ms() + FREEZE_MS);
+        let mut b = Batch::new();
+        if thaw {
+            self.frozen.lock().thaw(prefixes, paths);
+            frozen_store::delete(&mut b, prefixes, paths);
+            core.write(b)?;
+            return Ok(Reply::Unit);
         }
+        // Durable before it holds (and answers): a restart keeps it.
+        frozen_store::put(&mut b, prefixes, paths, core.clock.wall_ms() + FREEZE_MS);
+        core.write(b)?;
+        self.frozen.lock().freeze(prefixes, paths, core.clock.now_ms() + FREEZE_MS);
         drop(core.lock_stripes(|| stripes, true, &[]));
         let mut inos = Vec::new();
         for prefix in prefixes {
