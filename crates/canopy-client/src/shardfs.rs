@@ -736,9 +736,8 @@ impl ShardFs {
         }
         // On this client's connections, so each is served before the rename.
         self.send_owed_touches_below(&s).await;
-        let txn = self.lock(&[&s, &d], Intent::Rename { src: s.to_string(), dst: d.to_string() }).await?;
-        let r = self.do_rename(c, &s, &d, txn, seen_dir).await;
-        self.finish(txn, &r).await;
+        let intent = Intent::Rename { src: s.to_string(), dst: d.to_string() };
+        let r = self.locked(&[&s, &d], intent, |txn| self.do_rename(c, &s, &d, txn, seen_dir)).await;
         self.settle_two(c, &s, &d, r).await?;
         self.touch_parents(c, &[&s, &d]).await;
         Ok(())
@@ -763,10 +762,9 @@ impl ShardFs {
             Ok(other) => self.attr_or_follow(other).await,
             // A directory's mode and owner are replicated: a transaction.
             Err(Errno::EISDIR) if set.size.is_none() && set.touches_lookup_state() => {
-                let txn = self.lock(&[p], Intent::DirSetAttr { path: p.to_string() }).await?;
-                let r = self.do_dir_setattr(c, p, &lookup_part(set), txn).await;
-                self.finish(txn, &r).await;
-                let attr = r?;
+                let intent = Intent::DirSetAttr { path: p.to_string() };
+                let lookup = lookup_part(set);
+                let attr = self.locked(&[p], intent, |txn| self.do_dir_setattr(c, p, &lookup, txn)).await?;
                 match times_part(set) {
                     None => Ok(attr),
                     Some(times) => {

@@ -449,3 +449,25 @@ async fn a_rollback_that_arrives_after_recovery_removes_nothing() {
     assert!(made.iter().all(|l| l.as_ref().is_some_and(|l| l.mode & 0o777 == 0o700)), "{made:?}");
     assert!(cluster.fresh_client().fsck().await.unwrap().is_clean());
 }
+
+/// A file rename between two servers whose insert at the destination arrives
+/// only after recovery found the file under its old name alone: it is
+/// refused, so the file does not end under both names, and the coordinator
+/// leaves the outcome to recovery (`EIO`, not the server's `ESTALE`, which
+/// the kernel would retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let setup = cluster.fresh_client();
+    setup.mkdir("/d", 0o755).await.unwrap();
+    setup.create("/d/a", 0o644).await.unwrap();
+    let dst = name_not_on("/d", prim("/d/a"));
+    let c = coordinator(&cluster);
+    let to = dst.clone();
+    let got = with_a_step_arriving_after_recovery(&cluster, prim(&dst), "RenameIn", async move { c.rename("/d/a", &to).await }, async {}).await;
+    assert_eq!(got, Err(Errno::EIO));
+    let fresh = cluster.fresh_client();
+    assert!(fresh.stat("/d/a").await.is_ok(), "the file left its old name");
+    assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
+    assert!(fresh.fsck().await.unwrap().is_clean());
+}

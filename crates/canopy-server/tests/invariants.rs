@@ -492,6 +492,7 @@ fn a_server_keeps_the_newest_revoked_transactions() {
 fn a_giraffa_freeze_outlives_a_restart_until_thawed_or_lapsed() {
     use canopy_proto::clock::ManualClock;
     use canopy_proto::SetAttr;
+    use canopy_server::giraffa::FREEZE_MS;
     let cfg = ServerConfig { index: 0, servers: 1 };
     let root = Creds::root();
     let store = Arc::new(MemStore::new(ALL_CFS));
@@ -516,10 +517,10 @@ fn a_giraffa_freeze_outlives_a_restart_until_thawed_or_lapsed() {
     // Restarted halfway through its lapse: held for the half left.
     freeze(&s, false);
     drop(s);
-    clock.advance(30_000);
+    clock.advance(FREEZE_MS / 2);
     let s = open();
     assert_eq!(chmod(&s), Err(Errno::EAGAIN));
-    clock.advance(30_001);
+    clock.advance(FREEZE_MS - FREEZE_MS / 2 + 1);
     chmod(&s).expect("held past its lapse");
     drop(s);
     chmod(&open()).expect("a lapsed freeze held again at a start");

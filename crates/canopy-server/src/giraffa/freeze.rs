@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 /// How long a freeze holds without being thawed.
-pub(crate) const FREEZE_MS: u64 = 60_000;
+pub const FREEZE_MS: u64 = 60_000;
 
 #[derive(Default)]
 pub(crate) struct Frozen {

@@ -19,6 +19,8 @@
 mod dirs;
 mod freeze;
 mod frozen_store;
+
+pub use freeze::FREEZE_MS;
 mod proofs;
 mod regions;
 mod rename;
@@ -112,7 +114,10 @@ impl Giraffa {
     fn freeze_again(&self, core: &Core) -> Result<(), Errno> {
         let now = core.clock.now_ms();
         let mut frozen = self.frozen.lock();
+        // At most a whole lapse: a wall clock set back since must not hold
+        // rows longer than a freeze ever does.
         for (held, left) in frozen_store::load(core, core.clock.wall_ms())? {
+            let left = left.min(FREEZE_MS);
             match held {
                 frozen_store::Held::Prefix(p) => frozen.freeze(&[p], &[], now + left),
                 frozen_store::Held::Path(p) => frozen.freeze(&[], &[p], now + left),

@@ -59,16 +59,21 @@ impl Giraffa {
             stripes.push(giraffa::row_prefix(&NsPath::parse(p)?));
         }
         let mut b = Batch::new();
-        if thaw {
-            self.frozen.lock().thaw(prefixes, paths);
-            frozen_store::delete(&mut b, prefixes, paths);
+        {
+            // Held across the write, so the store and memory change in the
+            // same order as concurrent freezes and thaws of one row.
+            let mut frozen = self.frozen.lock();
+            if thaw {
+                frozen.thaw(prefixes, paths);
+                frozen_store::delete(&mut b, prefixes, paths);
+                core.write(b)?;
+                return Ok(Reply::Unit);
+            }
+            // Durable before it holds (and answers): a restart keeps it.
+            frozen_store::put(&mut b, prefixes, paths, core.clock.wall_ms() + FREEZE_MS);
             core.write(b)?;
-            return Ok(Reply::Unit);
+            frozen.freeze(prefixes, paths, core.clock.now_ms() + FREEZE_MS);
         }
-        // Durable before it holds (and answers): a restart keeps it.
-        frozen_store::put(&mut b, prefixes, paths, core.clock.wall_ms() + FREEZE_MS);
-        core.write(b)?;
-        self.frozen.lock().freeze(prefixes, paths, core.clock.now_ms() + FREEZE_MS);
         drop(core.lock_stripes(|| stripes, true, &[]));
         let mut inos = Vec::new();
         for prefix in prefixes {
