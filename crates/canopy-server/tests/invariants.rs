@@ -525,3 +525,44 @@ fn a_giraffa_freeze_outlives_a_restart_until_thawed_or_lapsed() {
     drop(s);
     chmod(&open()).expect("a lapsed freeze held again at a start");
 }
+
+/// A freeze reloaded at a start holds at most a whole lapse, even if the
+/// wall clock was set back meanwhile (by an hour here): it must not hold the
+/// rows for the hour as well.
+#[test]
+fn a_reloaded_giraffa_freeze_holds_no_longer_than_a_lapse_after_the_clock_went_back() {
+    use canopy_proto::clock::Clock;
+    use canopy_proto::SetAttr;
+    use canopy_server::giraffa::FREEZE_MS;
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+    /// A clock whose wall time the test sets, apart from its monotonic time.
+    #[derive(Default)]
+    struct SetBack {
+        ms: AtomicU64,
+        wall_ms: AtomicI64,
+    }
+    impl Clock for SetBack {
+        fn now_ms(&self) -> u64 {
+            self.ms.load(Ordering::Acquire)
+        }
+        fn wall_ns(&self) -> i64 {
+            self.wall_ms.load(Ordering::Acquire) * 1_000_000
+        }
+    }
+    const HOUR_MS: i64 = 3_600_000;
+    let cfg = ServerConfig { index: 0, servers: 1 };
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let clock = Arc::new(SetBack::default());
+    clock.wall_ms.store(10 * HOUR_MS, Ordering::Release);
+    let open = || MetaServer::open_mode("giraffa", cfg, store.clone(), clock.clone()).unwrap();
+    let chmod = |s: &MetaServer| s.handle(&root, Request::GfDirSetAttr { path: "/".into(), set: SetAttr::mode(0o755) }).map(drop);
+    let s = open();
+    s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw: false }).unwrap();
+    drop(s);
+    clock.wall_ms.store(9 * HOUR_MS, Ordering::Release);
+    let s = open();
+    assert_eq!(chmod(&s), Err(Errno::EAGAIN), "held again after the start");
+    clock.ms.fetch_add(FREEZE_MS + 1, Ordering::AcqRel);
+    chmod(&s).expect("held past a whole lapse because the wall clock went back");
+}
