@@ -219,6 +219,12 @@ impl Service for Delegating {
     fn waits(&self, req: &Request) -> bool {
         !matches!(req, Request::Delegate { .. }) && self.inner.waits(req)
     }
+
+    /// The server's passes, so its log is written once per pass. A delegated
+    /// call answers later, through the server's own passes.
+    fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), canopy_proto::Errno> {
+        self.inner.in_pass(handlers)
+    }
 }
 
 /// Runs one delegated call as `c`'s user and turns its result into a reply.

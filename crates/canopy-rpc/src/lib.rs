@@ -56,16 +56,34 @@ pub trait Service: Send + Sync + 'static {
     fn waits(&self, _req: &Request) -> bool {
         false
     }
+
+    /// Runs `handlers` (the calls of one read pass, or one call answered
+    /// apart), then makes what they wrote as durable as one call's write is,
+    /// before any of their answers is sent: a store may then write its log
+    /// once per pass rather than once per write. An error means what they
+    /// wrote may not be durable: their answers are not sent, the caller
+    /// hears the errno instead.
+    fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
+        handlers();
+        Ok(())
+    }
 }
 
 /// Answers `req` on a blocking thread of its own (it may wait long, see
 /// [`Service::waits`]), then whatever the handler handed back.
 pub(crate) async fn call_apart(service: std::sync::Arc<dyn Service>, peer: Identity, creds: Creds, req: Request) -> RpcResult {
-    match tokio::task::spawn_blocking(move || service.call(&peer, creds, req)).await {
-        Ok(Handled::Now(r)) => r,
-        Ok(Handled::Later(f)) => f.await,
+    let call = move || {
+        let mut input = Some((creds, req));
+        let mut handled = None;
+        let durable = service.in_pass(&mut || handled = input.take().map(|(creds, req)| service.call(&peer, creds, req)));
+        (handled, durable)
+    };
+    match tokio::task::spawn_blocking(call).await {
+        Ok((Some(Handled::Now(r)), Ok(()))) => r,
+        Ok((Some(Handled::Later(f)), Ok(()))) => f.await,
+        Ok((_, Err(e))) => Err(e),
         // The handler panicked: what it did is unknown.
-        Err(_) => Err(Errno::EIO),
+        Ok((None, Ok(()))) | Err(_) => Err(Errno::EIO),
     }
 }
 

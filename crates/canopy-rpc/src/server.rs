@@ -261,19 +261,33 @@ fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): 
     Answer::Later(id, op, Box::pin(crate::call_apart(service.clone(), peer.clone(), peer.acting_as(creds), req)))
 }
 
+/// Calls the service on each of a pass's requests, inside one
+/// [`Service::in_pass`]: if what they wrote may not be durable, every ready
+/// answer becomes its errno.
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {
-    requests
-        .into_iter()
-        .map(|(id, op, decoded)| match decoded {
-            Err(e) => Answer::Now(id, op, Err(e)),
-            Ok((creds, req)) => {
-                match service.call(peer, peer.acting_as(creds), req) {
-                    Handled::Now(r) => Answer::Now(id, op, r),
-                    Handled::Later(f) => Answer::Later(id, op, f),
-                }
-            }
-        })
-        .collect()
+    let mut requests = Some(requests);
+    let mut answers = Vec::new();
+    let durable = service.in_pass(&mut || answers = requests.take().unwrap_or_default().into_iter().map(|incoming| answer_one(peer, service, incoming)).collect());
+    match durable {
+        Ok(()) => answers,
+        Err(e) => answers
+            .into_iter()
+            .map(|a| match a {
+                Answer::Now(id, op, _) => Answer::Now(id, op, Err(e)),
+                later => later,
+            })
+            .collect(),
+    }
+}
+
+fn answer_one(peer: &Identity, service: &dyn Service, (id, op, decoded): Incoming) -> Answer {
+    match decoded {
+        Err(e) => Answer::Now(id, op, Err(e)),
+        Ok((creds, req)) => match service.call(peer, peer.acting_as(creds), req) {
+            Handled::Now(r) => Answer::Now(id, op, r),
+            Handled::Later(f) => Answer::Later(id, op, f),
+        },
+    }
 }
 
 /// Appends the answer to request `id`, unless it is one-way

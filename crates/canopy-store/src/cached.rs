@@ -215,6 +215,10 @@ impl Store for CachedStore {
         done
     }
 
+    fn flush_log(&self) -> Result<()> {
+        self.inner.flush_log()
+    }
+
     fn scan(&self, cf: &'static str, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Pairs> {
         self.inner.scan(cf, prefix, after, limit)
     }

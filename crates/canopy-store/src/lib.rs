@@ -18,10 +18,12 @@
 //! service run unchanged over either store.
 
 mod cached;
+mod deferred;
 mod mem;
 mod rocks;
 
 pub use cached::{CacheCounts, CachedStore};
+pub use deferred::log_deferred;
 pub use mem::MemStore;
 pub use rocks::RocksStore;
 
@@ -44,7 +46,8 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// When an acknowledged write becomes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// Each write reaches the write-ahead log (the OS) before it returns: survives a
+    /// Each write reaches the write-ahead log (the OS) before it returns, or,
+    /// inside [`log_deferred`], before [`Store::flush_log`] returns: survives a
     /// process crash (`kill -9`), not a power failure. The default.
     Wal,
     /// Each write is fsynced: survives a power failure too.
@@ -129,8 +132,16 @@ pub trait Store: Send + Sync {
         keys.iter().map(|k| self.get(cf, k).map(|v| v.is_some())).collect()
     }
 
-    /// Applies the batch atomically, durable as the store's [`Durability`] says.
+    /// Applies the batch atomically, durable as the store's [`Durability`] says
+    /// (inside [`log_deferred`], once [`Store::flush_log`] has returned).
     fn write(&self, batch: Batch) -> Result<()>;
+
+    /// Makes the writes left buffered inside [`log_deferred`] as durable as
+    /// the store's [`Durability`] makes a write: every write made before the
+    /// call, on any thread. An error means they may not be.
+    fn flush_log(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Up to `limit` pairs whose key starts with `prefix` and is strictly greater than
     /// `after` (if given), in key order.

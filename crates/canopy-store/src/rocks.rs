@@ -5,7 +5,7 @@
 //! are plain seeks bounded by a key comparison.
 
 use crate::{Batch, Change, Durability, Pairs, Result, Store, StoreError, View};
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, SstFileWriter, WriteBatch, WriteOptions, DB};
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, SstFileWriter, WriteBatch, DB};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,9 +13,20 @@ use std::time::Duration;
 
 pub struct RocksStore {
     db: Arc<DB>,
-    write_opts: WriteOptions,
-    fsync: bool,
+    log: LogWrites,
     stop_flusher: Arc<AtomicBool>,
+}
+
+/// When the write-ahead log's buffer is written out (RocksDB's manual WAL
+/// flush keeps records in the process until `FlushWAL`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LogWrites {
+    /// Right after each write, or at [`Store::flush_log`] for the writes made
+    /// inside [`crate::log_deferred`]; and synced then if `sync`
+    /// ([`Durability::Wal`], [`Durability::Fsync`]).
+    Each { sync: bool },
+    /// By the group-commit thread ([`Durability::Group`]).
+    Grouped,
 }
 
 fn err(e: rocksdb::Error) -> StoreError {
@@ -28,18 +39,19 @@ impl RocksStore {
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.increase_parallelism(2);
-        if let Durability::Group { .. } = durability {
-            opts.set_manual_wal_flush(true);
-        }
+        let log = match durability {
+            Durability::Wal => LogWrites::Each { sync: false },
+            Durability::Fsync => LogWrites::Each { sync: true },
+            Durability::Group { .. } => LogWrites::Grouped,
+        };
+        opts.set_manual_wal_flush(true);
         let descriptors = cfs.iter().map(|cf| ColumnFamilyDescriptor::new(*cf, cf_options()));
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, descriptors).map_err(err)?);
-        let mut write_opts = WriteOptions::default();
-        write_opts.set_sync(durability == Durability::Fsync);
         let stop_flusher = Arc::new(AtomicBool::new(false));
         if let Durability::Group { ms } = durability {
             spawn_group_flusher(db.clone(), ms, stop_flusher.clone());
         }
-        Ok(RocksStore { db, write_opts, fsync: durability == Durability::Fsync, stop_flusher })
+        Ok(RocksStore { db, log, stop_flusher })
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
@@ -117,7 +129,22 @@ impl Store for RocksStore {
                 Change::DeleteRange(cf, from, to) => wb.delete_range_cf(self.cf(cf)?, from, to),
             }
         }
-        self.db.write_opt(wb, &self.write_opts).map_err(err)
+        self.db.write(wb).map_err(err)?;
+        if matches!(self.log, LogWrites::Each { .. }) && !crate::deferred::deferring() {
+            self.flush_log()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the log's buffer to the OS (one system call, and one fsync
+    /// with [`Durability::Fsync`]) for every write made since, on any thread:
+    /// RocksDB appends a write's log record before it applies the write, so
+    /// a write another thread could already read is in it.
+    fn flush_log(&self) -> Result<()> {
+        match self.log {
+            LogWrites::Each { sync } => self.db.flush_wal(sync).map_err(err),
+            LogWrites::Grouped => Ok(()),
+        }
     }
 
     fn scan(&self, cf: &'static str, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Pairs> {
@@ -146,7 +173,7 @@ impl Store for RocksStore {
     }
 
     fn syncs_each_write(&self) -> bool {
-        self.fsync
+        self.log == LogWrites::Each { sync: true }
     }
 
     fn snapshot(&self) -> Box<dyn View + '_> {
