@@ -404,6 +404,18 @@ impl Service for LockDaemon {
             _ => Handled::Now(Err(Errno::ENOSYS)),
         }
     }
+
+    /// The records a pass's unlocks, renewals and amendments write reach the
+    /// log in one system call before any answer (a lock's own record is
+    /// written when it is granted, outside the pass, and reaches the log
+    /// before the grant is sent).
+    fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
+        canopy_store::log_deferred(handlers);
+        self.0.store.flush_log().map_err(|e| {
+            eprintln!("canopy-lockd: store error writing the log: {e}");
+            Errno::EIO
+        })
+    }
 }
 
 /// A lock request's place in the queue, given up when it is dropped; the

@@ -262,8 +262,8 @@ fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): 
 }
 
 /// Calls the service on each of a pass's requests, inside one
-/// [`Service::in_pass`]: if what they wrote may not be durable, every ready
-/// answer becomes its errno.
+/// [`Service::in_pass`]: if what they wrote may not be durable, every answer
+/// becomes its errno (one still to come is not started).
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {
     let mut requests = Some(requests);
     let mut answers = Vec::new();
@@ -273,8 +273,7 @@ fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -
         Err(e) => answers
             .into_iter()
             .map(|a| match a {
-                Answer::Now(id, op, _) => Answer::Now(id, op, Err(e)),
-                later => later,
+                Answer::Now(id, op, _) | Answer::Later(id, op, _) => Answer::Now(id, op, Err(e)),
             })
             .collect(),
     }

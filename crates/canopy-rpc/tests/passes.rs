@@ -8,27 +8,35 @@ use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::{ClientAuth, Handled, Service};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
 
-/// Answers `Ping` in its pass and `Stats` apart; counts handlers run outside
+thread_local! {
+    /// This thread runs handlers inside `in_pass`.
+    static IN_PASS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Answers `Ping` in its pass, `ListTxns` later and `Stats` apart; counts handlers run outside
 /// a pass; fails its passes while `fail` is set.
 #[derive(Default)]
 struct Passes {
     inside: AtomicU64,
     outside: AtomicU64,
     passes: AtomicU64,
-    in_pass: AtomicBool,
     fail: AtomicBool,
 }
 
 impl Service for Passes {
     fn call(&self, _peer: &Identity, _creds: Creds, req: Request) -> Handled {
-        let counter = if self.in_pass.load(Ordering::SeqCst) { &self.inside } else { &self.outside };
+        let counter = if IN_PASS.with(Cell::get) { &self.inside } else { &self.outside };
         counter.fetch_add(1, Ordering::SeqCst);
+        if req == Request::ListTxns {
+            return Handled::Later(Box::pin(async { Ok(Reply::Unit) }));
+        }
         Handled::Now(match req {
             Request::Ping | Request::Stats => Ok(Reply::Unit),
             _ => Err(Errno::ENOSYS),
@@ -40,9 +48,9 @@ impl Service for Passes {
     }
 
     fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
-        self.in_pass.store(true, Ordering::SeqCst);
+        IN_PASS.with(|p| p.set(true));
         handlers();
-        self.in_pass.store(false, Ordering::SeqCst);
+        IN_PASS.with(|p| p.set(false));
         self.passes.fetch_add(1, Ordering::SeqCst);
         if self.fail.load(Ordering::SeqCst) {
             return Err(Errno::EIO);
@@ -75,6 +83,8 @@ async fn every_handler_runs_in_a_pass_whose_failure_its_caller_hears() {
     svc.fail.store(true, Ordering::SeqCst);
     assert_eq!(conn.call(&root, &Request::Ping, T).await, Err(Errno::EIO), "answered in its pass");
     assert_eq!(conn.call(&root, &Request::Stats, T).await, Err(Errno::EIO), "answered apart");
+    assert_eq!(conn.call(&root, &Request::ListTxns, T).await, Err(Errno::EIO), "answered later");
     svc.fail.store(false, Ordering::SeqCst);
     assert_eq!(conn.call(&root, &Request::Ping, T).await, Ok(Reply::Unit), "the connection serves on");
+    assert_eq!(conn.call(&root, &Request::ListTxns, T).await, Ok(Reply::Unit));
 }

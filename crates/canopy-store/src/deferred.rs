@@ -1,20 +1,25 @@
 //! Log writes deferred to the end of a server's read pass.
 //!
 //! With [`Durability::Wal`](crate::Durability::Wal) each write reaches the OS
-//! before it returns: one `write(2)` to the log per write. A server answers
-//! all the requests of one read from a connection together, so it may let
-//! their writes wait in the log's buffer and write them out in one system
-//! call before it sends any answer ([`Store::flush_log`](crate::Store::flush_log)):
-//! what the client hears acknowledged has reached the OS, as before.
+//! before it returns: one `write(2)` to the log per write (with
+//! [`Durability::Fsync`](crate::Durability::Fsync), one fsync). A server
+//! answers all the requests of one read from a connection together, so it may
+//! let their writes wait in the log's buffer and write them out at once
+//! before it sends any answer ([`Store::flush_log`](crate::Store::flush_log)):
+//! what the client hears acknowledged has reached the OS (or the disk), as
+//! before.
 //!
 //! The deferral is per thread and holds only inside [`log_deferred`]: a write
-//! anywhere else (a background task, a lock service, a test) reaches the OS
-//! before it returns, so forgetting to flush is impossible outside a pass.
+//! anywhere else (a background task, a test, a tool) reaches the OS before it
+//! returns, so forgetting to flush is impossible outside a pass.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 thread_local! {
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    /// Writes this thread made inside a pass and has not yet seen written
+    /// out, per store (by its id): one pass touches one or two stores.
+    static LEFT: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` with this thread's log writes left buffered. The caller must call
@@ -34,6 +39,26 @@ pub fn log_deferred(f: &mut dyn FnMut()) {
 /// Whether this thread's log writes are being deferred.
 pub(crate) fn deferring() -> bool {
     DEFERRING.with(Cell::get)
+}
+
+/// Counts one write this thread left buffered in store `store`.
+pub(crate) fn left_one(store: u64) {
+    LEFT.with(|left| {
+        let mut left = left.borrow_mut();
+        match left.iter_mut().find(|(s, _)| *s == store) {
+            Some((_, n)) => *n += 1,
+            None => left.push((store, 1)),
+        }
+    });
+}
+
+/// How many writes this thread left buffered in store `store`; forgets them.
+pub(crate) fn take_left(store: u64) -> u64 {
+    LEFT.with(|left| {
+        let mut left = left.borrow_mut();
+        let at = left.iter().position(|(s, _)| *s == store);
+        at.map_or(0, |i| left.swap_remove(i).1)
+    })
 }
 
 #[cfg(test)]
@@ -88,5 +113,61 @@ mod tests {
         let before = log_bytes(dir.path());
         put(&store, "d");
         assert!(log_bytes(dir.path()) > before, "a pass that panicked defers nothing after it");
+    }
+
+    #[test]
+    fn a_pass_that_wrote_nothing_writes_the_log_out_only_while_another_threads_write_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(RocksStore::open(dir.path(), &[CF], Durability::Fsync).unwrap());
+        let reading_pass = || {
+            log_deferred(&mut || assert!(store.get(CF, b"w").is_ok()));
+            store.flush_log().unwrap();
+        };
+        let n = store.log_writes();
+        reading_pass();
+        assert_eq!(store.log_writes(), n, "nothing to write out, no fsync");
+
+        log_deferred(&mut || (0..5).for_each(|i| put(&*store, &format!("k{i}"))));
+        store.flush_log().unwrap();
+        assert_eq!(store.log_writes(), n + 1, "a pass's five writes, written out once");
+
+        // Another thread's pass has written and not yet flushed: a pass that
+        // may have read its write writes the log out before answering.
+        let (wrote_tx, wrote_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                log_deferred(&mut || put(&*store, "w"));
+                wrote_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                store.flush_log().unwrap();
+            })
+        };
+        wrote_rx.recv().unwrap();
+        let before = log_bytes(dir.path());
+        reading_pass();
+        assert_eq!(store.log_writes(), n + 2, "the reader wrote the log out");
+        assert!(log_bytes(dir.path()) > before, "with the writer's record");
+        go_tx.send(()).unwrap();
+        writer.join().unwrap();
+        assert_eq!(store.log_writes(), n + 3, "the writer still writes out its own");
+        reading_pass();
+        assert_eq!(store.log_writes(), n + 3, "and then nothing waits");
+    }
+
+    #[test]
+    fn an_ingest_inside_a_pass_writes_the_log_out_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RocksStore::open(&dir.path().join("db"), &[CF], Durability::Wal).unwrap();
+        let table = dir.path().join("t.sst");
+        store.write_table(&table, &mut vec![(b"x".to_vec(), b"v".to_vec())].into_iter()).unwrap();
+        let logs = dir.path().join("db");
+        let before = log_bytes(&logs);
+        log_deferred(&mut || {
+            put(&store, "id-block");
+            store.ingest(CF, std::slice::from_ref(&table)).unwrap();
+            assert!(log_bytes(&logs) > before, "the write the table may rest on is out before the table is in");
+        });
     }
 }

@@ -7,15 +7,27 @@
 use crate::{Batch, Change, Durability, Pairs, Result, Store, StoreError, View};
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, SstFileWriter, WriteBatch, DB};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub struct RocksStore {
     db: Arc<DB>,
     log: LogWrites,
+    /// This store among others on the thread-local books of `deferred.rs`.
+    id: u64,
+    /// Writes begun whose writer has not yet seen the log written out (and
+    /// synced) after them: counted before a write is applied, so a pass
+    /// that may have read one sees it here and writes the log out before it
+    /// answers; while there is none, a pass that wrote nothing skips that.
+    unflushed: AtomicU64,
+    /// Times the log was written out (and synced).
+    log_writes: AtomicU64,
     stop_flusher: Arc<AtomicBool>,
 }
+
+/// Ids for [`RocksStore::id`].
+static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 
 /// When the write-ahead log's buffer is written out (RocksDB's manual WAL
 /// flush keeps records in the process until `FlushWAL`).
@@ -51,7 +63,25 @@ impl RocksStore {
         if let Durability::Group { ms } = durability {
             spawn_group_flusher(db.clone(), ms, stop_flusher.clone());
         }
-        Ok(RocksStore { db, log, stop_flusher })
+        let id = NEXT_STORE.fetch_add(1, Ordering::Relaxed);
+        Ok(RocksStore { db, log, id, unflushed: AtomicU64::new(0), log_writes: AtomicU64::new(0), stop_flusher })
+    }
+
+    /// Times the log's buffer was written out (and synced): with
+    /// [`Durability::Wal`] or [`Durability::Fsync`], once per write outside
+    /// a pass and at most once per pass.
+    pub fn log_writes(&self) -> u64 {
+        self.log_writes.load(Ordering::Relaxed)
+    }
+
+    /// Writes the log's buffer out, synced with [`Durability::Fsync`]: every
+    /// write made before, on any thread (RocksDB appends a write's record to
+    /// the log before it applies the write, so one another thread could
+    /// already read is in it).
+    fn write_out_log(&self, sync: bool) -> Result<()> {
+        self.db.flush_wal(sync).map_err(err)?;
+        self.log_writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
@@ -129,22 +159,38 @@ impl Store for RocksStore {
                 Change::DeleteRange(cf, from, to) => wb.delete_range_cf(self.cf(cf)?, from, to),
             }
         }
-        self.db.write(wb).map_err(err)?;
-        if matches!(self.log, LogWrites::Each { .. }) && !crate::deferred::deferring() {
-            self.flush_log()?;
+        let LogWrites::Each { sync } = self.log else {
+            return self.db.write(wb).map_err(err);
+        };
+        self.unflushed.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = self.db.write(wb) {
+            self.unflushed.fetch_sub(1, Ordering::SeqCst);
+            return Err(err(e));
         }
+        if crate::deferred::deferring() {
+            crate::deferred::left_one(self.id);
+            return Ok(());
+        }
+        // If this fails the write is applied but not in the log: the caller
+        // answers EIO (outcome unknown), and every later pass tries again
+        // (`unflushed` stays up) and fails as RocksDB's failed log does.
+        self.write_out_log(sync)?;
+        self.unflushed.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 
-    /// Writes the log's buffer to the OS (one system call, and one fsync
-    /// with [`Durability::Fsync`]) for every write made since, on any thread:
-    /// RocksDB appends a write's log record before it applies the write, so
-    /// a write another thread could already read is in it.
+    /// Writes the log out if this thread left writes in it or another
+    /// thread's write may not be out yet (one this pass may have read);
+    /// otherwise nothing, not even an fsync.
     fn flush_log(&self) -> Result<()> {
-        match self.log {
-            LogWrites::Each { sync } => self.db.flush_wal(sync).map_err(err),
-            LogWrites::Grouped => Ok(()),
+        let LogWrites::Each { sync } = self.log else { return Ok(()) };
+        let mine = crate::deferred::take_left(self.id);
+        if mine == 0 && self.unflushed.load(Ordering::SeqCst) == 0 {
+            return Ok(());
         }
+        self.write_out_log(sync)?;
+        self.unflushed.fetch_sub(mine, Ordering::SeqCst);
+        Ok(())
     }
 
     fn scan(&self, cf: &'static str, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Pairs> {
@@ -189,6 +235,9 @@ impl Store for RocksStore {
     }
 
     fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()> {
+        // An ingested table is durable at once, and may rest on writes made
+        // before it (the ids its entries took): those reach the log first.
+        self.flush_log()?;
         // Linked in rather than copied: tables are written in `scratch_dir`, on
         // the database's own file system (a copy cost a tenth of an ingest).
         let mut opts = rocksdb::IngestExternalFileOptions::default();

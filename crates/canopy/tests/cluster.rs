@@ -161,6 +161,51 @@ fn acknowledged_create_survives_sigkill() {
     assert!(c.ok(&["fsck"]).contains(": clean"));
 }
 
+/// The transactions the lock service lists as open.
+async fn open_txns(lockd: &canopy_rpc::conn::Connection) -> Vec<u64> {
+    let t = std::time::Duration::from_secs(5);
+    match lockd.call(&canopy_proto::Creds::root(), &canopy_proto::Request::ListTxns, t).await {
+        Ok(canopy_proto::Reply::Txns(txns)) => txns.into_iter().map(|i| i.txn).collect(),
+        other => panic!("no list: {other:?}"),
+    }
+}
+
+/// An unlock the lock service acknowledged is in its log: killed (`kill -9`)
+/// and restarted, it lists the transaction no more. The unlock's record is
+/// written inside a read pass, whose log reaches the OS only at its end.
+#[test]
+fn an_acknowledged_unlock_survives_sigkill_of_the_lock_service() {
+    use canopy_proto::msg::{Intent, LockMode};
+    use canopy_proto::{Creds, Reply, Request};
+    use canopy_rpc::conn::Connection;
+    let c = up(2);
+    let cluster = canopy_client::cluster::ClusterFile::load(&c.dir().join("cluster.json")).unwrap();
+    let me = canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&cluster.path)).unwrap().client_auth();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let t = std::time::Duration::from_secs(5);
+    let (ended, open) = rt.block_on(async {
+        let lockd = Connection::connect(&cluster.lockd, &me, t).await.unwrap();
+        let lock = |path: &str| Request::Lock { locks: vec![(path.into(), LockMode::Write)], intent: Intent::Mkdir { path: path.into() }, lease_ms: 60_000, wait_ms: 0 };
+        let Ok(Reply::Locked { txn: ended, ticket, .. }) = lockd.call(&Creds::root(), &lock("/x"), t).await else { panic!("no lock") };
+        let Ok(Reply::Locked { txn: open, .. }) = lockd.call(&Creds::root(), &lock("/y"), t).await else { panic!("no lock") };
+        assert_eq!(lockd.call(&Creds::root(), &Request::Unlock { txn: ended, ticket }, t).await, Ok(Reply::Unit));
+        assert_eq!(open_txns(&lockd).await, vec![open]);
+        (ended, open)
+    });
+    let pid: i32 = std::fs::read_to_string(c.dir().join("lockd.pid")).unwrap().trim().parse().unwrap();
+    // SAFETY: killing the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while threads_left(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(c.ok(&["up"]).contains("(1 started)"));
+    rt.block_on(async {
+        let lockd = Connection::connect(&cluster.lockd, &me, t).await.unwrap();
+        assert_eq!(open_txns(&lockd).await, vec![open], "{ended} was unlocked before the kill, {open} was not");
+    });
+}
+
 /// A ShardFS server restarted while a directory transaction is open fences
 /// what that transaction write-locks before it serves. Here a coordinator
 /// took the lock for `mkdir /a/x`, applied it on one replica (fenced) and
