@@ -279,6 +279,76 @@ async fn a_directory_rename_refused_by_a_down_server_leaves_nothing_frozen() {
     root.rename("/a", "/moved").await.unwrap();
 }
 
+/// A directory rename that fails after its freeze, one server having gone
+/// down since it took the freeze: the thaw cannot reach that server, which
+/// goes on holding the frozen rows (across a restart too) for the freeze's
+/// lapse. The rename is left to recovery (EIO, not unlocked), which freezes
+/// and thaws every server once they all answer. Before the fix the rename
+/// answered ECONNREFUSED and unlocked, and the server refused writes below
+/// the directory for a minute (`scripts/chaos` on Giraffa found one stuck).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
+    let cluster = cluster();
+    let root = cluster.fresh_client();
+    populate(&root).await;
+    let before = tree(&root).await;
+    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    let at = |p: &str| NsPath::parse(p).unwrap();
+    // The server holding /a's entries goes down once the freeze is on every
+    // server: while the rename reads its destination's parent (the first
+    // RecoveryStat it sends), from another server.
+    let down = giraffa::entries_server(&at("/a"), SERVERS);
+    let (dst, parent) = [("/moved", "/"), ("/b/moved", "/b"), ("/b/victim/moved", "/b/victim")]
+        .into_iter()
+        .find(|(_, parent)| giraffa::row_server(&at(parent), SERVERS) != down)
+        .expect("a destination whose parent's row is on another server");
+    let (mut held, release) = cluster.faults().hold_next(giraffa::row_server(&at(parent), SERVERS), "RecoveryStat");
+    let renamer = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let rename = tokio::spawn(async move { renamer.rename("/a", dst).await });
+    held.recv().await.unwrap();
+    cluster.faults().down(down);
+    release.add_permits(1);
+    let r = rename.await.unwrap();
+    cluster.faults().revive(down);
+    assert_eq!(r, Err(Errno::EIO), "server {down} down after the freeze: left to recovery");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
+    assert_eq!(tree(&root).await, before, "undone");
+    let writer = cluster.fresh_client();
+    writer.create("/a/after", 0o644).await.unwrap();
+    writer.create("/a/sub/after", 0o644).await.unwrap();
+    writer.mkdir("/b/after", 0o755).await.unwrap();
+    assert_eq!(writer.counters().snapshot().retries, 0, "a row was left frozen");
+    assert!(root.fsck().await.unwrap().is_clean());
+}
+
+/// A directory rename whose freeze is refused when renewed, after the copy
+/// (a certain failure, before the commit point): the copies are taken back
+/// and the rename answers that errno. Before the fix they stayed under the
+/// destination's prefix, and a directory made there later showed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back() {
+    let cluster = cluster();
+    let root = cluster.fresh_client();
+    populate(&root).await;
+    let before = tree(&root).await;
+    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    let checked = giraffa::row_server(&NsPath::parse("/").unwrap(), SERVERS);
+    // Held at its first RecoveryStat, the rename has frozen every server:
+    // the next freeze server 0 sees is the renewal.
+    let (mut held, release) = cluster.faults().hold_next(checked, "RecoveryStat");
+    let renamer = cluster.fresh_client();
+    let rename = tokio::spawn(async move { renamer.rename("/a", "/moved").await });
+    held.recv().await.unwrap();
+    cluster.faults().refuse_next(0, "GfFreeze", Errno::ENOSPC);
+    release.add_permits(1);
+    assert_eq!(rename.await.unwrap(), Err(Errno::ENOSPC));
+    assert_eq!(tree(&root).await, before, "nothing changed");
+    root.mkdir("/moved", 0o755).await.unwrap();
+    assert_eq!(root.readdir("/moved").await.unwrap(), vec![], "copies left under the destination");
+    assert!(root.fsck().await.unwrap().is_clean());
+}
+
 /// A region that grows past its size splits in two on the server that held
 /// it, at the directory that halves its rows (HBase's split; routing is
 /// unchanged, so every row is still found); one directory alone never splits.

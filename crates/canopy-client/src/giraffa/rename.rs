@@ -75,8 +75,9 @@ impl Giraffa {
         paths.dedup();
         let mut frozen = vec![giraffa::prefix(src), giraffa::prefix(dst)];
         // Every step from the freeze on ends here, so a failure is thawed.
+        let mut unfrozen = Vec::new();
         let r = async {
-            self.freeze_all(&frozen, &paths, false).await?;
+            self.freeze_noting(&frozen, &paths, &mut unfrozen).await?;
             // Held still from here: the destination's parent must be the one
             // checked, and nobody may have taken the destination's name.
             match (self.attr_at(&dp).await?.map(|a| a.ino) == dp_ino, self.attr_at(dst).await?) {
@@ -88,9 +89,20 @@ impl Giraffa {
         .await;
         // A certain failure changed nothing, but some servers may hold the
         // freeze (one refused it while the others took it): thawed now, not
-        // a minute later. An unknown outcome leaves that to recovery.
+        // a minute later. An unknown outcome leaves that to recovery, and so
+        // does a thaw that did not reach a server that may hold the freeze
+        // (one that went down after it took the freeze holds it, across a
+        // restart, for the lapse): recovery freezes and thaws them all once
+        // they answer.
         if r.as_ref().is_err_and(|e| !crate::txn::outcome_unknown(e)) {
-            self.freeze_all(&frozen, &paths, true).await?;
+            let thaw = Request::GfFreeze { prefixes: frozen.clone(), paths: paths.clone(), thaw: true };
+            for (server, t) in self.fan_out(0..self.n, &Creds::root(), |_| thaw.clone()).await {
+                let Err(e) = t else { continue };
+                if !unfrozen.contains(&server) {
+                    eprintln!("canopy-client: a failed directory rename of {src} could not thaw server {server} ({e}); left to recovery");
+                    return Err(Errno::EIO);
+                }
+            }
         }
         r
     }
@@ -103,8 +115,16 @@ impl Giraffa {
             Ok(n) => n,
             Err(e) => return Err(self.undo_copies(&copied, e).await),
         };
-        self.freeze_all(frozen, paths, false).await?; // renewed for what follows
-        let own = self.own_row(src, dst, dname, top, subdirs).await?;
+        // Renewed for what follows; a failure before the commit point takes
+        // the copies back, as the copy's own does.
+        let own = async {
+            self.freeze_all(frozen, paths, false).await?;
+            self.own_row(src, dst, dname, top, subdirs).await
+        };
+        let own = match own.await {
+            Ok(own) => own,
+            Err(e) => return Err(self.undo_copies(&copied, e).await),
+        };
         // The commit point: the directory's row under its new name.
         let put = Request::GfPutRows { prefix: giraffa::prefix(dp), rows: vec![own], fresh: true };
         if let Err(e) = self.rpc(self.row_server(dst), &Creds::root(), put).await {
@@ -251,6 +271,22 @@ impl Giraffa {
             self.rpc(server, &Creds::root(), Request::GfDeleteRows { prefix, names: chunk.to_vec(), keep_times }).await?;
         }
         Ok(())
+    }
+
+    /// Freezes on every server, as [`Self::freeze_all`], noting in
+    /// `unfrozen` each that certainly did not take the freeze.
+    async fn freeze_noting(&self, prefixes: &[u64], paths: &[String], unfrozen: &mut Vec<u32>) -> Res<()> {
+        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw: false };
+        let mut first = Ok(());
+        for (server, r) in self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await {
+            if let Err(e) = r {
+                if !crate::txn::outcome_unknown(&e) {
+                    unfrozen.push(server);
+                }
+                first = first.and(Err(e));
+            }
+        }
+        first
     }
 
     /// Freezes (freezing again renews) or thaws on every server.
