@@ -235,3 +235,43 @@ async fn a_recoverer_that_dies_is_recovered_in_turn() {
     assert_eq!(root.stat("/moved/sub/g3").await.map(|a| a.kind), Ok(FileKind::File));
     assert!(root.fsck().await.unwrap().is_clean());
 }
+
+/// A recoverer that dies right after its revoke (every server now refuses
+/// the dead coordinator's late steps; nothing is read or put back yet)
+/// leaves the transaction to the next, which revokes it again and finishes
+/// it: for each kind of transaction that revokes, dead once before its
+/// commit point and once after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_next() {
+    for op in [Op::Mkdir, Op::Rmdir, Op::ChownDir, Op::RenameDir, Op::RenameEmptyDir] {
+        let (before, after) = expected_trees(op).await;
+        let i = op.intent();
+        let (replica, prim) = replica_and_primary(&i);
+        for step in [Step::ReplicaDone(i.clone(), replica), Step::PrimaryDone(i.clone())] {
+            let want = if committed_after(op, &step) { &after } else { &before };
+            let cluster = InProcCluster::memory(SERVERS);
+            let root = cluster.client();
+            populate(&root).await;
+            let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
+            assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
+            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            // Every recovery that revokes reads the directory state next: at
+            // its primary, or (a rename) at every server.
+            let (mut held, release) = cluster.faults().hold_next(prim, "DirProbe");
+            let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+            let recovering = tokio::spawn(async move { first.repair().await });
+            held.recv().await.unwrap();
+            recovering.abort();
+            release.add_permits(1);
+            assert!(recovering.await.unwrap_err().is_cancelled());
+            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{op:?} at {step:?}");
+            assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}, then its first recoverer");
+            let fsck = root.fsck().await.unwrap();
+            assert!(fsck.is_clean(), "{op:?} at {step:?}: {:?}", fsck.problems);
+            let reader = cluster.fresh_client();
+            tree(&reader).await;
+            assert_eq!(reader.counters().snapshot().retries, 0, "{op:?} at {step:?}: a fence was left");
+        }
+    }
+}
