@@ -641,12 +641,13 @@ impl ShardFs {
                 by_target.entry(m.target).or_default().push(m.item.clone());
             }
             let root = Creds::root();
-            let adopted = join_all(by_target.into_iter().map(|(target, items)| self.rpc(target, &root, Request::Adopt { items }))).await;
+            let txn_id = Some(txn.id);
+            let adopted = join_all(by_target.into_iter().map(|(target, items)| self.rpc(target, &root, Request::Adopt { items, txn: txn_id }))).await;
             for r in adopted {
                 r?;
             }
             let items = moved.into_iter().map(|m| m.item).collect();
-            self.rpc(server, &Creds::root(), Request::Release { items }).await?;
+            self.rpc(server, &Creds::root(), Request::Release { items, txn: txn_id }).await?;
         }
     }
 

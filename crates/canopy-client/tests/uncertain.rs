@@ -471,3 +471,40 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
     assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
     assert!(fresh.fsck().await.unwrap().is_clean());
 }
+
+/// A directory rename's migration step (`Adopt`, a moved file's record at
+/// its new primary) arrives only after recovery finished the migration and a
+/// chmod changed the file there: it is refused, so the chmod stays and the
+/// coordinator leaves the outcome to recovery. Before, the late copy put the
+/// file's old record back (its old mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_step_that_arrives_after_recovery_overwrites_nothing() {
+    let cluster = InProcCluster::memory(SERVERS);
+    let setup = cluster.fresh_client();
+    setup.mkdir("/d", 0o755).await.unwrap();
+    // One file below, whose primary changes with the rename, to a server
+    // that is not the new directory's own: the only adoption there is it.
+    let (dst, file) = (0..)
+        .map(|i| format!("/e{i}"))
+        .find_map(|e| {
+            let (old, new) = ("/d/f".to_string(), format!("{e}/f"));
+            (prim(&old) != prim(&new) && prim(&e) != prim(&new)).then_some((e, new))
+        })
+        .unwrap();
+    setup.create("/d/f", 0o644).await.unwrap();
+    let c = coordinator(&cluster);
+    let to = dst.clone();
+    let chmod = {
+        let file = file.clone();
+        let fresh = cluster.fresh_client();
+        async move {
+            fresh.chmod(&file, 0o600).await.unwrap();
+        }
+    };
+    let got = with_a_step_arriving_after_recovery(&cluster, prim(&file), "Adopt", async move { c.rename("/d", &to).await }, chmod).await;
+    assert_eq!(got, Err(Errno::EIO));
+    let fresh = cluster.fresh_client();
+    assert_eq!(fresh.stat(&file).await.map(|a| a.mode & 0o777), Ok(0o600), "the late copy put the old record back");
+    assert_eq!(fresh.stat("/d").await.map(drop), Err(Errno::ENOENT));
+    assert!(fresh.fsck().await.unwrap().is_clean());
+}

@@ -37,7 +37,7 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 9: recovery revokes a transaction before it reads what it left
 /// (`Request::Revoke`); rmdir and directory setattr steps name their
 /// transaction; a rename's undo is a step of its own.
-pub const VERSION: u16 = 9;
+pub const VERSION: u16 = 10;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

@@ -472,10 +472,11 @@ requests! {
     /// `Unfence`.
     Fence { txn: u64, paths: Vec<String> } = 0x0109,
     Unfence { txn: u64 } = 0x010A,
-    /// Store objects moved here by a migration.
-    Adopt { items: Vec<MovedItem> } = 0x010B,
-    /// Drop objects that were adopted elsewhere.
-    Release { items: Vec<MovedItem> } = 0x010C,
+    /// Store objects moved here by a migration, for the rename of transaction
+    /// `txn` (refused `ESTALE` once recovery revoked it; none from tools).
+    Adopt { items: Vec<MovedItem>, txn: Option<u64> } = 0x010B,
+    /// Drop objects that were adopted elsewhere (as `Adopt` for `txn`).
+    Release { items: Vec<MovedItem>, txn: Option<u64> } = 0x010C,
     /// Read up to `len` bytes (at most [`INLINE_LIMIT`]) of an inline file at
     /// `offset`: `Data`, or `Backend` when the contents are in back-end storage.
     /// Needs read permission on the file (root passes); every data request is

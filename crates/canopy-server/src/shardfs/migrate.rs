@@ -1,7 +1,9 @@
 //! Migration after a directory rename: objects below the renamed directory whose
 //! primary changed are listed (`Migrate`), copied to their new primary (`Adopt`)
 //! and dropped here (`Release`), in batches the client drives under the rename's
-//! locks. Each step is idempotent, so recovery can repeat it.
+//! locks. Each step is idempotent, so recovery can repeat it; a dead
+//! coordinator's step that arrives once recovery revoked its transaction is
+//! refused (`ESTALE`).
 
 use super::ShardFs;
 use crate::core::{io, Core};
@@ -70,8 +72,13 @@ impl ShardFs {
         Ok(Reply::Moved(out))
     }
 
-    pub(crate) fn adopt(&self, core: &Core, items: Vec<MovedItem>) -> Result<Reply, Errno> {
+    /// Stores `items` here, their new primary. A dead coordinator's adopt
+    /// that arrives after recovery took its transaction over (`txn` revoked)
+    /// is refused: recovery has moved the items itself, and they may have
+    /// changed or gone since.
+    pub(crate) fn adopt(&self, core: &Core, items: Vec<MovedItem>, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        self.refuse_revoked(txn)?;
         let mut b = Batch::new();
         for item in items {
             match item {
@@ -89,8 +96,10 @@ impl ShardFs {
         Ok(Reply::Unit)
     }
 
-    pub(crate) fn release(&self, core: &Core, items: Vec<MovedItem>) -> Result<Reply, Errno> {
+    /// Drops `items`, adopted elsewhere; refused as [`ShardFs::adopt`] is.
+    pub(crate) fn release(&self, core: &Core, items: Vec<MovedItem>, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = core.lock_structure();
+        self.refuse_revoked(txn)?;
         let mut b = Batch::new();
         for item in items {
             match item {

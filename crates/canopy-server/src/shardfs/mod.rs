@@ -260,8 +260,8 @@ impl Mode for ShardFs {
             Request::DirProbe { path } => self.dir_probe(&parse(&path)?),
             Request::DirSync { path, want, txn } => self.dir_sync(core, &parse(&path)?, want, txn),
             Request::Migrate { root, limit } => self.migrate(core, &parse(&root)?, limit),
-            Request::Adopt { items } => self.adopt(core, items),
-            Request::Release { items } => self.release(core, items),
+            Request::Adopt { items, txn } => self.adopt(core, items, txn),
+            Request::Release { items, txn } => self.release(core, items, txn),
             _ => Err(Errno::ENOSYS),
         }
     }
