@@ -10,8 +10,10 @@
 //! but that arrives late is refused from then on, rather than landing behind
 //! recovery's decision. (A recovery that died and is run again decides the
 //! same from the same commit point, so its own late steps push the same way
-//! while the transaction is open; one that arrives after it ended is not
-//! guarded against.)
+//! while the transaction is open; one that arrives after it ended, such as a
+//! migration's adoption, is not guarded against: it names the dead
+//! recoverer's id, and the lock service hands the next recoverer only the
+//! original one to revoke.)
 //!
 //! - mkdir, rmdir, chmod/chown of a directory: the primary's state is the truth. In
 //!   Procedure 1 the primary applies first (the commit point), in Procedure 2 last

@@ -305,7 +305,7 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
     let (mut held, release) = cluster.faults().hold_next(giraffa::row_server(&at(parent), SERVERS), "RecoveryStat");
     let renamer = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
     let rename = tokio::spawn(async move { renamer.rename("/a", dst).await });
-    held.recv().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("no RecoveryStat").unwrap();
     cluster.faults().down(down);
     release.add_permits(1);
     let r = rename.await.unwrap();
@@ -330,16 +330,20 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
 async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back() {
     let cluster = cluster();
     let root = cluster.fresh_client();
-    populate(&root).await;
+    // Files only: the copy freezes no level below, so after the first
+    // freeze the next one each server sees is the renewal.
+    root.mkdir("/c", 0o755).await.unwrap();
+    for i in 0..12 {
+        root.create(&format!("/c/f{i}"), 0o644).await.unwrap();
+    }
     let before = tree(&root).await;
     tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
     let checked = giraffa::row_server(&NsPath::parse("/").unwrap(), SERVERS);
-    // Held at its first RecoveryStat, the rename has frozen every server:
-    // the next freeze server 0 sees is the renewal.
+    // Held at its first RecoveryStat, the rename has frozen every server.
     let (mut held, release) = cluster.faults().hold_next(checked, "RecoveryStat");
     let renamer = cluster.fresh_client();
-    let rename = tokio::spawn(async move { renamer.rename("/a", "/moved").await });
-    held.recv().await.unwrap();
+    let rename = tokio::spawn(async move { renamer.rename("/c", "/moved").await });
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("no RecoveryStat").unwrap();
     cluster.faults().refuse_next(0, "GfFreeze", Errno::ENOSPC);
     release.add_permits(1);
     assert_eq!(rename.await.unwrap(), Err(Errno::ENOSPC));

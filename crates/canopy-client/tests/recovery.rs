@@ -243,11 +243,13 @@ async fn a_recoverer_that_dies_is_recovered_in_turn() {
 /// commit point and once after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_next() {
-    for op in [Op::Mkdir, Op::Rmdir, Op::ChownDir, Op::RenameDir, Op::RenameEmptyDir] {
+    for op in [Op::Mkdir, Op::Rmdir, Op::ChmodDir, Op::ChmodDirAdd, Op::ChownDir, Op::RenameDir, Op::RenameDirOverEmpty, Op::RenameEmptyDir, Op::RenameFile] {
         let (before, after) = expected_trees(op).await;
         let i = op.intent();
-        let (replica, prim) = replica_and_primary(&i);
-        for step in [Step::ReplicaDone(i.clone(), replica), Step::PrimaryDone(i.clone())] {
+        let (_, prim) = replica_and_primary(&i);
+        // The last step before the commit point, and the commit point.
+        let uncommitted = steps(op).into_iter().rev().find(|s| !committed_after(op, s)).unwrap();
+        for step in [uncommitted, Step::PrimaryDone(i.clone())] {
             let want = if committed_after(op, &step) { &after } else { &before };
             let cluster = InProcCluster::memory(SERVERS);
             let root = cluster.client();
@@ -260,7 +262,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
             let (mut held, release) = cluster.faults().hold_next(prim, "DirProbe");
             let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
             let recovering = tokio::spawn(async move { first.repair().await });
-            held.recv().await.unwrap();
+            tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("recovery never read after its revoke").unwrap();
             recovering.abort();
             release.add_permits(1);
             assert!(recovering.await.unwrap_err().is_cancelled());

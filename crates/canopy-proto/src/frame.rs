@@ -37,6 +37,8 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 9: recovery revokes a transaction before it reads what it left
 /// (`Request::Revoke`); rmdir and directory setattr steps name their
 /// transaction; a rename's undo is a step of its own.
+/// Version 10: a directory rename's migration steps (`Adopt`, `Release`) name
+/// their transaction.
 pub const VERSION: u16 = 10;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read

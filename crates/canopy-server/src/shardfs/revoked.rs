@@ -6,9 +6,11 @@
 //! send) could land after recovery had read and decided: a mkdir's primary
 //! making a directory recovery rolled back on every replica, an rmdir's
 //! primary removing one recovery put back, a file rename's insert making
-//! a second name recovery found no trace of. (A migration's steps, and a
-//! file rename's `RenameOutCommit`, which drops the source only if it still
-//! names the inode, as recovery would, name no transaction.)
+//! a second name recovery found no trace of, a migration's adoption putting
+//! back a moved file's old record. (A file rename's `RenameOutCommit`, which
+//! drops the source only if it still names the inode, as recovery would,
+//! names no transaction; a dead recoverer's steps name its own id, which
+//! nobody revokes.)
 //!
 //! Kept durably, so a restart forgets none: the `meta` family under
 //! [`PREFIX`] ‖ txn (u64 BE), loaded at a start into [`Fences`]. Recoveries
