@@ -102,6 +102,10 @@ pub struct BenchReport {
     /// and those they read from their stores, over the whole run.
     pub entry_cache_hits: u64,
     pub entry_cache_misses: u64,
+    /// Writes the servers applied over the whole run, and the times they
+    /// wrote their logs out for them (once per read pass at most).
+    pub store_writes: u64,
+    pub log_writes: u64,
     /// CPU seconds each daemon spent during the run, by name (`server-0`,
     /// `lockd`): only when the bench started the cluster itself.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -139,7 +143,15 @@ impl BenchReport {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches + &self.spread() + &self.server_cache() + &self.cold() + &self.cpu()
+        s + &caches + &self.spread() + &self.server_cache() + &self.server_log() + &self.cold() + &self.cpu()
+    }
+
+    fn server_log(&self) -> String {
+        if self.log_writes == 0 {
+            return String::new();
+        }
+        let each = self.store_writes as f64 / self.log_writes as f64;
+        format!("servers' logs over the run: {} writes, written out {} times ({each:.2} writes each)\n", self.store_writes, self.log_writes)
     }
 
     fn server_cache(&self) -> String {
@@ -231,11 +243,11 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
         p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0, lockd_rpcs: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, daemon_cpu_seconds: BTreeMap::new() }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new() }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
         assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));

@@ -224,6 +224,8 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         cold_stat_rpcs,
         entry_cache_hits: ServerStats::total(&stats, "entry_cache_hits"),
         entry_cache_misses: ServerStats::total(&stats, "entry_cache_misses"),
+        store_writes: ServerStats::total(&stats, "store_writes"),
+        log_writes: ServerStats::total(&stats, "log_writes"),
         daemon_cpu_seconds: Default::default(),
     })
 }

@@ -50,6 +50,12 @@ async fn stats_after_creates_hit_the_servers_entry_caches() {
     let report = run(clients, &cfg).await.unwrap();
     assert!(report.entry_cache_hits >= 400, "{} hits, {} misses", report.entry_cache_hits, report.entry_cache_misses);
     assert!(report.table().contains("servers' entry caches over the run"), "{}", report.table());
+    // Every mkdir and create wrote on some server (a mkdir on all three);
+    // in process no request comes in a read pass, so each write's log is
+    // written out at once.
+    assert!(report.store_writes >= 3 * 10 + 200, "{} writes", report.store_writes);
+    assert_eq!(report.log_writes, report.store_writes);
+    assert!(report.table().contains("servers' logs over the run"), "{}", report.table());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -163,6 +163,8 @@ mod tests {
             cold_stat_rpcs: vec![],
             entry_cache_hits: 0,
             entry_cache_misses: 0,
+            store_writes: 0,
+            log_writes: 0,
             daemon_cpu_seconds: Default::default(),
         };
         assert_eq!(lock_cpu_ratio(&report), None, "no CPU times");

@@ -268,6 +268,10 @@ impl MetaServer {
             counters.push(("entry_cache_hits".into(), c.hits));
             counters.push(("entry_cache_misses".into(), c.misses));
         }
+        if let Some(l) = self.core.store.log_counts() {
+            counters.push(("store_writes".into(), l.writes));
+            counters.push(("log_writes".into(), l.log_writes));
+        }
         ServerStats { server: self.cfg.index, rpcs: self.counters.snapshot(), dirs: self.mode.dirs(), files: self.entry_count(), counters }
     }
 

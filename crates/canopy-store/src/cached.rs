@@ -257,6 +257,10 @@ impl Store for CachedStore {
         self.inner.scratch_dir()
     }
 
+    fn log_counts(&self) -> Option<crate::LogCounts> {
+        self.inner.log_counts()
+    }
+
     fn cache_counts(&self) -> Option<CacheCounts> {
         Some(CacheCounts { hits: self.hits.load(Ordering::Relaxed), misses: self.misses.load(Ordering::Relaxed) })
     }

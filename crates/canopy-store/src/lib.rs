@@ -23,6 +23,7 @@ mod mem;
 mod rocks;
 
 pub use cached::{CacheCounts, CachedStore};
+pub use rocks::LogCounts;
 pub use deferred::log_deferred;
 pub use mem::MemStore;
 pub use rocks::RocksStore;
@@ -172,6 +173,13 @@ pub trait Store: Send + Sync {
 
     /// Hits and misses of the store's read cache, if it has one.
     fn cache_counts(&self) -> Option<CacheCounts> {
+        None
+    }
+
+    /// Writes applied and the times the log was written out for them, if
+    /// the store writes it out itself ([`Durability::Wal`] or
+    /// [`Durability::Fsync`]).
+    fn log_counts(&self) -> Option<LogCounts> {
         None
     }
 

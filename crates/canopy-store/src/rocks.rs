@@ -21,9 +21,19 @@ pub struct RocksStore {
     /// that may have read one sees it here and writes the log out before it
     /// answers; while there is none, a pass that wrote nothing skips that.
     unflushed: AtomicU64,
-    /// Times the log was written out (and synced).
+    /// Writes applied, and times the log was written out (and synced).
+    writes: AtomicU64,
     log_writes: AtomicU64,
     stop_flusher: Arc<AtomicBool>,
+}
+
+/// Writes a store applied and the times it wrote its log out (and synced it)
+/// for them: with a server's writes deferred to the end of each read pass,
+/// more writes than log writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogCounts {
+    pub writes: u64,
+    pub log_writes: u64,
 }
 
 /// Ids for [`RocksStore::id`].
@@ -64,7 +74,7 @@ impl RocksStore {
             spawn_group_flusher(db.clone(), ms, stop_flusher.clone());
         }
         let id = NEXT_STORE.fetch_add(1, Ordering::Relaxed);
-        Ok(RocksStore { db, log, id, unflushed: AtomicU64::new(0), log_writes: AtomicU64::new(0), stop_flusher })
+        Ok(RocksStore { db, log, id, unflushed: AtomicU64::new(0), writes: AtomicU64::new(0), log_writes: AtomicU64::new(0), stop_flusher })
     }
 
     /// Times the log's buffer was written out (and synced): with
@@ -167,6 +177,7 @@ impl Store for RocksStore {
             self.unflushed.fetch_sub(1, Ordering::SeqCst);
             return Err(err(e));
         }
+        self.writes.fetch_add(1, Ordering::Relaxed);
         if crate::deferred::deferring() {
             crate::deferred::left_one(self.id);
             return Ok(());
@@ -216,6 +227,11 @@ impl Store for RocksStore {
     fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let iter = self.db.iterator_cf(self.cf(cf)?, IteratorMode::From(prefix, Direction::Forward));
         visit(iter, prefix, f)
+    }
+
+    fn log_counts(&self) -> Option<LogCounts> {
+        let counted = LogCounts { writes: self.writes.load(Ordering::Relaxed), log_writes: self.log_writes() };
+        matches!(self.log, LogWrites::Each { .. }).then_some(counted)
     }
 
     fn syncs_each_write(&self) -> bool {
