@@ -181,6 +181,9 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
     let bulk = cfg.phases.iter().any(|p| p == BULK_PHASE);
     let others: Vec<String> = cfg.phases.iter().filter(|p| *p != BULK_PHASE).cloned().collect();
     let steps = if others.is_empty() { Vec::new() } else { plan(&tree, &others, cfg.stats, cfg.seed)? };
+    // The servers' counters before the run: on a cluster that served others
+    // before (`--cluster`), the report counts what changed during it.
+    let before = first.server_stats().await.map_err(|e| format!("stats: {e}"))?;
     first.mkdir(&cfg.root, DIR_MODE).await.map_err(|e| format!("cannot create {}: {e}", cfg.root))?;
     let mut phases = Vec::new();
     let mut cold_stat_rpcs = Vec::new();
@@ -213,6 +216,7 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         phases.push(bulk_phase(&clients, &workers, &format!("{}/bulk", cfg.root), cfg.files).await?);
     }
     let stats = settled_stats(&first).await?;
+    let over_run = |name: &str| ServerStats::total(&stats, name).saturating_sub(ServerStats::total(&before, name));
     Ok(BenchReport {
         mode: first.namespace().mode_name().to_string(),
         servers: first.namespace().servers(),
@@ -220,12 +224,12 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         inflight: cfg.inflight,
         phases,
         entries_per_server: stats.iter().map(|s| s.files).collect(),
-        splits: ServerStats::total(&stats, "splits"),
+        splits: over_run("splits"),
         cold_stat_rpcs,
-        entry_cache_hits: ServerStats::total(&stats, "entry_cache_hits"),
-        entry_cache_misses: ServerStats::total(&stats, "entry_cache_misses"),
-        store_writes: ServerStats::total(&stats, "store_writes"),
-        log_writes: ServerStats::total(&stats, "log_writes"),
+        entry_cache_hits: over_run("entry_cache_hits"),
+        entry_cache_misses: over_run("entry_cache_misses"),
+        store_writes: over_run("store_writes"),
+        log_writes: over_run("log_writes"),
         daemon_cpu_seconds: Default::default(),
     })
 }
