@@ -157,13 +157,20 @@ async fn expected_trees(op: Op) -> (Tree, Tree) {
     (before, tree(&c).await)
 }
 
-async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
+/// A populated cluster where `op`'s coordinator died at `step` and its lease
+/// has run out; a root client of it.
+async fn died_at(op: Op, step: &Step) -> (InProcCluster, Client) {
     let cluster = InProcCluster::memory(SERVERS);
     let root = cluster.client();
     populate(&root).await;
     let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
     assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    (cluster, root)
+}
+
+async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
+    let (cluster, root) = died_at(op, &step).await;
     let recovering = cluster.fresh_client();
     assert_eq!(recovering.repair().await, Ok(1), "{op:?} at {step:?}");
     let want = if committed_after(op, &step) { after } else { before };
@@ -251,12 +258,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
         let uncommitted = steps(op).into_iter().rev().find(|s| !committed_after(op, s)).unwrap();
         for step in [uncommitted, Step::PrimaryDone(i.clone())] {
             let want = if committed_after(op, &step) { &after } else { &before };
-            let cluster = InProcCluster::memory(SERVERS);
-            let root = cluster.client();
-            populate(&root).await;
-            let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
-            assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
-            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            let (cluster, root) = died_at(op, &step).await;
             // Every recovery that revokes reads the directory state next: at
             // its primary, or (a rename) at every server.
             let (mut held, release) = cluster.faults().hold_next(prim, "DirProbe");

@@ -410,8 +410,7 @@ impl Service for LockDaemon {
     /// written when it is granted, outside the pass, and reaches the log
     /// before the grant is sent).
     fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
-        canopy_store::log_deferred(handlers);
-        self.0.store.flush_log().map_err(|e| {
+        canopy_store::in_pass(&*self.0.store, handlers).map_err(|e| {
             eprintln!("canopy-lockd: store error writing the log: {e}");
             Errno::EIO
         })

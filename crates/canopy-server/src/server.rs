@@ -451,8 +451,7 @@ impl canopy_rpc::Service for MetaServer {
     /// makes one `write(2)` to its log for all those it read together. If
     /// that fails, what they did is unknown: their callers hear `EIO`.
     fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
-        canopy_store::log_deferred(handlers);
-        self.store.flush_log().map_err(|e| {
+        canopy_store::in_pass(&*self.store, handlers).map_err(|e| {
             self.problem(format!("writing the log after a pass: {e}"));
             Errno::EIO
         })

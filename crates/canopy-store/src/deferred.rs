@@ -36,6 +36,15 @@ pub fn log_deferred(f: &mut dyn FnMut()) {
     f();
 }
 
+/// Runs one read pass's `handlers` with their log writes left buffered, then
+/// writes the log out ([`Store::flush_log`](crate::Store::flush_log)): what
+/// they wrote is then as durable as `store` makes one write. An error means
+/// it may not be.
+pub fn in_pass(store: &dyn crate::Store, handlers: &mut dyn FnMut()) -> crate::Result<()> {
+    log_deferred(handlers);
+    store.flush_log()
+}
+
 /// Whether this thread's log writes are being deferred.
 pub(crate) fn deferring() -> bool {
     DEFERRING.with(Cell::get)

@@ -24,7 +24,7 @@ mod rocks;
 
 pub use cached::{CacheCounts, CachedStore};
 pub use rocks::LogCounts;
-pub use deferred::log_deferred;
+pub use deferred::{in_pass, log_deferred};
 pub use mem::MemStore;
 pub use rocks::RocksStore;
 
