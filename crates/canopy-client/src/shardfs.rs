@@ -625,6 +625,7 @@ impl ShardFs {
     /// batch is copied to its new primaries at once, then dropped here.
     async fn migrate_from(&self, server: u32, root: &NsPath, txn: Txn) -> Res<()> {
         let root_s = root.to_string();
+        let txn_id = Some(txn.id);
         loop {
             self.keep_alive(txn).await?;
             let moved = match self.rpc(server, &Creds::root(), Request::Migrate { root: root_s.clone(), limit: MIGRATE_BATCH }).await? {
@@ -641,7 +642,6 @@ impl ShardFs {
                 by_target.entry(m.target).or_default().push(m.item.clone());
             }
             let root = Creds::root();
-            let txn_id = Some(txn.id);
             let adopted = join_all(by_target.into_iter().map(|(target, items)| self.rpc(target, &root, Request::Adopt { items, txn: txn_id }))).await;
             for r in adopted {
                 r?;

@@ -9,9 +9,10 @@
 //! what the client hears acknowledged has reached the OS (or the disk), as
 //! before.
 //!
-//! The deferral is per thread and holds only inside [`log_deferred`]: a write
-//! anywhere else (a background task, a test, a tool) reaches the OS before it
-//! returns, so forgetting to flush is impossible outside a pass.
+//! The deferral is per thread and holds only inside [`in_pass`], which writes
+//! the log out at its end: a write anywhere else (a background task, a test,
+//! a tool) reaches the OS before it returns, so no caller can defer and forget
+//! to flush.
 
 use std::cell::{Cell, RefCell};
 
@@ -24,8 +25,8 @@ thread_local! {
 
 /// Runs `f` with this thread's log writes left buffered. The caller must call
 /// [`Store::flush_log`](crate::Store::flush_log) before it lets anyone learn of
-/// what `f` wrote.
-pub fn log_deferred(f: &mut dyn FnMut()) {
+/// what `f` wrote ([`in_pass`] does both).
+pub(crate) fn log_deferred(f: &mut dyn FnMut()) {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -84,6 +85,11 @@ mod tests {
         logs.map(|e| e.metadata().unwrap().len()).sum()
     }
 
+    /// Times `store` wrote its log out.
+    fn log_writes(store: &dyn Store) -> u64 {
+        store.log_counts().unwrap().log_writes
+    }
+
     fn put(store: &dyn Store, key: &str) {
         let mut b = Batch::new();
         b.put(CF, key.as_bytes().to_vec(), b"v".to_vec());
@@ -132,9 +138,9 @@ mod tests {
             log_deferred(&mut || assert!(store.get(CF, b"w").is_ok()));
             store.flush_log().unwrap();
         };
-        let n = store.log_writes();
+        let n = log_writes(&*store);
         reading_pass();
-        assert_eq!(store.log_writes(), n, "nothing to write out, no fsync");
+        assert_eq!(log_writes(&*store), n, "nothing to write out, no fsync");
 
         let writes = store.log_counts().unwrap().writes;
         log_deferred(&mut || (0..5).for_each(|i| put(&*store, &format!("k{i}"))));
@@ -157,13 +163,13 @@ mod tests {
         wrote_rx.recv().unwrap();
         let before = log_bytes(dir.path());
         reading_pass();
-        assert_eq!(store.log_writes(), n + 2, "the reader wrote the log out");
+        assert_eq!(log_writes(&*store), n + 2, "the reader wrote the log out");
         assert!(log_bytes(dir.path()) > before, "with the writer's record");
         go_tx.send(()).unwrap();
         writer.join().unwrap();
-        assert_eq!(store.log_writes(), n + 3, "the writer still writes out its own");
+        assert_eq!(log_writes(&*store), n + 3, "the writer still writes out its own");
         reading_pass();
-        assert_eq!(store.log_writes(), n + 3, "and then nothing waits");
+        assert_eq!(log_writes(&*store), n + 3, "and then nothing waits");
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod rocks;
 
 pub use cached::{CacheCounts, CachedStore};
 pub use rocks::LogCounts;
-pub use deferred::{in_pass, log_deferred};
+pub use deferred::in_pass;
 pub use mem::MemStore;
 pub use rocks::RocksStore;
 
@@ -48,7 +48,7 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
     /// Each write reaches the write-ahead log (the OS) before it returns, or,
-    /// inside [`log_deferred`], before [`Store::flush_log`] returns: survives a
+    /// inside [`in_pass`], before the pass ends: survives a
     /// process crash (`kill -9`), not a power failure. The default.
     Wal,
     /// Each write is fsynced: survives a power failure too.
@@ -134,10 +134,10 @@ pub trait Store: Send + Sync {
     }
 
     /// Applies the batch atomically, durable as the store's [`Durability`] says
-    /// (inside [`log_deferred`], once [`Store::flush_log`] has returned).
+    /// (inside [`in_pass`], once the pass has ended).
     fn write(&self, batch: Batch) -> Result<()>;
 
-    /// Makes the writes left buffered inside [`log_deferred`] as durable as
+    /// Makes the writes left buffered inside [`in_pass`] as durable as
     /// the store's [`Durability`] makes a write: every write made before the
     /// call, on any thread. An error means they may not be.
     fn flush_log(&self) -> Result<()> {

@@ -44,7 +44,7 @@ static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum LogWrites {
     /// Right after each write, or at [`Store::flush_log`] for the writes made
-    /// inside [`crate::log_deferred`]; and synced then if `sync`
+    /// inside [`crate::in_pass`]; and synced then if `sync`
     /// ([`Durability::Wal`], [`Durability::Fsync`]).
     Each { sync: bool },
     /// By the group-commit thread ([`Durability::Group`]).
@@ -75,13 +75,6 @@ impl RocksStore {
         }
         let id = NEXT_STORE.fetch_add(1, Ordering::Relaxed);
         Ok(RocksStore { db, log, id, unflushed: AtomicU64::new(0), writes: AtomicU64::new(0), log_writes: AtomicU64::new(0), stop_flusher })
-    }
-
-    /// Times the log's buffer was written out (and synced): with
-    /// [`Durability::Wal`] or [`Durability::Fsync`], once per write outside
-    /// a pass and at most once per pass.
-    pub fn log_writes(&self) -> u64 {
-        self.log_writes.load(Ordering::Relaxed)
     }
 
     /// Writes the log's buffer out, synced with [`Durability::Fsync`]: every
@@ -230,7 +223,7 @@ impl Store for RocksStore {
     }
 
     fn log_counts(&self) -> Option<LogCounts> {
-        let counted = LogCounts { writes: self.writes.load(Ordering::Relaxed), log_writes: self.log_writes() };
+        let counted = LogCounts { writes: self.writes.load(Ordering::Relaxed), log_writes: self.log_writes.load(Ordering::Relaxed) };
         matches!(self.log, LogWrites::Each { .. }).then_some(counted)
     }
 

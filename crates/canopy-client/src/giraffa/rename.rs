@@ -95,8 +95,7 @@ impl Giraffa {
         // restart, for the lapse): recovery freezes and thaws them all once
         // they answer.
         if r.as_ref().is_err_and(|e| !crate::txn::outcome_unknown(e)) {
-            let thaw = Request::GfFreeze { prefixes: frozen.clone(), paths: paths.clone(), thaw: true };
-            for (server, t) in self.fan_out(0..self.n, &Creds::root(), |_| thaw.clone()).await {
+            for (server, t) in self.freeze_each(&frozen, &paths, true).await {
                 let Err(e) = t else { continue };
                 if !unfrozen.contains(&server) {
                     eprintln!("canopy-client: a failed directory rename of {src} could not thaw server {server} ({e}); left to recovery");
@@ -276,9 +275,8 @@ impl Giraffa {
     /// Freezes on every server, as [`Self::freeze_all`], noting in
     /// `unfrozen` each that certainly did not take the freeze.
     async fn freeze_noting(&self, prefixes: &[u64], paths: &[String], unfrozen: &mut Vec<u32>) -> Res<()> {
-        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw: false };
         let mut first = Ok(());
-        for (server, r) in self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await {
+        for (server, r) in self.freeze_each(prefixes, paths, false).await {
             if let Err(e) = r {
                 if !crate::txn::outcome_unknown(&e) {
                     unfrozen.push(server);
@@ -291,11 +289,16 @@ impl Giraffa {
 
     /// Freezes (freezing again renews) or thaws on every server.
     async fn freeze_all(&self, prefixes: &[u64], paths: &[String], thaw: bool) -> Res<()> {
-        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw };
-        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await {
+        for (_, r) in self.freeze_each(prefixes, paths, thaw).await {
             r?;
         }
         Ok(())
+    }
+
+    /// Each server's answer to freezing (or thawing) what a rename names.
+    async fn freeze_each(&self, prefixes: &[u64], paths: &[String], thaw: bool) -> Vec<(u32, Res<Reply>)> {
+        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw };
+        self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await
     }
 
     /// A dead coordinator's directory rename: committed if the destination
