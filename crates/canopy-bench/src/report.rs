@@ -113,6 +113,10 @@ pub struct BenchReport {
     /// `lockd`): only when the bench started the cluster itself.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub daemon_cpu_seconds: BTreeMap<String, f64>,
+    /// How the servers' RocksDB was built (`canopy_store::rocksdb_build`):
+    /// only when the bench started the cluster itself, from its own binary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_build: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -150,7 +154,11 @@ impl BenchReport {
                 s += &format!("         ({} operations failed)\n", p.errors);
             }
         }
-        s + &caches + &self.spread() + &self.server_cache() + &self.server_log() + &self.cold() + &self.cpu()
+        s + &caches + &self.spread() + &self.server_cache() + &self.server_log() + &self.cold() + &self.cpu() + &self.store()
+    }
+
+    fn store(&self) -> String {
+        self.store_build.as_ref().map(|b| format!("servers' store: {b}\n")).unwrap_or_default()
     }
 
     fn server_log(&self) -> String {
@@ -250,14 +258,25 @@ mod tests {
         for absent in ["rpc", "rpcs", "rpc_amplification", "load_cov", "retries", "lock_waits"] {
             assert!(json.get(absent).is_none(), "{absent} in {json}");
         }
-        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new() }.table().contains("      -        -       -"));
+        assert!(BenchReport { mode: "posix".into(), servers: 0, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new(), store_build: None }.table().contains("      -        -       -"));
         p.rpc = Some(RpcFigures { rpcs: 4, rpc_amplification: 2.0, load_cov: 0.5, retries: 1, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0, lockd_rpcs: 0 });
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!((json["rpcs"].as_u64(), json["rpc_amplification"].as_f64(), json["retries"].as_u64()), (Some(4), Some(2.0), Some(1)));
-        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new() }.table();
+        let report = |p: &PhaseReport| BenchReport { mode: "indexfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![p.clone()], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new(), store_build: None }.table();
         assert!(!report(&p).contains("lookup cache"), "no lookups, no cache line");
         p.rpc = Some(RpcFigures { cache_hits: 3, cache_misses: 1, lease_waits: 2, ..p.rpc.clone().unwrap() });
         assert!(report(&p).contains("stat     lookup cache: 75.0% hits (3 hits, 1 misses); 2 lease waits; 0 redirects"), "{}", report(&p));
+    }
+
+    #[test]
+    fn the_store_build_is_reported_only_when_known() {
+        let m = Measured { latencies: vec![1000], errors: 0, seconds: 0.5 };
+        let mut report = BenchReport { mode: "shardfs".into(), servers: 4, clients: 1, inflight: 1, phases: vec![PhaseReport::new("stat".into(), 1, &m)], entries_per_server: vec![], splits: 0, cold_stat_rpcs: vec![], entry_cache_hits: 0, entry_cache_misses: 0, store_writes: 0, log_writes: 0, daemon_cpu_seconds: BTreeMap::new(), store_build: None };
+        assert!(!report.table().contains("store"), "{}", report.table());
+        assert!(serde_json::to_value(&report).unwrap().get("store_build").is_none());
+        report.store_build = Some("RocksDB compiled from source".into());
+        assert!(report.table().ends_with("servers' store: RocksDB compiled from source\n"), "{}", report.table());
+        assert_eq!(serde_json::to_value(&report).unwrap()["store_build"], "RocksDB compiled from source");
     }
 
     #[test]

@@ -231,5 +231,6 @@ pub async fn run(clients: Vec<Client>, cfg: &BenchConfig) -> Result<BenchReport,
         store_writes: over_run("store_writes"),
         log_writes: over_run("log_writes"),
         daemon_cpu_seconds: Default::default(),
+        store_build: None,
     })
 }

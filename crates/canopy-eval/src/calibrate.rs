@@ -166,6 +166,7 @@ mod tests {
             store_writes: 0,
             log_writes: 0,
             daemon_cpu_seconds: Default::default(),
+            store_build: None,
         };
         assert_eq!(lock_cpu_ratio(&report), None, "no CPU times");
         report.daemon_cpu_seconds = [("lockd".to_string(), 0.1), ("server-0".to_string(), 0.5), ("server-1".to_string(), 0.5)].into();

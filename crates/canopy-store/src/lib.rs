@@ -26,7 +26,7 @@ pub use cached::{CacheCounts, CachedStore};
 pub use rocks::LogCounts;
 pub use deferred::in_pass;
 pub use mem::MemStore;
-pub use rocks::RocksStore;
+pub use rocks::{rocksdb_build, RocksStore};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

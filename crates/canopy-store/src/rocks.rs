@@ -51,6 +51,22 @@ enum LogWrites {
     Grouped,
 }
 
+/// How the RocksDB under this binary was built, for reports. The rocksdb
+/// crate compiles RocksDB from its own copy of the source, without
+/// assertions, when `ROCKSDB_COMPILE` is set or `ROCKSDB_LIB_DIR` is not
+/// (`scripts/build-production`); otherwise it links the library in
+/// `ROCKSDB_LIB_DIR` (`.cargo/config.toml`: Debian's, which is built with
+/// assertions on and makes a create about a third dearer:
+/// docs/performance.md, twenty-ninth sitting).
+pub fn rocksdb_build() -> &'static str {
+    let asked = option_env!("ROCKSDB_COMPILE").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if asked || option_env!("ROCKSDB_LIB_DIR").is_none() {
+        "RocksDB compiled from source"
+    } else {
+        "system librocksdb (Debian's has assertions on; scripts/build-production compiles RocksDB without)"
+    }
+}
+
 fn err(e: rocksdb::Error) -> StoreError {
     StoreError(e.into_string())
 }

@@ -509,6 +509,7 @@ pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::Benc
             let spent = s - before.get(&name).copied().unwrap_or(0.0);
             (name, spent)
         }).collect();
+        report.store_build = Some(canopy_store::rocksdb_build().to_string());
         Ok(report)
     })
 }
