@@ -42,9 +42,10 @@ pub struct MountArgs {
     /// A thread runs the handler of what it read itself while another is left
     /// reading (at most seven at once, and at most this number less one);
     /// past that, the handler is handed to the mount's runtime (a task, or its
-    /// blocking pool for file data).
-    #[arg(long, default_value_t = 8)]
-    pub threads: usize,
+    /// blocking pool for file data). [default: twice the CPUs, at least 4
+    /// and at most 8]
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Let other users use the mount (`allow_other`); the kernel then checks
     /// permissions itself too (`default_permissions`) unless told not to.
     #[arg(long)]
@@ -113,7 +114,7 @@ fn options(args: &MountArgs) -> Result<MountOptions, String> {
         entry_ttl: seconds(args.entry_timeout, "entry-timeout")?,
         attr_ttl: seconds(args.attr_timeout, "attr-timeout")?,
         inline_max: args.inline_max,
-        threads: args.threads.max(1),
+        threads: args.threads.unwrap_or_else(canopy_fuse::options::default_threads).max(1),
         allow_other: args.allow_other,
         default_permissions: args.default_permissions
             || (!args.no_default_permissions && canopy_fuse::options::kernel_checks_by_default(args.allow_other)),
