@@ -73,7 +73,7 @@ pub(crate) fn take_left(store: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::log_deferred;
+    use super::{in_pass, log_deferred};
     use crate::{Batch, Durability, RocksStore, Store};
     use std::path::Path;
 
@@ -134,17 +134,13 @@ mod tests {
     fn a_pass_that_wrote_nothing_writes_the_log_out_only_while_another_threads_write_waits() {
         let dir = tempfile::tempdir().unwrap();
         let store = std::sync::Arc::new(RocksStore::open(dir.path(), &[CF], Durability::Fsync).unwrap());
-        let reading_pass = || {
-            log_deferred(&mut || assert!(store.get(CF, b"w").is_ok()));
-            store.flush_log().unwrap();
-        };
+        let reading_pass = || in_pass(&*store, &mut || assert!(store.get(CF, b"w").is_ok())).unwrap();
         let n = log_writes(&*store);
         reading_pass();
         assert_eq!(log_writes(&*store), n, "nothing to write out, no fsync");
 
         let writes = store.log_counts().unwrap().writes;
-        log_deferred(&mut || (0..5).for_each(|i| put(&*store, &format!("k{i}"))));
-        store.flush_log().unwrap();
+        in_pass(&*store, &mut || (0..5).for_each(|i| put(&*store, &format!("k{i}")))).unwrap();
         assert_eq!(store.log_counts(), Some(crate::LogCounts { writes: writes + 5, log_writes: n + 1 }), "a pass's five writes, written out once");
 
         // Another thread's pass has written and not yet flushed: a pass that
