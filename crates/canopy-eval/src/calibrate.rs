@@ -158,15 +158,7 @@ mod tests {
             clients: 1,
             inflight: 1,
             phases: vec![phase("mkdir", 3_000, 2_000), phase("create", 9_000, 0)],
-            entries_per_server: vec![],
-            splits: 0,
-            cold_stat_rpcs: vec![],
-            entry_cache_hits: 0,
-            entry_cache_misses: 0,
-            store_writes: 0,
-            log_writes: 0,
-            daemon_cpu_seconds: Default::default(),
-            store_build: None,
+            ..Default::default()
         };
         assert_eq!(lock_cpu_ratio(&report), None, "no CPU times");
         report.daemon_cpu_seconds = [("lockd".to_string(), 0.1), ("server-0".to_string(), 0.5), ("server-1".to_string(), 0.5)].into();
