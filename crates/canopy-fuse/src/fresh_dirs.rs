@@ -80,8 +80,8 @@ struct Fresh {
     made: Instant,
     /// The uid that made it, the only one answered from here.
     maker: u32,
-    /// Names this mount has made (or tried to make) in it since, by
-    /// [`FreshDirs::key`].
+    /// Names this mount has made (or tried to make) in it since, as
+    /// [`FreshDirs::keys`] hashes them.
     names: HashSet<u64>,
     /// Lookups answered absent here since `made`.
     answered: u32,
@@ -98,7 +98,8 @@ pub(crate) struct FreshDirs {
     /// How many times everything was forgotten: a mkdir that began before
     /// the last time is not kept (`made`).
     epoch: u64,
-    /// This table's key for hashing names.
+    /// This table's key for hashing names: what a name is kept as is
+    /// `keys.hash_one(name)`, computed only for a directory held.
     keys: RandomState,
 }
 
@@ -106,11 +107,6 @@ impl FreshDirs {
     /// `ttl`: the entry timeout; zero keeps nothing.
     pub(crate) fn new(ttl: Duration) -> FreshDirs {
         FreshDirs { ttl, map: HashMap::new(), names: 0, epoch: 0, keys: RandomState::new() }
-    }
-
-    /// What a name is kept as.
-    fn key(&self, name: &str) -> u64 {
-        self.keys.hash_one(name)
     }
 
     /// What to hand to [`FreshDirs::made`] for a mkdir about to be sent.
@@ -144,7 +140,6 @@ impl FreshDirs {
     /// Whether `name` in directory `dir` is known absent to `uid`, and for how
     /// much longer: `None` means a server must be asked.
     pub(crate) fn absent(&mut self, dir: u64, name: &str, uid: u32, now: Instant) -> Option<Duration> {
-        let key = self.key(name);
         let fresh = self.map.get_mut(&dir)?;
         let left = self.ttl.checked_sub(now.saturating_duration_since(fresh.made)).filter(|l| !l.is_zero());
         let Some(left) = left else {
@@ -154,7 +149,7 @@ impl FreshDirs {
             }
             return None;
         };
-        if fresh.maker != uid || fresh.names.contains(&key) {
+        if fresh.maker != uid || fresh.names.contains(&self.keys.hash_one(name)) {
             return None;
         }
         fresh.answered = fresh.answered.saturating_add(1);
@@ -194,13 +189,12 @@ impl FreshDirs {
     /// This mount is about to make `name` in directory `dir`: from now on a
     /// server is asked about it, whether the making succeeds or not.
     pub(crate) fn making(&mut self, dir: u64, name: &str) {
-        let key = self.key(name);
         let Some(fresh) = self.map.get_mut(&dir) else { return };
         if fresh.names.len() >= MAX_NAMES {
             self.forget(dir);
             return;
         }
-        if fresh.names.insert(key) {
+        if fresh.names.insert(self.keys.hash_one(name)) {
             self.names += 1;
         }
         if self.names > MAX_ALL_NAMES {
@@ -221,7 +215,7 @@ impl FreshDirs {
     /// Whether `names`, listed from directory `dir`, hold one this mount has
     /// not made there.
     fn listed_others<'a>(&self, dir: u64, mut names: impl Iterator<Item = &'a str>) -> bool {
-        self.map.get(&dir).is_some_and(|fresh| names.any(|name| !fresh.names.contains(&self.key(name))))
+        self.map.get(&dir).is_some_and(|fresh| names.any(|name| !fresh.names.contains(&self.keys.hash_one(name))))
     }
 
     /// Directory `dir` is gone, or its contents are no longer known.
