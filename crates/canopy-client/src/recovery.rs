@@ -8,12 +8,13 @@
 //! again by the next client. Before it reads, it revokes the transaction on
 //! every server (`Request::Revoke`): a step the dead coordinator sent in time
 //! but that arrives late is refused from then on, rather than landing behind
-//! recovery's decision. (A recovery that died and is run again decides the
+//! recovery's decision. A recovery that died and is run again decides the
 //! same from the same commit point, so its own late steps push the same way
-//! while the transaction is open; one that arrives after it ended, such as a
-//! migration's adoption, is not guarded against: it names the dead
-//! recoverer's id, and the lock service hands the next recoverer only the
-//! original one to revoke.)
+//! while the transaction is open; one that arrives after it ended is refused
+//! too: a recoverer's `DirSync` and migration name its own id, which the lock
+//! service hands the next recoverer to revoke (`Handed::lapsed`), and its
+//! rename steps (`RenameDirStep::Redo`, `Undo`) need the original's fence,
+//! which the last recovery lifts.
 //!
 //! - mkdir, rmdir, chmod/chown of a directory: the primary's state is the truth. In
 //!   Procedure 1 the primary applies first (the commit point), in Procedure 2 last
@@ -32,15 +33,10 @@
 
 use crate::namespace::Res;
 use crate::shardfs::ShardFs;
-use crate::txn::{file_ino, Txn};
+use crate::txn::{file_ino, Handed, Txn};
 use canopy_proto::msg::{DirLookup, Intent, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
-
-/// A directory rename's apply step as recovery rolls it forward: the
-/// directory's times and every fence are left to the migration and the
-/// unfence that follow.
-const APPLY: RenameDirStep = RenameDirStep::Apply { times: None, unfence: None, txn: None };
 
 /// Who puts back what a transaction applied: recovery, whose steps a revoke
 /// lets through, or the coordinator itself, whose steps it stops.
@@ -60,9 +56,14 @@ impl By {
         }
     }
 
-    /// What a `DirSync` that puts back transaction `was`'s change names.
-    pub(crate) fn sync_txn(self, was: u64) -> Option<u64> {
-        (self == By::Coordinator).then_some(was)
+    /// A directory rename's apply step as it is rolled forward, finishing
+    /// transaction `was`: the directory's times and every fence are left to
+    /// the migration and the unfence that follow.
+    fn redo(self, was: u64) -> RenameDirStep {
+        match self {
+            By::Recovery => RenameDirStep::Redo { txn: was },
+            By::Coordinator => RenameDirStep::Apply { times: None, unfence: None, txn: Some(was) },
+        }
     }
 }
 
@@ -83,15 +84,18 @@ fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
 impl ShardFs {
     /// Repairs the effects of a dead coordinator's transaction, which this client
     /// now holds as `txn` (it renews that lease), then lifts the fences it left
-    /// under its original id `was`.
-    pub(crate) async fn recover(&self, txn: Txn, was: u64, intent: &Intent) -> Res<()> {
+    /// under its original id (`handed.was`).
+    pub(crate) async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
+        let was = handed.was;
         if revokes(intent) {
-            self.revoke(was).await?;
+            for id in handed.ids() {
+                self.revoke(id).await?;
+            }
         }
         match intent {
-            Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?).await?,
+            Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?, txn).await?,
             Intent::Mkdir { path } | Intent::DirSetAttr { path } => {
-                self.sync_replicas(&NsPath::parse(path)?).await?;
+                self.sync_replicas(&NsPath::parse(path)?, txn).await?;
                 self.unfence(was).await?;
             }
             // ShardFS makes no RenameOver; recovered as the rename it is.
@@ -104,8 +108,8 @@ impl ShardFs {
         Ok(())
     }
 
-    /// Makes every server refuse the dead coordinator's steps of `was` from
-    /// now on, and waits for those under way: a step it sent in time but
+    /// Makes every server refuse the steps of `was` (the dead coordinator's,
+    /// or a dead recoverer's) from now on, and waits for those under way: a step it sent in time but
     /// that arrives only now cannot land behind what recovery then reads and
     /// decides. Every server must answer; one that does not fails this
     /// recovery, which the next conflicting request or sweep runs again.
@@ -122,11 +126,13 @@ impl ShardFs {
         results.into_iter().map(|(_, r)| probe_reply(r)).collect()
     }
 
-    /// Makes every replica's directory state at `path` equal the primary's.
-    async fn sync_replicas(&self, path: &NsPath) -> Res<()> {
+    /// Makes every replica's directory state at `path` equal the primary's,
+    /// recovering as `txn`: its steps name it, so that once another recoverer
+    /// took it over (and revoked it), one arriving late changes nothing.
+    async fn sync_replicas(&self, path: &NsPath, txn: Txn) -> Res<()> {
         let prim = self.primary(path);
         let want = probe_reply(self.rpc(prim, &Creds::root(), Request::DirProbe { path: path.to_string() }).await)?;
-        let results = self.fan_out(self.all_but(prim), &Creds::root(), |_| Request::DirSync { path: path.to_string(), want: want.clone(), txn: None }).await;
+        let results = self.fan_out(self.all_but(prim), &Creds::root(), |_| Request::DirSync { path: path.to_string(), want: want.clone(), txn: Some(txn.id) }).await;
         for (_, r) in results {
             r?;
         }
@@ -152,7 +158,7 @@ impl ShardFs {
         if committed {
             for (i, l) in at_src.iter().enumerate() {
                 if l.as_ref().is_some_and(|l| l.id == moved) {
-                    let req = Request::RenameDir { src: src.to_string(), dst: dst.to_string(), step: APPLY };
+                    let req = Request::RenameDir { src: src.to_string(), dst: dst.to_string(), step: by.redo(was) };
                     self.rpc(i as u32, &root, req).await?;
                 }
             }
@@ -169,7 +175,8 @@ impl ShardFs {
                 self.rpc(i as u32, &root, back).await?;
             }
             if victim.is_some() && (applied || *l != victim) {
-                let restore = Request::DirSync { path: dst.to_string(), want: victim.clone(), txn: by.sync_txn(was) };
+                // Named as this transaction's own step (the coordinator's `was`).
+                let restore = Request::DirSync { path: dst.to_string(), want: victim.clone(), txn: Some(txn.id) };
                 self.rpc(i as u32, &root, restore).await?;
             }
         }

@@ -30,7 +30,7 @@ use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, Step, Txn};
+use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, Handed, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
@@ -189,7 +189,7 @@ impl ShardFs {
     /// Takes `locks` for a transaction doing `intent`, recovering (ShardFS's way)
     /// a dead coordinator's transaction the lock service hands over.
     pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, was, &failed).await }) };
+        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 

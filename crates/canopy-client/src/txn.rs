@@ -113,9 +113,26 @@ pub(crate) fn after_commit(what: &str, e: Errno) -> Errno {
     Errno::EIO
 }
 
+/// The ids a transaction the lock service hands over was held under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handed {
+    /// The coordinator's: its fences carry it.
+    pub was: u64,
+    /// The one whose lease ran out: `was`, or a recoverer's that died in turn
+    /// (its migration's steps carry it).
+    pub lapsed: u64,
+}
+
+impl Handed {
+    /// Every id whose late steps recovery must refuse.
+    pub fn ids(self) -> impl Iterator<Item = u64> {
+        std::iter::once(self.was).chain((self.lapsed != self.was).then_some(self.lapsed))
+    }
+}
+
 /// How a mode repairs a transaction the lock service hands over: it now holds it
-/// as `txn`; `was` is the id the dead coordinator's fences carry.
-pub(crate) type Recover<'a> = &'a (dyn Fn(Txn, u64, Intent) -> BoxFuture<'a, Res<()>> + Sync);
+/// as `txn`, handed from the ids in [`Handed`].
+pub(crate) type Recover<'a> = &'a (dyn Fn(Txn, Handed, Intent) -> BoxFuture<'a, Res<()>> + Sync);
 
 impl ClientCore {
     /// Reports reaching `step` of transaction `txn` to the test hook, if any
@@ -167,11 +184,11 @@ impl ClientCore {
                     self.lease_granted(txn, asked);
                     return Ok(Txn { id: txn, ticket });
                 }
-                Reply::Recover { txn, ticket, was, intent: failed } => {
+                Reply::Recover { txn, ticket, was, lapsed, intent: failed } => {
                     self.counters.recovered();
                     let txn = Txn { id: txn, ticket };
                     self.lease_granted(txn.id, asked);
-                    recover(txn, was, failed).await?;
+                    recover(txn, Handed { was, lapsed }, failed).await?;
                     self.unlock(txn).await;
                 }
                 other => return Err(unexpected(other)),

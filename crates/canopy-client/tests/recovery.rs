@@ -11,7 +11,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Errno, FileKind, TimeSet};
 use canopy_testkit::tree::{tree, Tree};
-use canopy_testkit::hooks::DieAt;
+use canopy_testkit::hooks::{DieAt, Gate};
 use canopy_testkit::InProcCluster;
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,4 +278,128 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
             assert_eq!(reader.counters().snapshot().retries, 0, "{op:?} at {step:?}: a fence was left");
         }
     }
+}
+
+/// A recoverer that dies while it migrates a committed directory rename (its
+/// adoption of a moved file at the file's new primary held on its way, under
+/// the recoverer's own id) leaves the transaction to the next, which revokes
+/// the dead recoverer's id as well as the original. The held `Adopt`,
+/// arriving after the next recoverer finished the migration and a chmod
+/// changed the file, is refused, so the chmod stays. Before, the lock
+/// service handed the next recoverer only the original id to revoke, and the
+/// late copy put the file's old record back (its old mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    // One file below, whose primary changes with the rename, to a server
+    // that is not the new directory's own: the only adoption there is it.
+    let (dst, file) = (0..)
+        .map(|i| format!("/e{i}"))
+        .find_map(|e| {
+            let new = format!("{e}/f");
+            (prim("/d/f") != prim(&new) && prim(&e) != prim(&new)).then_some((e, new))
+        })
+        .unwrap();
+    root.create("/d/f", 0o644).await.unwrap();
+    let rename = Intent::Rename { src: "/d".into(), dst: dst.clone() };
+    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(rename))), LEASE_MS);
+    assert_eq!(coordinator.rename("/d", &dst).await, Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+
+    let late = after_the_next_recoverer(&cluster, prim(&file), "Adopt", async {
+        root.chmod(&file, 0o600).await.unwrap();
+    })
+    .await;
+    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    assert_eq!(root.stat(&file).await.map(|a| a.mode & 0o777), Ok(0o600), "the dead recoverer's late copy put the old record back");
+    assert_eq!(root.stat("/d").await.map(drop), Err(Errno::ENOENT));
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
+/// A recoverer that dies as it rolls a committed mkdir forward (its `DirSync`
+/// to a replica held on its way) leaves the transaction to the next. The held
+/// step, arriving after the next recoverer finished and the directory was
+/// removed, is refused: it names the dead recoverer's id, which the next one
+/// revoked. Before, it named no transaction, and made the removed directory
+/// again on that replica alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_recoverers_late_sync_makes_nothing() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/p", 0o755).await.unwrap();
+    let mkdir = Intent::Mkdir { path: "/p/d".into() };
+    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
+    assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+
+    let replica = (0..SERVERS).find(|s| *s != prim("/p/d")).unwrap();
+    let late = after_the_next_recoverer(&cluster, replica, "DirSync", async {
+        root.rmdir("/p/d").await.expect("removed once recovered");
+    })
+    .await;
+    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    for s in &cluster.servers {
+        let probe = s.handle(&canopy_proto::Creds::root(), canopy_proto::Request::DirProbe { path: "/p/d".into() });
+        assert_eq!(probe, Ok(canopy_proto::Reply::Probe(None)), "server {} made /p/d again", s.index());
+    }
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
+/// A recoverer that dies as it rolls a committed directory rename forward
+/// (its apply on a server the coordinator's apply failed on, held on its
+/// way) leaves the transaction to the next. The held step, arriving after
+/// the next recoverer finished and the directory was renamed back, is
+/// refused: the transaction's fence is down. Before, it named no
+/// transaction, and moved the directory on that server alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_recoverers_late_apply_moves_nothing() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    // Committed, but one server's apply failed: left to recovery, which
+    // applies it there.
+    let behind = (0..SERVERS).find(|s| *s != prim("/e")).unwrap();
+    let (gate, mut at, release) = Gate::at(Step::Locked(Intent::Rename { src: "/d".into(), dst: "/e".into() }));
+    let coordinator = cluster.client_with_hook(gate, LEASE_MS);
+    let renaming = tokio::spawn(async move { coordinator.rename("/d", "/e").await });
+    at.recv().await.unwrap();
+    cluster.faults().refuse_next(behind, "RenameDir", Errno::EIO);
+    release.add_permits(1);
+    assert_eq!(renaming.await.unwrap(), Err(Errno::EIO));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+
+    let late = after_the_next_recoverer(&cluster, behind, "RenameDir", async {
+        root.rename("/e", "/d").await.expect("renamed back once recovered");
+    })
+    .await;
+    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    let reader = cluster.fresh_client();
+    assert!(reader.stat("/d").await.is_ok());
+    assert_eq!(reader.stat("/e").await.map(drop), Err(Errno::ENOENT));
+}
+
+/// Starts a recoverer (short lease) of the cluster's expired transaction and
+/// holds its next `step` to `server` on its way until its lease has run out,
+/// the next recoverer has finished the transaction and `meanwhile` has run;
+/// then lets the step arrive, and answers what the first recoverer got.
+async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'static str, meanwhile: impl std::future::Future<Output = ()>) -> Result<u64, Errno> {
+    let (mut held, release) = cluster.faults().hold_next(server, step);
+    let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let recovering = tokio::spawn(async move { first.repair().await });
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the first recoverer never sent the step").unwrap();
+    // Its lease runs out while its step is on its way: it is as good as dead.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1), "the next recoverer finishes the transaction");
+    meanwhile.await;
+    release.add_permits(1);
+    recovering.await.unwrap()
 }

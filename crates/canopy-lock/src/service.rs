@@ -196,7 +196,7 @@ impl LockService {
         st.meta.remove(&txn);
         st.table.try_grant(new_txn, &held, expires_at);
         st.meta.insert(new_txn, Meta { intent: intent.clone(), origin, ticket, lease_ms });
-        Ok(Reply::Recover { txn: new_txn, ticket, was: origin, intent })
+        Ok(Reply::Recover { txn: new_txn, ticket, was: origin, lapsed: txn, intent })
     }
 
     /// One attempt: record and grant, hand over an expired conflicting transaction,
@@ -503,8 +503,8 @@ mod tests {
         clock.advance(150);
         assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 100 }).await, Err(Errno::ESTALE));
         // The expired transaction is handed to the next conflicting request.
-        let Ok(Reply::Recover { txn: taken, ticket: taken_ticket, was, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
-        assert_eq!(was, txn);
+        let Ok(Reply::Recover { txn: taken, ticket: taken_ticket, was, lapsed, intent }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        assert_eq!((was, lapsed), (txn, txn));
         assert_eq!(intent, Intent::Mkdir { path: "/a".into() });
         assert_ne!(taken, txn, "the recoverer owns it under a new id");
         // The old holder can no longer renew it, nor release the recoverer's locks.
@@ -520,9 +520,10 @@ mod tests {
         assert_eq!(call(&d, Request::Renew { txn, ticket, lease_ms: 0 }).await, Err(Errno::EINVAL));
         // The recoverer dies too: the next handover still names the original id.
         clock.advance(150);
-        let Ok(Reply::Recover { txn: again, was, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
+        let Ok(Reply::Recover { txn: again, was, lapsed, .. }) = call(&d, lock_req("/a", 100)).await else { panic!("not handed over") };
         assert_ne!(again, taken);
         assert_eq!(was, txn, "fences carry the first id");
+        assert_eq!(lapsed, taken, "the dead recoverer's own id, which its migration's steps carry");
     }
 
     /// An intent whose paths are not paths (too long, relative, with a NUL)

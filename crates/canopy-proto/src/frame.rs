@@ -39,7 +39,10 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// transaction; a rename's undo is a step of its own.
 /// Version 10: a directory rename's migration steps (`Adopt`, `Release`) name
 /// their transaction.
-pub const VERSION: u16 = 10;
+/// Version 11: a handover names the id whose lease ran out (`Reply::Recover`'s
+/// `lapsed`), and recovery rolls a directory rename forward with its own step
+/// (`RenameDirStep::Redo`).
+pub const VERSION: u16 = 11;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

@@ -168,8 +168,8 @@ pub enum RenameDirStep {
     /// still be up here and which must not be revoked here (else `ESTALE`:
     /// recovery has taken the transaction over); the source's primary parks
     /// the times it drops for it until the transaction ends here (it applies
-    /// before the commit point answers). None from recovery rolling forward.
-    /// Answers `RenameChecked` (its `times` none).
+    /// before the commit point answers). Answers `RenameChecked` (its `times`
+    /// none).
     Apply { times: Option<DirTimes>, unfence: Option<u64>, txn: Option<u64> },
     /// Recovery's undo of transaction `txn`'s apply (sent with the names
     /// swapped): as a coordinator's undo (`Apply` with no times and no
@@ -177,6 +177,12 @@ pub enum RenameDirStep {
     /// but accepted once `txn` is revoked; refused `ESTALE` once its fence
     /// here is down.
     Undo { txn: u64 },
+    /// Recovery's roll forward of transaction `txn`'s apply: as `Apply` with
+    /// no times (its migration moves them), no unfence and nothing parked,
+    /// accepted once `txn` is revoked; refused `ESTALE` once its fence here
+    /// is down, so a dead recoverer's apply that arrives after the
+    /// transaction ended moves nothing.
+    Redo { txn: u64 },
 }
 
 /// An object moved between servers when a directory rename changes primaries.
@@ -728,8 +734,10 @@ pub enum Reply {
     /// Not granted: a transaction whose coordinator's lease ran out holds
     /// conflicting locks. The caller now owns it under the new id `txn` (it was
     /// `was`, the id its fences carry): it must repair `intent`, unlock `txn`, and
-    /// ask again.
-    Recover { txn: u64, ticket: u64, was: u64, intent: Intent },
+    /// ask again. `lapsed` is the id whose lease ran out: `was` if the
+    /// coordinator died, else the id of a recoverer that died in turn, whose
+    /// own steps (a migration's) name it.
+    Recover { txn: u64, ticket: u64, was: u64, lapsed: u64, intent: Intent },
     Probe(Option<DirLookup>),
     Txns(Vec<TxnInfo>),
     /// Inline file contents (shorter than asked at the end of the file).
@@ -959,7 +967,7 @@ mod tests {
             Reply::Stats(ServerStats::default()),
             Reply::Fsck(FsckReport::default()),
             Reply::Locked { txn: 1, ticket: 2, waited: false },
-            Reply::Recover { txn: 1, ticket: 2, was: 1, intent: Intent::Retry { path: "/".into() } },
+            Reply::Recover { txn: 1, ticket: 2, was: 1, lapsed: 1, intent: Intent::Retry { path: "/".into() } },
             Reply::Probe(Some(dir)),
             Reply::Txns(vec![]),
             Reply::Data(vec![]),

@@ -455,9 +455,15 @@ fn a_revoked_transactions_late_steps_change_nothing() {
     assert_eq!(restarted.handle(&root, Request::Stat { at: "/c/f".into() }), Err(Errno::EAGAIN), "9's fence is up again");
     refused(&restarted);
     rename(&restarted, "/c", "/b", RenameDirStep::Undo { txn: 9 }).unwrap();
+    // Recovery's roll forward is let through as well while 9's fence is up.
+    rename(&restarted, "/b", "/c", RenameDirStep::Redo { txn: 9 }).unwrap();
+    assert!(probe(&restarted, "/c").is_some() && probe(&restarted, "/b").is_none(), "recovery's redo was refused");
+    rename(&restarted, "/c", "/b", RenameDirStep::Undo { txn: 9 }).unwrap();
     restarted.handle(&root, Request::Unfence { txn: 9 }).unwrap();
     assert!(probe(&restarted, "/b").is_some() && probe(&restarted, "/c").is_none(), "recovery undid the rename");
     assert_eq!(rename(&restarted, "/b", "/c", RenameDirStep::Undo { txn: 9 }), Err(Errno::ESTALE), "an undo once its fence is down");
+    assert_eq!(rename(&restarted, "/b", "/c", RenameDirStep::Redo { txn: 9 }), Err(Errno::ESTALE), "a redo once its fence is down");
+    assert!(probe(&restarted, "/b").is_some(), "a late redo moved the directory");
     let Ok(Reply::Fsck(report)) = restarted.handle(&root, Request::Fsck) else { panic!("fsck") };
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

@@ -23,7 +23,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, Txn};
+use crate::txn::{after_commit, Handed, Txn};
 use canopy_posix::lockset::path_locks;
 use canopy_posix::perm;
 use canopy_proto::giraffa::{self, DirProof};
@@ -359,7 +359,7 @@ impl Giraffa {
     /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
     /// coordinator's transaction the lock service hands over.
     async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, _was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
+        let recover = |txn: Txn, _: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 

@@ -42,7 +42,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, file_ino, outcome_unknown, unless_absent, Step, Txn};
+use crate::txn::{after_commit, file_ino, outcome_unknown, unless_absent, Handed, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -341,7 +341,7 @@ impl IndexFs {
     }
 
     pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, _was: u64, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
+        let recover = |txn: Txn, _: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 

@@ -34,7 +34,7 @@ impl ShardFs {
         match step {
             RenameDirStep::Check { txn } => self.refuse_revoked(Some(txn))?,
             RenameDirStep::Apply { txn, .. } => self.refuse_revoked(txn)?,
-            RenameDirStep::Undo { .. } => {}
+            RenameDirStep::Undo { .. } | RenameDirStep::Redo { .. } => {}
         }
         let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
             Located::Dir { parent, name, id } => (parent, name, id),
@@ -80,17 +80,19 @@ impl ShardFs {
         if grows > 0 && self.longest_below(core, sid)? + grows > NS_PATH_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let (times, unfence, txn) = match step {
+        // `txn`: whose parked times move; `fenced`: whose fence must be up.
+        let (times, unfence, txn, fenced) = match step {
             RenameDirStep::Check { .. } => {
                 return Ok(Reply::RenameChecked { below: self.anything_below(core, sid)?, times: core.load_dir_times(sid)? });
             }
-            RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn),
-            RenameDirStep::Undo { txn } => (None, None, Some(txn)),
+            RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn, txn),
+            RenameDirStep::Undo { txn } => (None, None, Some(txn), Some(txn)),
+            RenameDirStep::Redo { txn } => (None, None, None, Some(txn)),
         };
         // A step that comes after recovery lifted its transaction's fence
-        // (the coordinator's lease ran out meanwhile) must not land: recovery
-        // has decided the outcome from what it found.
-        if txn.is_some_and(|t| !self.fences.is_up(t)) {
+        // (the coordinator's lease ran out meanwhile, or a recoverer's) must
+        // not land: recovery has decided the outcome from what it found.
+        if fenced.is_some_and(|t| !self.fences.is_up(t)) {
             return Err(Errno::ESTALE);
         }
         let mut b = Batch::new();

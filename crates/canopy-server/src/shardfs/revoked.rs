@@ -9,8 +9,8 @@
 //! a second name recovery found no trace of, a migration's adoption putting
 //! back a moved file's old record. (A file rename's `RenameOutCommit`, which
 //! drops the source only if it still names the inode, as recovery would,
-//! names no transaction; a dead recoverer's steps name its own id, which
-//! nobody revokes.)
+//! names no transaction. A dead recoverer's steps name its own id, which
+//! the next recoverer revokes as well.)
 //!
 //! Kept durably, so a restart forgets none: the `meta` family under
 //! [`PREFIX`] ‖ txn (u64 BE), loaded at a start into [`Fences`]. Recoveries
