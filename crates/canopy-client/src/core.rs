@@ -110,10 +110,7 @@ impl ClientCore {
         if self.is_dead() {
             return;
         }
-        self.counters.sent_to_server(server);
-        if let Err(e) = self.t.post_soon(Target::Server(server), c, req).await {
-            eprintln!("canopy-client: could not send {}: {e}", what());
-        }
+        sent_counted(&self.counters, server, what, self.t.post_soon(Target::Server(server), c, req)).await;
     }
 
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
@@ -133,8 +130,14 @@ impl ClientCore {
 /// Posts `req` to `server` (see [`Transport::post`]), counted as one RPC
 /// sent to it; a failure to send is logged, naming `what`.
 pub(crate) async fn post_counted(t: &dyn Transport, counters: &ClientCounters, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
+    sent_counted(counters, server, what, t.post(Target::Server(server), c, req)).await;
+}
+
+/// Counts one RPC sent to `server`, then awaits `send` (a post: only
+/// whether it went out is known); a failure is logged, naming `what`.
+async fn sent_counted(counters: &ClientCounters, server: u32, what: impl FnOnce() -> String, send: impl std::future::Future<Output = Res<()>>) {
     counters.sent_to_server(server);
-    if let Err(e) = t.post(Target::Server(server), c, req).await {
+    if let Err(e) = send.await {
         eprintln!("canopy-client: could not send {}: {e}", what());
     }
 }
