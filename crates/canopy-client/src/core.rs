@@ -8,7 +8,7 @@ use crate::counters::ClientCounters;
 use crate::data::{FidGen, Reclaim};
 use crate::namespace::Res;
 use crate::touches::DirTouches;
-use crate::txn::StepHook;
+use crate::txn::{Handed, StepHook};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Target, Transport};
 use futures::future::join_all;
@@ -120,6 +120,21 @@ impl ClientCore {
             async move { (i, self.rpc(i, c, r).await) }
         }))
         .await
+    }
+
+    /// Makes every server refuse the steps of the transaction handed over
+    /// for recovery (under its original id, or a dead recoverer's own) from
+    /// now on, and waits for those under way: a step sent in time but that
+    /// arrives only now cannot land behind what recovery then reads and
+    /// decides. Every server must answer; one that does not fails this
+    /// recovery, which the next conflicting request or sweep runs again.
+    pub(crate) async fn revoke(&self, handed: Handed) -> Res<()> {
+        for id in handed.ids() {
+            for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Revoke { txn: id }).await {
+                r?;
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn all_but(&self, skip: u32) -> impl Iterator<Item = u32> {

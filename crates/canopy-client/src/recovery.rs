@@ -88,9 +88,7 @@ impl ShardFs {
     pub(crate) async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
         let was = handed.was;
         if revokes(intent) {
-            for id in handed.ids() {
-                self.revoke(id).await?;
-            }
+            self.revoke(handed).await?;
         }
         match intent {
             Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?, txn).await?,
@@ -104,18 +102,6 @@ impl ShardFs {
                 self.unfence(was).await?;
             }
             Intent::Link { .. } | Intent::Retry { .. } => {}
-        }
-        Ok(())
-    }
-
-    /// Makes every server refuse the steps of `was` (the dead coordinator's,
-    /// or a dead recoverer's) from now on, and waits for those under way: a step it sent in time but
-    /// that arrives only now cannot land behind what recovery then reads and
-    /// decides. Every server must answer; one that does not fails this
-    /// recovery, which the next conflicting request or sweep runs again.
-    async fn revoke(&self, was: u64) -> Res<()> {
-        for (_, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::Revoke { txn: was }).await {
-            r?;
         }
         Ok(())
     }

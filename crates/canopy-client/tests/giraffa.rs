@@ -467,3 +467,65 @@ async fn a_chmod_waits_out_old_proofs_only_when_it_narrows() {
     c.chmod("/d", 0o2750).await.unwrap();
     assert_eq!(waits().await, before + 2, "setting setgid changes what new entries inherit");
 }
+
+/// Runs `op` (a coordinator's transaction, short lease) with its next `step`
+/// to `server` held on its way until its lease has run out and a recoverer
+/// has decided the transaction; then lets the step arrive, and answers what
+/// `op` got.
+async fn with_a_step_arriving_after_recovery<F>(cluster: &InProcCluster, server: u32, step: &'static str, op: F) -> Result<(), Errno>
+where
+    F: std::future::Future<Output = Result<(), Errno>> + Send + 'static,
+{
+    let (mut held, release) = cluster.faults().hold_next(server, step);
+    let running = tokio::spawn(op);
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1), "recovered");
+    release.add_permits(1);
+    running.await.unwrap()
+}
+
+/// A directory rename's commit (the directory's row under its new name),
+/// sent in time, arrives only after recovery found no such row and undid
+/// the rename: it is refused, since recovery revoked the transaction first,
+/// so the directory does not gain a second name, and the coordinator leaves
+/// the outcome to recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_renames_commit_that_arrives_after_recovery_makes_no_second_name() {
+    let cluster = cluster();
+    let setup = cluster.fresh_client();
+    setup.mkdir("/d", 0o755).await.unwrap();
+    // Empty: the commit is the rename's only row written.
+    let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let commit_at = giraffa::row_server(&NsPath::parse("/e").unwrap(), SERVERS);
+    let got = with_a_step_arriving_after_recovery(&cluster, commit_at, "GfPutRows", async move { c.rename("/d", "/e").await }).await;
+    assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
+    let fresh = cluster.fresh_client();
+    assert_eq!(fresh.stat("/d").await.map(|a| a.kind), Ok(FileKind::Dir));
+    assert_eq!(fresh.stat("/e").await.map(drop), Err(Errno::ENOENT), "the directory gained a second name after recovery");
+    assert!(fresh.fsck().await.unwrap().is_clean());
+}
+
+/// A file rename between two servers whose insert at the destination arrives
+/// only after recovery found the file under its old name alone: refused, so
+/// the file does not end under both names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name() {
+    let cluster = cluster();
+    let setup = cluster.fresh_client();
+    setup.mkdir("/d", 0o755).await.unwrap();
+    setup.create("/d/a", 0o644).await.unwrap();
+    // Rows are placed by their parent: into another directory, on another server.
+    let server = |p: &str| giraffa::row_server(&NsPath::parse(p).unwrap(), SERVERS);
+    let dst = (0..).map(|i| format!("/e{i}/b")).find(|p| server(p) != server("/d/a")).unwrap();
+    setup.mkdir(NsPath::parse(&dst).unwrap().split().unwrap().0.as_str(), 0o755).await.unwrap();
+    let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let to = dst.clone();
+    // The insert, vouched for by the destination's parent's proof.
+    let got = with_a_step_arriving_after_recovery(&cluster, server(&dst), "GfVouched", async move { c.rename("/d/a", &to).await }).await;
+    assert_eq!(got, Err(Errno::EIO));
+    let fresh = cluster.fresh_client();
+    assert!(fresh.stat("/d/a").await.is_ok(), "the file left its old name");
+    assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
+    assert!(fresh.fsck().await.unwrap().is_clean());
+}

@@ -53,6 +53,7 @@ errnos! {
     ESTALE = 116, "Stale file handle";
     // Appended: the wire names an error by its position in this list.
     ENOSPC = 28, "No space left on device";
+    ECANCELED = 125, "Operation canceled";
 }
 
 impl std::fmt::Display for Errno {

@@ -633,18 +633,21 @@ requests! {
     /// Giraffa: a directory rename's freeze, on every server: no change
     /// (`EAGAIN`) to rows with a prefix in `prefixes` or to the rows of
     /// `paths` until `thaw` (or a minute); answered once no change that began
-    /// before is still writing.
-    GfFreeze { prefixes: Vec<u64>, paths: Vec<String>, thaw: bool } = 0x040A,
+    /// before is still writing. `txn`: the rename's transaction (the
+    /// coordinator's, or its recoverer's own), refused `ECANCELED` once
+    /// revoked.
+    GfFreeze { prefixes: Vec<u64>, paths: Vec<String>, thaw: bool, txn: Option<u64> } = 0x040A,
     /// Giraffa: the rows with `prefix` held here, names after `after`, at most
     /// `limit` (`Reply::GfRows`), whatever is frozen.
     GfScan { prefix: u64, after: Option<String>, limit: u32 } = 0x040B,
     /// Giraffa: write `rows` under `prefix` here (a directory rename's copy:
-    /// a row already there is replaced, unless `fresh`, then `EEXIST`).
-    GfPutRows { prefix: u64, rows: Vec<crate::giraffa::GfRow>, fresh: bool } = 0x040C,
+    /// a row already there is replaced, unless `fresh`, then `EEXIST`);
+    /// `txn` as in `GfFreeze`.
+    GfPutRows { prefix: u64, rows: Vec<crate::giraffa::GfRow>, fresh: bool, txn: Option<u64> } = 0x040C,
     /// Giraffa: delete the rows `names` under `prefix` here, with the times
     /// of the directories among them unless `keep_times` (their new rows,
-    /// with the same inodes, are on this server too).
-    GfDeleteRows { prefix: u64, names: Vec<String>, keep_times: bool } = 0x040D,
+    /// with the same inodes, are on this server too); `txn` as in `GfFreeze`.
+    GfDeleteRows { prefix: u64, names: Vec<String>, keep_times: bool, txn: Option<u64> } = 0x040D,
     /// Giraffa: set directory `path`'s subdirectory count (recovery's recount).
     GfSetSubdirs { path: String, subdirs: u64 } = 0x040E,
     /// BatchFS: record here that the caller opened batch `batch`, a private
@@ -668,15 +671,16 @@ requests! {
     /// still hold: such a fence is stale (its `Unfence`, posted, not yet
     /// read, or lost with its connection).
     ClearFences { path: String } = 0x010D,
-    /// ShardFS recovery, before it reads what a dead coordinator's
-    /// transaction `txn` (its original id) left: from now on this server
-    /// refuses that coordinator's steps naming `txn` (`Mkdir`, by the
-    /// directory id it makes; `Rmdir`, `DirSetAttr`, `DirSync`, `Fence`, a
-    /// directory rename's check and apply, a file rename's `RenameLocal` and
-    /// `RenameIn`) with
-    /// `ESTALE`, durably, so a step sent in time but arriving late cannot
-    /// land behind recovery's decision. Answers once every step of `txn`
-    /// already under way here has ended.
+    /// Recovery (ShardFS, Giraffa), before it reads what a dead coordinator's
+    /// transaction `txn` (its original id, or a dead recoverer's own) left:
+    /// from now on this server refuses the steps naming `txn` (ShardFS:
+    /// `Mkdir`, by the directory id it makes; `Rmdir`, `DirSetAttr`,
+    /// `DirSync`, `Fence`, a directory rename's check and apply, its
+    /// migration's `Adopt` and `Release`; Giraffa: `GfFreeze`, `GfPutRows`,
+    /// `GfDeleteRows`; both: a file rename's `RenameLocal` and `RenameIn`)
+    /// with `ESTALE` (Giraffa: `ECANCELED`), durably, so a step sent in time but arriving late
+    /// cannot land behind recovery's decision. Answers once every step of
+    /// `txn` already under way here has ended.
     Revoke { txn: u64 } = 0x010E,
 }
 

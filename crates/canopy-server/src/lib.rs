@@ -34,6 +34,7 @@ mod ops_file;
 mod ops_link;
 mod ops_readdir;
 mod ops_rename;
+mod revoked;
 mod server;
 mod tables;
 pub mod shardfs;

@@ -506,7 +506,7 @@ fn a_giraffa_freeze_outlives_a_restart_until_thawed_or_lapsed() {
     clock.advance(1_000_000);
     let open = || MetaServer::open_mode("giraffa", cfg, store.clone(), clock.clone()).unwrap();
     let chmod = |s: &MetaServer| s.handle(&root, Request::GfDirSetAttr { path: "/".into(), set: SetAttr::mode(0o755) }).map(drop);
-    let freeze = |s: &MetaServer, thaw| s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw }).unwrap();
+    let freeze = |s: &MetaServer, thaw| s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw, txn: None }).unwrap();
     let s = open();
     chmod(&s).unwrap();
     freeze(&s, false);
@@ -564,11 +564,42 @@ fn a_reloaded_giraffa_freeze_holds_no_longer_than_a_lapse_after_the_clock_went_b
     let open = || MetaServer::open_mode("giraffa", cfg, store.clone(), clock.clone()).unwrap();
     let chmod = |s: &MetaServer| s.handle(&root, Request::GfDirSetAttr { path: "/".into(), set: SetAttr::mode(0o755) }).map(drop);
     let s = open();
-    s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw: false }).unwrap();
+    s.handle(&root, Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw: false, txn: None }).unwrap();
     drop(s);
     clock.wall_ms.store(9 * HOUR_MS, Ordering::Release);
     let s = open();
     assert_eq!(chmod(&s), Err(Errno::EAGAIN), "held again after the start");
     clock.ms.fetch_add(FREEZE_MS + 1, Ordering::AcqRel);
     chmod(&s).expect("held past a whole lapse because the wall clock went back");
+}
+
+/// A Giraffa server refuses the rename steps of a transaction recovery
+/// revoked (`ECANCELED`: its clients ask again on `ESTALE`), also after a
+/// restart; another transaction's steps, and steps naming none, go on.
+#[test]
+fn a_giraffa_server_refuses_a_revoked_transactions_steps() {
+    use canopy_proto::clock::ManualClock;
+    let cfg = ServerConfig { index: 0, servers: 1 };
+    let root = Creds::root();
+    let store = Arc::new(MemStore::new(ALL_CFS));
+    let clock = ManualClock::new();
+    let open = || MetaServer::open_mode("giraffa", cfg, store.clone(), clock.clone()).unwrap();
+    let s = open();
+    s.handle(&root, Request::Revoke { txn: 7 }).unwrap();
+    drop(s);
+    let s = open();
+    let prefix = canopy_proto::giraffa::prefix(&canopy_proto::path::NsPath::parse("/").unwrap());
+    let steps = |txn| {
+        [
+            Request::GfFreeze { prefixes: vec![], paths: vec!["/".into()], thaw: true, txn },
+            Request::GfPutRows { prefix, rows: vec![], fresh: true, txn },
+            Request::GfDeleteRows { prefix, names: vec![], keep_times: false, txn },
+        ]
+    };
+    for step in steps(Some(7)) {
+        assert_eq!(s.handle(&root, step.clone()), Err(Errno::ECANCELED), "{step:?}");
+    }
+    for step in steps(Some(8)).into_iter().chain(steps(None)) {
+        assert_eq!(s.handle(&root, step.clone()), Ok(Reply::Unit), "{step:?}");
+    }
 }

@@ -395,7 +395,7 @@ async fn giraffa_requests_need_the_cluster_key_and_are_bounded() {
         Request::GfProof { path: "/".into(), adds: true },
         Request::GfEmpty { prefix: 1 },
         Request::GfScan { prefix: 1, after: None, limit: 1 },
-        Request::GfFreeze { prefixes: vec![1], paths: vec![], thaw: false },
+        Request::GfFreeze { prefixes: vec![1], paths: vec![], thaw: false, txn: None },
     ];
     for req in refused {
         assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
@@ -412,11 +412,11 @@ async fn giraffa_requests_need_the_cluster_key_and_are_bounded() {
     };
     let root_prefix = canopy_proto::giraffa::prefix(&canopy_proto::path::NsPath::root());
     let too_many = vec![row("a", "/a"); MAX_ROWS + 1];
-    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: too_many, fresh: false }, T).await, Err(Errno::EINVAL));
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: too_many, fresh: false, txn: None }, T).await, Err(Errno::EINVAL));
     let elsewhere = vec![row("a", "/b/a")];
-    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: elsewhere, fresh: false }, T).await, Err(Errno::EINVAL), "a row whose path is not its key");
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: elsewhere, fresh: false, txn: None }, T).await, Err(Errno::EINVAL), "a row whose path is not its key");
     let bad_name = vec![row("a/b", "/a/b")];
-    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: bad_name, fresh: false }, T).await, Err(Errno::EINVAL));
+    assert_eq!(root.call(&Creds::root(), &Request::GfPutRows { prefix: root_prefix, rows: bad_name, fresh: false, txn: None }, T).await, Err(Errno::EINVAL));
     let nested = Request::GfVouched { proofs: vec![], inner: vec![1, 2, 3] };
     assert!(root.call(&Creds::root(), &nested, T).await.is_err());
     let Ok(Reply::Fsck(report)) = root.call(&Creds::root(), &Request::Fsck, T).await else { panic!("fsck") };

@@ -330,15 +330,16 @@ impl Giraffa {
             return self.drop_remote(r).await;
         }
         let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: s.clone(), dst: d.clone() }).await?;
-        let r = self.rename_between(c, src, dst, &sp, &dp).await;
+        let r = self.rename_between(c, src, dst, &sp, &dp, txn).await;
         self.finish(txn, &r).await;
         r
     }
 
     /// A file rename between two servers, under the transaction's locks: the
     /// source checks and hands over its record, the destination inserts it
-    /// (the commit point), the source drops it.
-    async fn rename_between(&self, c: &Creds, src: &NsPath, dst: &NsPath, sp: &NsPath, dp: &NsPath) -> Res<()> {
+    /// (the commit point, refused once recovery revoked `txn`), the source
+    /// drops it.
+    async fn rename_between(&self, c: &Creds, src: &NsPath, dst: &NsPath, sp: &NsPath, dp: &NsPath, txn: Txn) -> Res<()> {
         let (s, d) = (src.to_string(), dst.to_string());
         let out = Request::RenameOut { src: s.clone().into(), dst: d.clone().into() };
         let record = match self.vouched(c, &[sp], self.row_server(src), &out).await? {
@@ -346,8 +347,8 @@ impl Giraffa {
             other => return Err(unexpected(other)),
         };
         let ino = record.ino();
-        let into = Request::RenameIn { src: s.clone().into(), dst: d.into(), record, txn: None };
-        let inserted = self.vouched(c, &[dp], self.row_server(dst), &into).await?;
+        let into = Request::RenameIn { src: s.clone().into(), dst: d.into(), record, txn: Some(txn.id) };
+        let inserted = self.vouched(c, &[dp], self.row_server(dst), &into).await.map_err(rename::taken_over)?;
         if inserted == Reply::Unit {
             return Ok(()); // both names are links to one file: nothing to do
         }
@@ -359,16 +360,18 @@ impl Giraffa {
     /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
     /// coordinator's transaction the lock service hands over.
     async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, _: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
+        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 
-    /// A dead coordinator's rename, decided from what the servers hold: a
+    /// A dead coordinator's rename, decided from what the servers hold once
+    /// they refuse its late steps (and a dead recoverer's: `revoke`): a
     /// directory's by [`Giraffa::recover_dir_rename`]; a file's committed if
     /// both names hold the same inode (then the source goes), else untouched.
-    async fn recover(&self, txn: Txn, intent: &Intent) -> Res<()> {
+    async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
         // Giraffa makes no RenameOver; recovered as the rename it is.
         let (Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. }) = intent else { return Ok(()) };
+        self.revoke(handed).await?;
         let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
         let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
         let dir = |x: &Option<Attr>| x.as_ref().is_some_and(|a| a.kind == FileKind::Dir);

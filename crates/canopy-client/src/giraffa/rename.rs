@@ -77,7 +77,7 @@ impl Giraffa {
         // Every step from the freeze on ends here, so a failure is thawed.
         let mut unfrozen = Vec::new();
         let r = async {
-            self.freeze_noting(&frozen, &paths, &mut unfrozen).await?;
+            self.freeze_noting(&frozen, &paths, &mut unfrozen, txn).await?;
             // Held still from here: the destination's parent must be the one
             // checked, and nobody may have taken the destination's name.
             match (self.attr_at(&dp).await?.map(|a| a.ino) == dp_ino, self.attr_at(dst).await?) {
@@ -95,7 +95,7 @@ impl Giraffa {
         // restart, for the lapse): recovery freezes and thaws them all once
         // they answer.
         if r.as_ref().is_err_and(|e| !crate::txn::outcome_unknown(e)) {
-            for (server, t) in self.freeze_each(&frozen, &paths, true).await {
+            for (server, t) in self.freeze_each(&frozen, &paths, true, txn).await {
                 let Err(e) = t else { continue };
                 if !unfrozen.contains(&server) {
                     eprintln!("canopy-client: a failed directory rename of {src} could not thaw server {server} ({e}); left to recovery");
@@ -112,32 +112,32 @@ impl Giraffa {
         let mut copied = Vec::new();
         let subdirs = match self.copy_subtree(src, dst, frozen, paths, &mut copied, txn).await {
             Ok(n) => n,
-            Err(e) => return Err(self.undo_copies(&copied, e).await),
+            Err(e) => return Err(self.undo_copies(&copied, e, txn).await),
         };
         // Renewed for what follows; a failure before the commit point takes
         // the copies back, as the copy's own does.
         let own = async {
-            self.freeze_all(frozen, paths, false).await?;
+            self.freeze_all(frozen, paths, false, txn).await?;
             self.own_row(src, dst, dname, top, subdirs).await
         };
         let own = match own.await {
             Ok(own) => own,
-            Err(e) => return Err(self.undo_copies(&copied, e).await),
+            Err(e) => return Err(self.undo_copies(&copied, e, txn).await),
         };
         // The commit point: the directory's row under its new name.
-        let put = Request::GfPutRows { prefix: giraffa::prefix(dp), rows: vec![own], fresh: true };
-        if let Err(e) = self.rpc(self.row_server(dst), &Creds::root(), put).await {
+        let put = Request::GfPutRows { prefix: giraffa::prefix(dp), rows: vec![own], fresh: true, txn: Some(txn.id) };
+        if let Err(e) = self.step_rpc(self.row_server(dst), put).await {
             let e = if e == Errno::EEXIST { Errno::ENOTEMPTY } else { e };
-            return Err(self.undo_copies(&copied, e).await);
+            return Err(self.undo_copies(&copied, e, txn).await);
         }
         self.step(txn, || Step::PrimaryDone(Intent::Rename { src: src.to_string(), dst: dst.to_string() })).await?;
         let finish = async {
             for level in &copied {
-                self.delete_rows(&level.from, level.names.clone(), self.entries_server(&level.from) == self.entries_server(&level.to)).await?;
+                self.delete_rows(&level.from, level.names.clone(), self.entries_server(&level.from) == self.entries_server(&level.to), txn).await?;
             }
             let (_, name) = src.split().ok_or(Errno::EBUSY)?;
-            self.delete_rows(sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst)).await?;
-            self.freeze_all(frozen, paths, true).await?;
+            self.delete_rows(sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst), txn).await?;
+            self.freeze_all(frozen, paths, true, txn).await?;
             if sp != dp {
                 self.count_subdir(sp, -1).await;
                 self.count_subdir(dp, 1).await;
@@ -177,7 +177,7 @@ impl Giraffa {
                     if let Some(level) = copied.last_mut() {
                         level.names.extend(rows.iter().map(|r| r.name().to_string()));
                     }
-                    self.put_rows(&to, moved_rows).await?;
+                    self.put_rows(&to, moved_rows, txn).await?;
                     if !more {
                         break;
                     }
@@ -185,7 +185,7 @@ impl Giraffa {
             }
             if !prefixes.is_empty() {
                 frozen.extend(&prefixes);
-                self.freeze_all(&prefixes, paths, false).await?;
+                self.freeze_all(&prefixes, paths, false, txn).await?;
             }
             next = below;
         }
@@ -194,13 +194,13 @@ impl Giraffa {
 
     /// Deletes the copies a rename made before it failed with `e` (certain
     /// failures only: an unknown outcome is left to recovery); answers `e`.
-    async fn undo_copies(&self, copied: &[Copied], e: Errno) -> Errno {
+    async fn undo_copies(&self, copied: &[Copied], e: Errno, txn: Txn) -> Errno {
         if crate::txn::outcome_unknown(&e) {
             return e;
         }
         for level in copied {
             let same = self.entries_server(&level.from) == self.entries_server(&level.to);
-            if let Err(undo) = self.delete_rows(&level.to, level.names.clone(), same).await {
+            if let Err(undo) = self.delete_rows(&level.to, level.names.clone(), same, txn).await {
                 eprintln!("canopy-client: a failed directory rename's copies under {} stay: {undo}", level.to);
                 return Errno::EIO;
             }
@@ -218,6 +218,11 @@ impl Giraffa {
         let lookup = DirLookup { id: top.id, mode: a.mode, uid: a.uid, gid: a.gid };
         let row = DirRow { lookup, path: dst.to_string(), subdirs };
         Ok(GfRow::Dir { name: name.to_string(), row, times: DirTimes { atime: a.atime, mtime: a.mtime, ctime: a.ctime } })
+    }
+
+    /// A rename step (one naming its transaction) to `server`, as root.
+    async fn step_rpc(&self, server: u32, req: Request) -> Res<Reply> {
+        self.rpc(server, &Creds::root(), req).await.map_err(taken_over)
     }
 
     /// One page of directory `dir`'s rows, names after `after`.
@@ -242,41 +247,42 @@ impl Giraffa {
     }
 
     /// Writes `rows` under directory `dir`'s prefix, in chunks of at most
-    /// `MAX_ROWS` rows and about `ROW_BYTES` bytes.
-    async fn put_rows(&self, dir: &NsPath, rows: Vec<GfRow>) -> Res<()> {
+    /// `MAX_ROWS` rows and about `ROW_BYTES` bytes, as a step of `txn`.
+    async fn put_rows(&self, dir: &NsPath, rows: Vec<GfRow>, txn: Txn) -> Res<()> {
         let (server, prefix) = (self.entries_server(dir), giraffa::prefix(dir));
         let mut chunk = Vec::new();
         let mut bytes = 0;
         for row in rows {
             let size = giraffa::row_bytes(&row);
             if !chunk.is_empty() && (chunk.len() == MAX_ROWS || bytes + size > ROW_BYTES) {
-                self.rpc(server, &Creds::root(), Request::GfPutRows { prefix, rows: std::mem::take(&mut chunk), fresh: false }).await?;
+                self.step_rpc(server, Request::GfPutRows { prefix, rows: std::mem::take(&mut chunk), fresh: false, txn: Some(txn.id) }).await?;
                 bytes = 0;
             }
             bytes += size;
             chunk.push(row);
         }
         if !chunk.is_empty() {
-            self.rpc(server, &Creds::root(), Request::GfPutRows { prefix, rows: chunk, fresh: false }).await?;
+            self.step_rpc(server, Request::GfPutRows { prefix, rows: chunk, fresh: false, txn: Some(txn.id) }).await?;
         }
         Ok(())
     }
 
     /// Deletes rows `names` of directory `dir`'s entries; `keep_times`: their
-    /// copies are on the same server, which keeps directories' times.
-    pub(super) async fn delete_rows(&self, dir: &NsPath, names: Vec<String>, keep_times: bool) -> Res<()> {
+    /// copies are on the same server, which keeps directories' times. A step
+    /// of `txn`.
+    async fn delete_rows(&self, dir: &NsPath, names: Vec<String>, keep_times: bool, txn: Txn) -> Res<()> {
         let (server, prefix) = (self.entries_server(dir), giraffa::prefix(dir));
         for chunk in names.chunks(MAX_ROWS) {
-            self.rpc(server, &Creds::root(), Request::GfDeleteRows { prefix, names: chunk.to_vec(), keep_times }).await?;
+            self.step_rpc(server, Request::GfDeleteRows { prefix, names: chunk.to_vec(), keep_times, txn: Some(txn.id) }).await?;
         }
         Ok(())
     }
 
     /// Freezes on every server, as [`Self::freeze_all`], noting in
     /// `unfrozen` each that certainly did not take the freeze.
-    async fn freeze_noting(&self, prefixes: &[u64], paths: &[String], unfrozen: &mut Vec<u32>) -> Res<()> {
+    async fn freeze_noting(&self, prefixes: &[u64], paths: &[String], unfrozen: &mut Vec<u32>, txn: Txn) -> Res<()> {
         let mut first = Ok(());
-        for (server, r) in self.freeze_each(prefixes, paths, false).await {
+        for (server, r) in self.freeze_each(prefixes, paths, false, txn).await {
             if let Err(e) = r {
                 if !crate::txn::outcome_unknown(&e) {
                     unfrozen.push(server);
@@ -288,17 +294,19 @@ impl Giraffa {
     }
 
     /// Freezes (freezing again renews) or thaws on every server.
-    async fn freeze_all(&self, prefixes: &[u64], paths: &[String], thaw: bool) -> Res<()> {
-        for (_, r) in self.freeze_each(prefixes, paths, thaw).await {
+    async fn freeze_all(&self, prefixes: &[u64], paths: &[String], thaw: bool, txn: Txn) -> Res<()> {
+        for (_, r) in self.freeze_each(prefixes, paths, thaw, txn).await {
             r?;
         }
         Ok(())
     }
 
-    /// Each server's answer to freezing (or thawing) what a rename names.
-    async fn freeze_each(&self, prefixes: &[u64], paths: &[String], thaw: bool) -> Vec<(u32, Res<Reply>)> {
-        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw };
-        self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await
+    /// Each server's answer to freezing (or thawing) what a rename, as
+    /// transaction `txn`, names.
+    async fn freeze_each(&self, prefixes: &[u64], paths: &[String], thaw: bool, txn: Txn) -> Vec<(u32, Res<Reply>)> {
+        let req = Request::GfFreeze { prefixes: prefixes.to_vec(), paths: paths.to_vec(), thaw, txn: Some(txn.id) };
+        let each = self.fan_out(0..self.n, &Creds::root(), |_| req.clone()).await;
+        each.into_iter().map(|(i, r)| (i, r.map_err(taken_over))).collect()
     }
 
     /// A dead coordinator's directory rename: committed if the destination
@@ -315,7 +323,7 @@ impl Giraffa {
         let mut paths = vec![src.to_string(), dst.to_string()];
         paths.extend([src.split(), dst.split()].into_iter().flatten().map(|(p, _)| p.to_string()));
         let mut frozen = vec![giraffa::prefix(keep), giraffa::prefix(drop)];
-        self.freeze_all(&frozen, &paths, false).await?;
+        self.freeze_all(&frozen, &paths, false, txn).await?;
         let mut next = vec![keep.clone()];
         while let Some(dir) = next.pop() {
             self.keep_alive(txn).await?;
@@ -340,21 +348,21 @@ impl Giraffa {
             let prefixes: Vec<u64> = children.iter().map(|c| moved(c, keep, drop).map(|o| [giraffa::prefix(c), giraffa::prefix(&o)])).collect::<Res<Vec<_>>>()?.concat();
             if !prefixes.is_empty() {
                 frozen.extend(&prefixes);
-                self.freeze_all(&prefixes, &paths, false).await?;
+                self.freeze_all(&prefixes, &paths, false, txn).await?;
             }
             if committed {
                 let missing: Vec<GfRow> = there.iter().filter(|t| !kept.iter().any(|k| k.name() == t.name())).map(|t| rebased(t, drop, keep)).collect::<Res<_>>()?;
-                self.put_rows(&dir, missing).await?;
+                self.put_rows(&dir, missing, txn).await?;
             }
             let names = there.iter().map(|t| t.name().to_string()).collect();
-            self.delete_rows(&other, names, self.entries_server(&other) == self.entries_server(&dir)).await?;
+            self.delete_rows(&other, names, self.entries_server(&other) == self.entries_server(&dir), txn).await?;
             next.extend(children);
         }
         if committed && src_ino.is_some() {
             let (sp, name) = src.split().ok_or(Errno::EBUSY)?;
-            self.delete_rows(&sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst)).await?;
+            self.delete_rows(&sp, vec![name.to_string()], self.row_server(src) == self.row_server(dst), txn).await?;
         }
-        self.freeze_all(&frozen, &paths, true).await?;
+        self.freeze_all(&frozen, &paths, true, txn).await?;
         for parent in [src.split().map(|(p, _)| p), dst.split().map(|(p, _)| p)].into_iter().flatten() {
             self.recount(&parent).await?;
         }
@@ -370,6 +378,18 @@ impl Giraffa {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A rename step's error as the rename sees it: refused because recovery
+/// took the transaction over (revoked it, `ECANCELED`), it is `EIO`, which
+/// leaves the transaction to recovery as an unknown outcome does (nothing
+/// undone or thawed, nothing unlocked).
+pub(super) fn taken_over(e: Errno) -> Errno {
+    if e == Errno::ECANCELED {
+        eprintln!("canopy-client: a rename step was refused: recovery took its transaction over and decides its outcome");
+        return Errno::EIO;
+    }
+    e
 }
 
 /// Whether `row` is a rename's copy of `of`: the same name for the same

@@ -35,7 +35,8 @@ use canopy_proto::msg::{DirLookup, FsckReport};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
 use canopy_store::Batch;
-use parking_lot::Mutex;
+use crate::revoked::Revoked;
+use parking_lot::{Mutex, RwLock};
 use proofs::Proofs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,12 @@ pub(crate) struct Giraffa {
     regions: Mutex<regions::Regions>,
     /// The server's clock (freezes lapse by it).
     clock: canopy_proto::clock::SharedClock,
+    /// Transactions recovery took over (`crate::revoked`), whose rename
+    /// steps are refused.
+    revoked: Revoked,
+    /// Held shared by a rename step naming a transaction while it checks and
+    /// writes, exclusively by a revoke, so one under way ends first.
+    steps: RwLock<()>,
     issued: AtomicU64,
     refused: AtomicU64,
     proof_waits: AtomicU64,
@@ -96,6 +103,8 @@ impl Giraffa {
             frozen: Mutex::new(freeze::Frozen::default()),
             regions: Mutex::new(regions),
             clock: core.clock.clone(),
+            revoked: Revoked::of(crate::revoked::load(core).map_err(row_err)?),
+            steps: RwLock::new(()),
             issued: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             proof_waits: AtomicU64::new(0),
@@ -429,6 +438,17 @@ impl Mode for Giraffa {
         VOUCHED.with(|v| v.borrow_mut().clear());
     }
 
+    /// A file rename's steps (`RenameLocal`, `RenameIn`), under the entry
+    /// locks, which hold the structure lock shared: a revoke waits them out.
+    /// `ECANCELED`, not ShardFS's `ESTALE`: a Giraffa client asks again on
+    /// `ESTALE` (a proof that expired on its way).
+    fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
+        match txn {
+            Some(t) if self.revoked.contains(t) => Err(Errno::ECANCELED),
+            _ => Ok(()),
+        }
+    }
+
     fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         match req {
             Request::GfProof { path, adds } => self.proof(core, &path, adds),
@@ -439,11 +459,12 @@ impl Mode for Giraffa {
             Request::GfDirSetAttr { path, set } => self.dir_setattr(core, creds, &path, &set),
             Request::GfSubdirs { path, delta } => self.count_subdirs(core, &path, delta),
             Request::GfRenameDirCheck { src, dst, proofs } => self.rename_dir_check(core, creds, &src, &dst, &proofs),
-            Request::GfFreeze { prefixes, paths, thaw } => self.freeze(core, &prefixes, &paths, thaw),
+            Request::GfFreeze { prefixes, paths, thaw, txn } => self.freeze(core, &prefixes, &paths, thaw, txn),
             Request::GfScan { prefix, after, limit } => self.scan(core, prefix, after.as_deref(), limit),
-            Request::GfPutRows { prefix, rows, fresh } => self.put_rows(core, prefix, rows, fresh),
-            Request::GfDeleteRows { prefix, names, keep_times } => self.delete_rows(core, prefix, &names, keep_times),
+            Request::GfPutRows { prefix, rows, fresh, txn } => self.put_rows(core, prefix, rows, fresh, txn),
+            Request::GfDeleteRows { prefix, names, keep_times, txn } => self.delete_rows(core, prefix, &names, keep_times, txn),
             Request::GfSetSubdirs { path, subdirs } => self.set_subdirs(core, &path, subdirs),
+            Request::Revoke { txn } => self.revoke(core, txn),
             _ => Err(Errno::ENOSYS),
         }
     }

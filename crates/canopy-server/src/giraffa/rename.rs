@@ -12,7 +12,7 @@ use super::frozen_store;
 use super::Giraffa;
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES};
-use crate::mode::Target;
+use crate::mode::{Mode, Target};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::giraffa::{self, DirProof, DirRow, GfRow, MAX_ROWS, ROW_BYTES};
@@ -23,6 +23,7 @@ use canopy_proto::msg::{DirTimes, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
+use parking_lot::RwLockReadGuard;
 
 impl Giraffa {
     /// The permission checks of renaming directory `src` (its row is here) to
@@ -47,19 +48,39 @@ impl Giraffa {
         Ok(Reply::Dir(row.lookup))
     }
 
+    /// A rename step of transaction `txn` (none: not one) may go on:
+    /// `ECANCELED` once recovery revoked `txn` here. The guard keeps a revoke
+    /// waiting until the step has written.
+    fn step(&self, txn: Option<u64>) -> Result<RwLockReadGuard<'_, ()>, Errno> {
+        let g = self.steps.read();
+        self.refuse_step(txn)?;
+        Ok(g)
+    }
+
+    /// `Request::Revoke`: durable before it answers, once the steps under
+    /// way here have ended (rename steps, and a file rename's under the
+    /// entry locks, which hold the structure lock shared).
+    pub(super) fn revoke(&self, core: &Core, txn: u64) -> Result<Reply, Errno> {
+        let _steps = self.steps.write();
+        let _g = core.lock_structure();
+        self.revoked.add(core, txn)?;
+        Ok(Reply::Unit)
+    }
+
     /// Freezes (or thaws; freezing again renews) what a rename names. A
     /// mutation checks the freeze holding its directory's stripe, so once this
     /// has taken and released those stripes, every mutation that got past the
     /// check has written. No proof of a frozen directory is issued, and those
     /// already issued here that may add entries are waited out: after the
     /// rename, none may add an entry under a prefix that is gone.
-    pub(super) fn freeze(&self, core: &Core, prefixes: &[u64], paths: &[String], thaw: bool) -> Result<Reply, Errno> {
+    pub(super) fn freeze(&self, core: &Core, prefixes: &[u64], paths: &[String], thaw: bool, txn: Option<u64>) -> Result<Reply, Errno> {
         let mut stripes: Vec<u64> = prefixes.to_vec();
         for p in paths {
             stripes.push(giraffa::row_prefix(&NsPath::parse(p)?));
         }
         let mut b = Batch::new();
         {
+            let _step = self.step(txn)?;
             // Held across the write, so the store and memory change in the
             // same order as concurrent freezes and thaws of one row.
             let mut frozen = self.frozen.lock();
@@ -130,10 +151,11 @@ impl Giraffa {
 
     /// Writes `rows` under `prefix` (replacing what is there).
     /// `fresh`: the rows must not exist yet (a rename's commit: `EEXIST`).
-    pub(super) fn put_rows(&self, core: &Core, prefix: u64, rows: Vec<GfRow>, fresh: bool) -> Result<Reply, Errno> {
+    pub(super) fn put_rows(&self, core: &Core, prefix: u64, rows: Vec<GfRow>, fresh: bool, txn: Option<u64>) -> Result<Reply, Errno> {
         if rows.len() > MAX_ROWS || !self.here(core, prefix) {
             return Err(Errno::EINVAL);
         }
+        let _step = self.step(txn)?;
         let _g = core.lock_stripes(|| vec![prefix], true, &[]);
         let mut b = Batch::new();
         let mut index = Vec::new();
@@ -163,10 +185,11 @@ impl Giraffa {
 
     /// Deletes the rows `names` under `prefix` (a directory's with its times,
     /// unless `keep_times`).
-    pub(super) fn delete_rows(&self, core: &Core, prefix: u64, names: &[String], keep_times: bool) -> Result<Reply, Errno> {
+    pub(super) fn delete_rows(&self, core: &Core, prefix: u64, names: &[String], keep_times: bool, txn: Option<u64>) -> Result<Reply, Errno> {
         if names.len() > MAX_ROWS || !self.here(core, prefix) {
             return Err(Errno::EINVAL);
         }
+        let _step = self.step(txn)?;
         let _g = core.lock_stripes(|| vec![prefix], true, &[]);
         let mut b = Batch::new();
         let mut gone = Vec::new();

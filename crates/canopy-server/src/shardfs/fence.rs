@@ -15,10 +15,11 @@
 //! revoked transaction is refused, so none goes up after recovery has read
 //! what the transaction left.
 
+use crate::core::Core;
+use crate::revoked::Revoked;
 use canopy_proto::path::NsPath;
 use canopy_proto::{Errno, Reply};
 use parking_lot::{RwLock, RwLockReadGuard};
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Default)]
@@ -29,12 +30,17 @@ pub(crate) struct Fences {
     /// Held shared by each admitted operation while it runs; a new fence
     /// takes it once exclusively, to wait for those admitted before it.
     running: RwLock<()>,
-    /// Revoked transactions (original ids), changed only while `by_txn` is
-    /// held for writing.
-    revoked: RwLock<BTreeSet<u64>>,
+    /// Revoked transactions, changed only while `by_txn` is held for
+    /// writing.
+    revoked: Revoked,
 }
 
 impl Fences {
+    /// No fence up; `revoked` revoked.
+    pub(crate) fn with_revoked(revoked: Revoked) -> Fences {
+        Fences { revoked, ..Fences::default() }
+    }
+
     /// Held by an operation from before its admission until it ends.
     pub(crate) fn running(&self) -> RwLockReadGuard<'_, ()> {
         self.running.read()
@@ -67,7 +73,7 @@ impl Fences {
     fn put_up(&self, txn: u64, paths: &[String], unless_revoked: bool) -> Result<Reply, Errno> {
         let parsed = paths.iter().map(|p| NsPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
         let mut fences = self.by_txn.write();
-        if unless_revoked && self.revoked.read().contains(&txn) {
+        if unless_revoked && self.revoked.contains(txn) {
             return Err(Errno::ESTALE);
         }
         for p in parsed {
@@ -106,24 +112,13 @@ impl Fences {
 
     /// Whether recovery has revoked transaction `txn` here.
     pub(crate) fn is_revoked(&self, txn: u64) -> bool {
-        self.revoked.read().contains(&txn)
+        self.revoked.contains(txn)
     }
 
-    /// The oldest revoked transactions that must go for one more to be kept
-    /// within `kept`.
-    pub(crate) fn revoked_beyond(&self, kept: usize) -> Vec<u64> {
-        let revoked = self.revoked.read();
-        revoked.iter().take((revoked.len() + 1).saturating_sub(kept)).copied().collect()
-    }
-
-    /// Revokes `txn` and forgets `dropped` (see [`Fences::revoked_beyond`]).
-    pub(crate) fn revoke(&self, txn: u64, dropped: &[u64]) {
+    /// Revokes `txn` (durably: `crate::revoked`).
+    pub(crate) fn revoke(&self, core: &Core, txn: u64) -> Result<(), Errno> {
         let _fences = self.by_txn.write();
-        let mut revoked = self.revoked.write();
-        for t in dropped {
-            revoked.remove(t);
-        }
-        revoked.insert(txn);
+        self.revoked.add(core, txn)
     }
 
     fn lift(&self, which: impl Fn(u64, &NsPath) -> bool) -> Vec<u64> {
@@ -168,21 +163,14 @@ mod tests {
 
     #[test]
     fn a_revoked_transaction_puts_up_no_fence_but_at_a_start() {
-        let f = Fences::default();
+        let f = Fences::with_revoked(Revoked::of([5]));
         f.fence(4, &["/a".into()]).unwrap();
-        f.revoke(4, &[]);
-        f.revoke(5, &[]);
-        assert!(f.is_up(4), "a revoke lifts nothing");
         assert_eq!(f.fence(5, &["/b".into()]), Err(Errno::ESTALE));
         assert!(!f.is_up(5));
         f.fence_again(5, &["/b".into()]).unwrap();
         assert!(f.is_up(5));
         assert_eq!(f.fence(6, &["/c".into()]), Ok(Reply::Unit));
-        assert_eq!(f.revoked_beyond(3), vec![] as Vec<u64>);
-        assert_eq!(f.revoked_beyond(2), vec![4]);
-        assert_eq!(f.revoked_beyond(1), vec![4, 5]);
-        f.revoke(7, &[4]);
-        assert!(!f.is_revoked(4) && f.is_revoked(5) && f.is_revoked(7));
+        assert!(!f.is_revoked(4) && f.is_revoked(5));
     }
 
     #[test]

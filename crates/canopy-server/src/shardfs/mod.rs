@@ -23,11 +23,12 @@ mod rename_dir;
 pub mod resolve;
 mod revoked;
 
-pub use revoked::KEPT as REVOKED_KEPT;
+pub use crate::revoked::KEPT as REVOKED_KEPT;
 
 use crate::core::Core;
 use crate::keys::{self, DIRS, DIRTIMES};
 use crate::mode::{Admission, Located, Mode, Target};
+use crate::revoked::Revoked;
 use canopy_posix::perm::Owner;
 use canopy_proto::msg::{DirLookup, FsckReport, Intent, TxnInfo};
 use canopy_proto::path::NsPath;
@@ -50,10 +51,7 @@ impl ShardFs {
     /// Loads the replicated directory table; creates the root on a new store.
     pub(crate) fn open(core: &Core) -> Result<ShardFs, String> {
         let table = load_table(core)?;
-        let fences = fence::Fences::default();
-        for txn in revoked::prune(core, revoked::load(core)?)? {
-            fences.revoke(txn, &[]);
-        }
+        let fences = fence::Fences::with_revoked(Revoked::of(crate::revoked::load(core)?));
         Ok(ShardFs { table: RwLock::new(table), fences, parked: parked::Parked::default() })
     }
 
