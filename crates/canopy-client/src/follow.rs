@@ -13,6 +13,13 @@ use canopy_proto::msg::{FsckReport, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
 use canopy_rpc::Target;
 
+/// A link's transaction: its id, and the server of the name it makes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LinkTxn {
+    pub id: u64,
+    pub named_at: u32,
+}
+
 impl ClientCore {
     pub(crate) async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
         match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
@@ -32,9 +39,17 @@ impl ClientCore {
     /// failed takes the count back only if it certainly did not apply: with
     /// its outcome unknown the count stays, since one too low would free the
     /// inode while a name still refers to it, and the link answers `EIO`.
+    ///
+    /// `txn`: the link's transaction (ShardFS), under which the home records
+    /// the count, and the new name's server the name, as the transaction's
+    /// own until they are settled: the count taken back here when the name
+    /// certainly was not made, kept (posted) when it was, and left to
+    /// recovery, which settles it from the name's record, when the outcome is
+    /// unknown or the coordinator dies.
     pub(crate) async fn link_steps<I>(
         &self,
         shared: Reply,
+        txn: Option<LinkTxn>,
         between: impl std::future::Future<Output = Res<()>>,
         insert: impl FnOnce(u64, u32) -> I,
     ) -> Res<Attr>
@@ -44,32 +59,69 @@ impl ClientCore {
         let (ino, home) = match shared {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
-                self.link_delta(ino, home, 1).await?;
+                self.count_link(ino, home, 1, txn.map(|t| t.id)).await?;
                 (ino, home)
             }
             other => return Err(unexpected(other)),
         };
         if let Err(e) = between.await {
-            if let Err(undo) = self.link_delta(ino, home, -1).await {
+            if let Err(undo) = self.uncount_link(ino, home, txn).await {
                 eprintln!("canopy-client: inode {ino:#x} keeps a count for a link never made ({undo}); fsck reports it");
             }
             return Err(e);
         }
         match insert(ino, home).await {
-            Ok(Ok(())) => self.inode_stat(ino, home).await,
+            Ok(Ok(())) => {
+                if let Some(t) = txn {
+                    let servers = if t.named_at == home { vec![home] } else { vec![home, t.named_at] };
+                    for server in servers {
+                        let settle = Request::LinkSettle { ino, txn: t.id, undo: false };
+                        self.post_soon(server, &Creds::root(), settle, || format!("the settling of link transaction {} on server {server}", t.id)).await;
+                    }
+                }
+                self.inode_stat(ino, home).await
+            }
             Ok(Err(e)) if outcome_unknown(&e) => {
                 eprintln!("canopy-client: a link to inode {ino:#x} may or may not have been made ({e}); its count is left as if it was");
                 Err(Errno::EIO)
             }
             Ok(Err(e)) | Err(e) => {
-                self.link_delta(ino, home, -1).await?;
+                self.uncount_link(ino, home, txn).await?;
                 Err(e)
             }
         }
     }
 
     pub(crate) async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
-        match self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta }).await? {
+        self.count_link(ino, home, delta, None).await
+    }
+
+    /// Changes inode `ino`'s count on its home by `delta`, as link
+    /// transaction `txn`'s own if any.
+    async fn count_link(&self, ino: u64, home: u32, delta: i32, txn: Option<u64>) -> Res<()> {
+        let r = self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta, txn }).await?;
+        self.dropped_here(r)
+    }
+
+    /// Takes back the count a link added to `ino` for a name it certainly
+    /// did not make: settled as undone under `txn`, else one less.
+    async fn uncount_link(&self, ino: u64, home: u32, txn: Option<LinkTxn>) -> Res<()> {
+        match txn {
+            Some(t) => self.settle_link(ino, home, t.id, true).await,
+            None => self.link_delta(ino, home, -1).await,
+        }
+    }
+
+    /// Settles what link transaction `txn` counted on `ino` (`LinkSettle`).
+    pub(crate) async fn settle_link(&self, ino: u64, home: u32, txn: u64, undo: bool) -> Res<()> {
+        let r = self.rpc(home, &Creds::root(), Request::LinkSettle { ino, txn, undo }).await?;
+        self.dropped_here(r)
+    }
+
+    /// A home's answer to a change of an inode's count: back-end contents
+    /// its last count freed are reclaimed.
+    fn dropped_here(&self, r: Reply) -> Res<()> {
+        match r {
             Reply::Dropped { freed, .. } => self.reclaim(freed),
             Reply::Attr(_) => {}
             other => return Err(unexpected(other)),

@@ -28,8 +28,9 @@
 //!   already moved it, and put back a directory it had replaced.
 //! - file rename: if both names now hold the same inode (inserted at the
 //!   destination, not yet dropped at the source), drop the source.
-//! - link and a pessimistic retry: nothing to repair (a link that died between its
-//!   two steps can leave the inode's nlink one too high; fsck reports it).
+//! - link: each count it added (recorded with it at the inode's home) is kept
+//!   if its name was made (recorded with the name), else taken back.
+//! - a pessimistic retry: nothing to repair.
 
 use crate::namespace::Res;
 use crate::shardfs::ShardFs;
@@ -67,11 +68,10 @@ impl By {
     }
 }
 
-/// Whether recovering a transaction of this kind revokes it first: those
-/// whose steps change the replicated directory state or put up fences
-/// (a link or a pessimistic retry leaves nothing recovery reads).
+/// Whether recovering a transaction of this kind revokes it first: every
+/// kind but a pessimistic retry, which changes nothing.
 pub(crate) fn revokes(intent: &Intent) -> bool {
-    !matches!(intent, Intent::Link { .. } | Intent::Retry { .. })
+    !matches!(intent, Intent::Retry { .. })
 }
 
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
@@ -101,7 +101,33 @@ impl ShardFs {
                 self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was, By::Recovery).await?;
                 self.unfence(was).await?;
             }
-            Intent::Link { .. } | Intent::Retry { .. } => {}
+            Intent::Link { .. } => self.recover_link(was).await?,
+            Intent::Retry { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// A link whose coordinator died (revoked first, so its late steps record
+    /// nothing more): each count it added is kept if its name was made,
+    /// else taken back, and what it recorded is forgotten. The name's record
+    /// decides, not whether the name is there now: it may have been made,
+    /// then unlinked (which took its own count back).
+    async fn recover_link(&self, was: u64) -> Res<()> {
+        let mut counted = Vec::new();
+        let mut named = Vec::new();
+        for (server, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::LinkPending { txn: was }).await {
+            let Reply::Pending { counted: c, named: n } = r? else { return Err(Errno::EPROTO) };
+            counted.extend(c.into_iter().map(|ino| (server, ino)));
+            named.extend(n.into_iter().map(|ino| (server, ino)));
+        }
+        // The counts first: a recovery that dies after them leaves only
+        // names' records, which the next one forgets.
+        for &(server, ino) in &counted {
+            let made = named.iter().any(|(_, n)| *n == ino);
+            self.settle_link(ino, server, was, !made).await?;
+        }
+        for (server, ino) in named {
+            self.settle_link(ino, server, was, false).await?;
         }
         Ok(())
     }

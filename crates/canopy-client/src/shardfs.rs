@@ -26,6 +26,7 @@ use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
+use crate::follow::LinkTxn;
 use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
@@ -746,12 +747,13 @@ impl ShardFs {
 
     /// A hard link as transaction `txn` (`ClientCore::link_steps`).
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Attr> {
-        let shared = self.under_own_locks(c, src, Request::LinkShare { at: src.to_string().into() }).await?;
+        let shared = self.under_own_locks(c, src, Request::LinkShare { at: src.to_string().into(), txn: Some(txn.id) }).await?;
         let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let insert = |ino, home| async move {
-            Ok(self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home }).await.map(drop))
+            Ok(self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) }).await.map(drop))
         };
-        self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        let link = LinkTxn { id: txn.id, named_at: self.primary(dst) };
+        self.link_steps(shared, Some(link), self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {

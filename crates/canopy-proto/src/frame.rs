@@ -41,7 +41,9 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// their transaction.
 /// Version 11: a handover names the id whose lease ran out (`Reply::Recover`'s
 /// `lapsed`), and recovery rolls a directory rename forward with its own step
-/// (`RenameDirStep::Redo`).
+/// (`RenameDirStep::Redo`); Giraffa's rename steps name their transaction;
+/// a link's steps name theirs, whose count is settled (`LinkSettle`,
+/// `LinkPending`).
 pub const VERSION: u16 = 11;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read

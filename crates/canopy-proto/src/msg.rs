@@ -427,13 +427,20 @@ requests! {
     /// `with_dirs` includes subdirectories (asked of one server only).
     ReadDir { at: At, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
-    LinkShare { at: At } = 0x0009,
+    /// `txn`: the link's transaction (ShardFS): the count it adds here is
+    /// recorded as its own until `LinkSettle`, and the step is refused
+    /// `ESTALE` once recovery revoked `txn`.
+    LinkShare { at: At, txn: Option<u64> } = 0x0009,
     /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
-    LinkInsert { at: At, ino: u64, home: u32 } = 0x000A,
+    /// `txn` as in `LinkShare` (refused once revoked); the server records
+    /// that `txn` made its name, in the same write, until `LinkSettle`.
+    LinkInsert { at: At, ino: u64, home: u32, txn: Option<u64> } = 0x000A,
     /// Operations on a shared inode on its home server.
     InodeStat { ino: u64 } = 0x000B,
     InodeSetAttr { ino: u64, set: SetAttr } = 0x000C,
-    InodeLinkDelta { ino: u64, delta: i32 } = 0x000D,
+    /// `txn` as in `LinkShare`: a count added (`delta` 1) is recorded as the
+    /// transaction's own.
+    InodeLinkDelta { ino: u64, delta: i32, txn: Option<u64> } = 0x000D,
     /// Rename of a file within one server. `txn`: the transaction doing it
     /// (ShardFS: refused `ESTALE` once recovery has revoked it here).
     RenameLocal { src: At, dst: At, txn: Option<u64> } = 0x000E,
@@ -682,6 +689,15 @@ requests! {
     /// cannot land behind recovery's decision. Answers once every step of
     /// `txn` already under way here has ended.
     Revoke { txn: u64 } = 0x010E,
+    /// The link transaction `txn` on inode `ino` ended: what it recorded
+    /// here (a count on the inode's home, its name on the new name's server)
+    /// is forgotten. `undo`: its name was not made, so the count it added
+    /// here is taken back. Settling again, or what `txn` never recorded
+    /// here, changes nothing.
+    LinkSettle { ino: u64, txn: u64, undo: bool } = 0x010F,
+    /// What link transaction `txn` recorded here and has not settled
+    /// (`Reply::Pending`): what recovery of a dead link settles.
+    LinkPending { txn: u64 } = 0x0110,
 }
 
 /// The id of the directory a ShardFS mkdir makes as transaction `txn`: the lock
@@ -786,6 +802,9 @@ pub enum Reply {
     /// primary): the client renames it as a file, under the fences the
     /// check put up.
     RenameOfFile,
+    /// What a link transaction recorded here and has not settled: the
+    /// inodes it added a count to, and those it made a name for.
+    Pending { counted: Vec<u64>, named: Vec<u64> },
 }
 
 #[cfg(test)]
@@ -888,6 +907,8 @@ mod tests {
         ("BatchClose", 0x0505),
         ("ClearFences", 0x010D),
         ("Revoke", 0x010E),
+        ("LinkSettle", 0x010F),
+        ("LinkPending", 0x0110),
     ];
 
     #[test]
@@ -948,6 +969,7 @@ mod tests {
             Reply::BatchApplied { .. } => 29,
             Reply::RenameChecked { .. } => 30,
             Reply::RenameOfFile => 31,
+            Reply::Pending { .. } => 32,
         }
     }
 
@@ -989,6 +1011,7 @@ mod tests {
             Reply::BatchApplied { inserted: 0, landed: 0, rejected: vec![] },
             Reply::RenameChecked { below: false, times: None },
             Reply::RenameOfFile,
+            Reply::Pending { counted: vec![], named: vec![] },
         ];
         for r in &samples {
             assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -4,8 +4,19 @@
 //! Link is two RPCs (share on the source's primary, insert on the destination's);
 //! operations through a name whose inode is homed elsewhere answer `Redirect` and
 //! the client asks the home server.
+//!
+//! A link under a transaction (ShardFS) records, in the same writes, that it
+//! added a count (on the inode's home: `meta` [`COUNTED`] ‖ txn ‖ ino) and
+//! that it made the name (on that name's server: [`NAMED`] ‖ txn ‖ ino),
+//! until it is settled: by the coordinator once the name is made (or
+//! certainly not), or by recovery, which finds what a dead coordinator
+//! recorded (`LinkPending`) and takes the count back unless the name was
+//! made. The name's own record decides, not whether the name is there: it
+//! may have been made and unlinked since. So a coordinator that dies
+//! between its two steps leaves no count too high, and a settle sent twice,
+//! or late, changes nothing.
 
-use crate::keys::{self, ENTRIES, INODES};
+use crate::keys::{self, ENTRIES, INODES, META};
 use crate::mode::{Located, Target};
 use crate::server::MetaServer;
 use canopy_posix::perm;
@@ -26,6 +37,31 @@ pub(crate) struct DroppedName {
 impl DroppedName {
     pub(crate) fn into_reply(self) -> Reply {
         Reply::Dropped { remote: self.remote, freed: self.freed }
+    }
+}
+
+const COUNTED: &[u8] = b"link-counted/";
+const NAMED: &[u8] = b"link-named/";
+
+/// The most inodes one `LinkPending` answers of each kind (a link records one).
+const PENDING_MAX: usize = 64;
+
+fn txn_prefix(kind: &[u8], txn: u64) -> Vec<u8> {
+    let mut k = kind.to_vec();
+    k.extend_from_slice(&txn.to_be_bytes());
+    k
+}
+
+fn txn_key(kind: &[u8], txn: u64, ino: u64) -> Vec<u8> {
+    let mut k = txn_prefix(kind, txn);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+/// Adds to `b` that link transaction `txn` (if any) did `kind` for `ino` here.
+fn record_for(b: &mut Batch, kind: &[u8], txn: Option<u64>, ino: u64) {
+    if let Some(t) = txn {
+        b.put(META, txn_key(kind, t, ino), Vec::new());
     }
 }
 
@@ -65,8 +101,9 @@ impl MetaServer {
         Ok(inode)
     }
 
-    pub(crate) fn link_share(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
+    pub(crate) fn link_share(&self, creds: &Creds, path: &Target, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], true)?;
+        self.mode().refuse_step(txn)?;
         let (parent, name, record) = match self.locate(creds, path)? {
             Located::Root | Located::Dir { .. } => return Err(Errno::EPERM),
             Located::Absent { .. } => return Err(Errno::ENOENT),
@@ -85,11 +122,13 @@ impl MetaServer {
                 inode.attr.ctime = self.now_ns();
                 b.put(INODES, keys::id_key(ino).to_vec(), keys::encode(&inode));
                 b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Linked { ino, home: me }));
+                record_for(&mut b, COUNTED, txn, ino);
                 self.write(b)?;
                 Ok(Reply::Shared { ino, home: me })
             }
             Record::Linked { ino, home } if home == me => {
                 self.link_delta_into(&mut b, ino, 1)?;
+                record_for(&mut b, COUNTED, txn, ino);
                 self.write(b)?;
                 Ok(Reply::Shared { ino, home })
             }
@@ -97,11 +136,12 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn link_insert(&self, creds: &Creds, path: &Target, ino: u64, home: u32) -> Result<Reply, Errno> {
+    pub(crate) fn link_insert(&self, creds: &Creds, path: &Target, ino: u64, home: u32, txn: Option<u64>) -> Result<Reply, Errno> {
         if home >= self.cfg.servers {
             return Err(Errno::EINVAL);
         }
         let _g = self.lock_entries(&[path], true)?;
+        self.mode().refuse_step(txn)?;
         let (parent, name) = match self.locate(creds, path)? {
             Located::Absent { parent, name } => (parent, name),
             _ => return Err(Errno::EEXIST),
@@ -109,6 +149,7 @@ impl MetaServer {
         perm::require_dir_write(creds, self.dir_owner(parent)?)?;
         let mut b = Batch::new();
         b.put(ENTRIES, self.entry_key(parent, &name), keys::encode(&Record::Linked { ino, home }));
+        record_for(&mut b, NAMED, txn, ino);
         self.write(b)?;
         self.mode().grew(self, parent, 1);
         Ok(Reply::Unit)
@@ -133,12 +174,55 @@ impl MetaServer {
         Ok(Reply::Attr(inode.attr))
     }
 
-    pub(crate) fn inode_link_delta(&self, ino: u64, delta: i32) -> Result<Reply, Errno> {
+    pub(crate) fn inode_link_delta(&self, ino: u64, delta: i32, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_inodes();
+        self.mode().refuse_step(txn)?;
         let mut b = Batch::new();
         let inode = self.link_delta_into(&mut b, ino, delta)?;
+        if delta > 0 {
+            record_for(&mut b, COUNTED, txn, ino);
+        }
         self.write(b)?;
         let freed = if inode.attr.nlink == 0 { backend_fid(&inode) } else { None };
         Ok(DroppedName { remote: None, freed }.into_reply())
+    }
+
+    /// `Request::LinkSettle`: forgets what transaction `txn` recorded for
+    /// `ino` here, taking back the count it added if `undo`.
+    pub(crate) fn link_settle(&self, ino: u64, txn: u64, undo: bool) -> Result<Reply, Errno> {
+        let _g = self.lock_inodes();
+        let mut b = Batch::new();
+        let mut freed = None;
+        let counted = txn_key(COUNTED, txn, ino);
+        if self.store.get(META, &counted).map_err(crate::core::io)?.is_some() {
+            b.delete(META, counted);
+            if undo {
+                let inode = self.link_delta_into(&mut b, ino, -1)?;
+                freed = if inode.attr.nlink == 0 { backend_fid(&inode) } else { None };
+            }
+        }
+        b.delete(META, txn_key(NAMED, txn, ino));
+        self.write(b)?;
+        Ok(DroppedName { remote: None, freed }.into_reply())
+    }
+
+    /// `Request::LinkPending`: what transaction `txn` recorded here and has
+    /// not settled.
+    pub(crate) fn link_pending(&self, txn: u64) -> Result<Reply, Errno> {
+        Ok(Reply::Pending { counted: self.recorded(COUNTED, txn)?, named: self.recorded(NAMED, txn)? })
+    }
+
+    fn recorded(&self, kind: &[u8], txn: u64) -> Result<Vec<u64>, Errno> {
+        let prefix = txn_prefix(kind, txn);
+        let mut inos = Vec::new();
+        self.store
+            .for_each(META, &prefix, &mut |k, _| {
+                if let Some(ino) = k.strip_prefix(prefix.as_slice()).and_then(|r| r.try_into().ok()).map(u64::from_be_bytes) {
+                    inos.push(ino);
+                }
+                inos.len() < PENDING_MAX
+            })
+            .map_err(crate::core::io)?;
+        Ok(inos)
     }
 }

@@ -197,11 +197,13 @@ impl MetaServer {
                 self.read_dir(creds, &*self.admitted(&at)?, after.as_deref(), limit, with_dirs)
             }
             Request::TouchDir { at } => self.touch_dir(creds, &*self.admitted(&at)?),
-            Request::LinkShare { at } => self.link_share(creds, &*self.admitted(&at)?),
-            Request::LinkInsert { at, ino, home } => self.link_insert(creds, &*self.admitted(&at)?, ino, home),
+            Request::LinkShare { at, txn } => self.link_share(creds, &*self.admitted(&at)?, txn),
+            Request::LinkInsert { at, ino, home, txn } => self.link_insert(creds, &*self.admitted(&at)?, ino, home, txn),
             Request::InodeStat { ino } => self.inode_stat(ino),
             Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
-            Request::InodeLinkDelta { ino, delta } => self.inode_link_delta(ino, delta),
+            Request::InodeLinkDelta { ino, delta, txn } => self.inode_link_delta(ino, delta, txn),
+            Request::LinkSettle { ino, txn, undo } => self.link_settle(ino, txn, undo),
+            Request::LinkPending { txn } => self.link_pending(txn),
             // Transaction steps and recovery: under the transaction's own locks
             // (and fences), so not admitted.
             Request::RenameLocal { src, dst, txn } => self.rename_local(creds, &Target::parse(&src)?, &Target::parse(&dst)?, txn),
@@ -348,7 +350,7 @@ fn generic_at(req: &Request) -> Option<&At> {
         | Request::Access { at, .. }
         | Request::ReadDir { at, .. }
         | Request::TouchDir { at }
-        | Request::LinkShare { at }
+        | Request::LinkShare { at, .. }
         | Request::LinkInsert { at, .. } => Some(at),
         _ => None,
     }

@@ -282,17 +282,17 @@ impl Giraffa {
 
     /// (`ClientCore::link_steps`; Giraffa's link takes no locks.)
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
-        let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into() }).await?;
+        let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into(), txn: None }).await?;
         let insert = |ino, home| async move {
             let (parent, _) = dst.split().ok_or(Errno::EEXIST)?;
             let sent = AtomicBool::new(false);
-            let req = Request::LinkInsert { at: dst.to_string().into(), ino, home };
+            let req = Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: None };
             match self.vouched_noting(c, &[&parent], self.row_server(dst), &req, &sent).await {
                 Err(e) if !sent.load(Ordering::Acquire) => Err(e),
                 r => Ok(r.map(drop)),
             }
         };
-        let attr = self.link_steps(shared, async { Ok(()) }, insert).await?;
+        let attr = self.link_steps(shared, None, async { Ok(()) }, insert).await?;
         self.touch_parent(c, dst).await;
         Ok(attr)
     }

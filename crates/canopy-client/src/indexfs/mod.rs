@@ -646,15 +646,15 @@ impl IndexFs {
     /// (`ClientCore::link_steps`, as transaction `txn`.)
     async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Res<Attr> {
         let sp = self.place(c, s).await?;
-        let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at }).await?;
+        let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at, txn: None }).await?;
         let intent = || Intent::Link { src: s.to_string(), dst: d.to_string() };
         let insert = |ino, home| async move {
             match self.place(c, d).await? {
                 Place { parent: None, .. } => Err(Errno::EEXIST),
-                dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home }).await.map(drop)),
+                dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home, txn: None }).await.map(drop)),
             }
         };
-        self.link_steps(shared, self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(shared, None, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
