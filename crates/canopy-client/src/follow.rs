@@ -13,13 +13,6 @@ use canopy_proto::msg::{FsckReport, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
 use canopy_rpc::Target;
 
-/// A link's transaction: its id, and the server of the name it makes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LinkTxn {
-    pub id: u64,
-    pub named_at: u32,
-}
-
 impl ClientCore {
     pub(crate) async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
         match self.rpc(home, &Creds::root(), Request::InodeStat { ino }).await? {
@@ -35,7 +28,8 @@ impl ClientCore {
     /// stops before the name appears, taking back the count it certainly
     /// added for no name). Then `insert(ino, home)` adds the name; it answers
     /// `Err` for a failure before the insert was sent (finding the
-    /// destination: certain), else the insert's own answer. An insert that
+    /// destination: certain), else the insert's own answer (the server that
+    /// made the name, when it did). An insert that
     /// failed takes the count back only if it certainly did not apply: with
     /// its outcome unknown the count stays, since one too low would free the
     /// inode while a name still refers to it, and the link answers `EIO`.
@@ -49,17 +43,17 @@ impl ClientCore {
     pub(crate) async fn link_steps<I>(
         &self,
         shared: Reply,
-        txn: Option<LinkTxn>,
+        txn: Option<u64>,
         between: impl std::future::Future<Output = Res<()>>,
         insert: impl FnOnce(u64, u32) -> I,
     ) -> Res<Attr>
     where
-        I: std::future::Future<Output = Res<Res<()>>>,
+        I: std::future::Future<Output = Res<Res<u32>>>,
     {
         let (ino, home) = match shared {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
-                self.count_link(ino, home, 1, txn.map(|t| t.id)).await?;
+                self.count_link(ino, home, 1, txn).await?;
                 (ino, home)
             }
             other => return Err(unexpected(other)),
@@ -71,12 +65,12 @@ impl ClientCore {
             return Err(e);
         }
         match insert(ino, home).await {
-            Ok(Ok(())) => {
-                if let Some(t) = txn {
-                    let servers = if t.named_at == home { vec![home] } else { vec![home, t.named_at] };
+            Ok(Ok(named_at)) => {
+                if let Some(txn) = txn {
+                    let servers = if named_at == home { vec![home] } else { vec![home, named_at] };
                     for server in servers {
-                        let settle = Request::LinkSettle { ino, txn: t.id, undo: false };
-                        self.post_soon(server, &Creds::root(), settle, || format!("the settling of link transaction {} on server {server}", t.id)).await;
+                        let settle = Request::LinkSettle { ino, txn, undo: false };
+                        self.post_soon(server, &Creds::root(), settle, || format!("the settling of link transaction {txn} on server {server}")).await;
                     }
                 }
                 self.inode_stat(ino, home).await
@@ -92,6 +86,31 @@ impl ClientCore {
         }
     }
 
+    /// A link whose coordinator died (revoked first, so its late steps record
+    /// nothing more): each count it added is kept if its name was made,
+    /// else taken back, and what it recorded is forgotten. The name's record
+    /// decides, not whether the name is there now: it may have been made,
+    /// then unlinked (which took its own count back).
+    pub(crate) async fn recover_link(&self, was: u64) -> Res<()> {
+        let mut counted = Vec::new();
+        let mut named = Vec::new();
+        for (server, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::LinkPending { txn: was }).await {
+            let Reply::Pending { counted: c, named: n } = r? else { return Err(Errno::EPROTO) };
+            counted.extend(c.into_iter().map(|ino| (server, ino)));
+            named.extend(n.into_iter().map(|ino| (server, ino)));
+        }
+        // The counts first: a recovery that dies after them leaves only
+        // names' records, which the next one forgets.
+        for &(server, ino) in &counted {
+            let made = named.iter().any(|(_, n)| *n == ino);
+            self.settle_link(ino, server, was, !made).await?;
+        }
+        for (server, ino) in named {
+            self.settle_link(ino, server, was, false).await?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
         self.count_link(ino, home, delta, None).await
     }
@@ -105,9 +124,9 @@ impl ClientCore {
 
     /// Takes back the count a link added to `ino` for a name it certainly
     /// did not make: settled as undone under `txn`, else one less.
-    async fn uncount_link(&self, ino: u64, home: u32, txn: Option<LinkTxn>) -> Res<()> {
+    async fn uncount_link(&self, ino: u64, home: u32, txn: Option<u64>) -> Res<()> {
         match txn {
-            Some(t) => self.settle_link(ino, home, t.id, true).await,
+            Some(txn) => self.settle_link(ino, home, txn, true).await,
             None => self.link_delta(ino, home, -1).await,
         }
     }

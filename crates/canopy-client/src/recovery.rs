@@ -107,31 +107,6 @@ impl ShardFs {
         Ok(())
     }
 
-    /// A link whose coordinator died (revoked first, so its late steps record
-    /// nothing more): each count it added is kept if its name was made,
-    /// else taken back, and what it recorded is forgotten. The name's record
-    /// decides, not whether the name is there now: it may have been made,
-    /// then unlinked (which took its own count back).
-    async fn recover_link(&self, was: u64) -> Res<()> {
-        let mut counted = Vec::new();
-        let mut named = Vec::new();
-        for (server, r) in self.fan_out(0..self.n, &Creds::root(), |_| Request::LinkPending { txn: was }).await {
-            let Reply::Pending { counted: c, named: n } = r? else { return Err(Errno::EPROTO) };
-            counted.extend(c.into_iter().map(|ino| (server, ino)));
-            named.extend(n.into_iter().map(|ino| (server, ino)));
-        }
-        // The counts first: a recovery that dies after them leaves only
-        // names' records, which the next one forgets.
-        for &(server, ino) in &counted {
-            let made = named.iter().any(|(_, n)| *n == ino);
-            self.settle_link(ino, server, was, !made).await?;
-        }
-        for (server, ino) in named {
-            self.settle_link(ino, server, was, false).await?;
-        }
-        Ok(())
-    }
-
     /// Every server's directory at `path`, by server index.
     async fn probe_all(&self, path: &NsPath) -> Res<Vec<Option<DirLookup>>> {
         let results = self.fan_out(0..self.n, &Creds::root(), |_| Request::DirProbe { path: path.to_string() }).await;

@@ -26,7 +26,6 @@ use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::monotonic::{self, Change};
-use crate::follow::LinkTxn;
 use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
@@ -750,10 +749,10 @@ impl ShardFs {
         let shared = self.under_own_locks(c, src, Request::LinkShare { at: src.to_string().into(), txn: Some(txn.id) }).await?;
         let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let insert = |ino, home| async move {
-            Ok(self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) }).await.map(drop))
+            let made = self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) }).await;
+            Ok(made.map(|_| self.primary(dst)))
         };
-        let link = LinkTxn { id: txn.id, named_at: self.primary(dst) };
-        self.link_steps(shared, Some(link), self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(shared, Some(txn.id), self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {

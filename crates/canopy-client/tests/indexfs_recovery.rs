@@ -314,3 +314,31 @@ async fn a_rename_over_a_directory_whose_commit_answer_was_lost_drops_it_in_reco
     let dst = format!("{}/sub", away().await);
     rename_over_with_answer_lost(&dst, "IxRenameDirCommit", "the source dropped over a directory, its answer lost").await;
 }
+
+/// A link whose coordinator died after it counted the new name and before it
+/// made it: recovery takes the count back, so the file keeps the count of its
+/// names and fsck is clean; for an inode the link shares first, and for one
+/// already shared and homed on another server. Before, the count stayed one
+/// too high.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
+    let away = away().await;
+    for shared_before in [false, true] {
+        let (cluster, root) = populated().await;
+        let mut src = "/a/f0".to_string();
+        if shared_before {
+            // A second name in a directory on another server: the inode
+            // stays homed on /a's, so linking through it counts there.
+            src = format!("{away}/g");
+            root.link("/a/f0", &src).await.unwrap();
+        }
+        let names = root.stat(&src).await.unwrap().nlink;
+        let want = tree(&root).await;
+        let at = Step::PrimaryDone(Intent::Link { src: src.clone(), dst: "/a/h".into() });
+        let dying = cluster.client_with_hook(Arc::new(DieAt(at)), LEASE_MS);
+        assert_eq!(dying.link(&src, "/a/h").await.map(drop), Err(Errno::ENOTCONN));
+        recovered_to(&cluster, &want, &format!("shared before: {shared_before}")).await;
+        assert_eq!(root.stat(&src).await.map(|a| a.nlink), Ok(names), "shared before: {shared_before}");
+        assert_eq!(root.stat("/a/h").await.map(drop), Err(Errno::ENOENT));
+    }
+}

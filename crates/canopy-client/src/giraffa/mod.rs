@@ -289,7 +289,7 @@ impl Giraffa {
             let req = Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: None };
             match self.vouched_noting(c, &[&parent], self.row_server(dst), &req, &sent).await {
                 Err(e) if !sent.load(Ordering::Acquire) => Err(e),
-                r => Ok(r.map(drop)),
+                r => Ok(r.map(|_| self.row_server(dst))),
             }
         };
         let attr = self.link_steps(shared, None, async { Ok(()) }, insert).await?;

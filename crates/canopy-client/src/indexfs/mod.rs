@@ -341,7 +341,7 @@ impl IndexFs {
     }
 
     pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, _: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, &failed).await }) };
+        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
         self.core.lock_with(locks, intent, &recover).await
     }
 
@@ -353,7 +353,17 @@ impl IndexFs {
         F: std::future::Future<Output = Res<T>>,
     {
         let txn = self.lock_with(locks, intent).await?;
-        let r = body(txn).await;
+        let r = match body(txn).await {
+            // A step refused because recovery took the transaction over
+            // (revoked it), or the lease found lost: recovery decides, so it
+            // is neither unlocked nor reported done or refused (`EIO`, not
+            // `ESTALE`, which the kernel would retry).
+            Err(Errno::ESTALE) => {
+                eprintln!("canopy-client: transaction {} was taken over by recovery, or its lease ran out; its outcome is recovery's", txn.id);
+                Err(Errno::EIO)
+            }
+            r => r,
+        };
         self.finish(txn, &r).await;
         r
     }
@@ -646,15 +656,15 @@ impl IndexFs {
     /// (`ClientCore::link_steps`, as transaction `txn`.)
     async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Res<Attr> {
         let sp = self.place(c, s).await?;
-        let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at, txn: None }).await?;
+        let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at, txn: Some(txn.id) }).await?;
         let intent = || Intent::Link { src: s.to_string(), dst: d.to_string() };
         let insert = |ino, home| async move {
             match self.place(c, d).await? {
                 Place { parent: None, .. } => Err(Errno::EEXIST),
-                dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home, txn: None }).await.map(drop)),
+                dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home, txn: Some(txn.id) }).await.map(|_| dp.server)),
             }
         };
-        self.link_steps(shared, None, self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(shared, Some(txn.id), self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
@@ -677,10 +687,15 @@ impl IndexFs {
         }
     }
 
-    /// Recovers a dead coordinator's transaction from what the servers hold.
-    async fn recover(&self, _txn: Txn, intent: &Intent) -> Res<()> {
+    /// Recovers a dead coordinator's transaction from what the servers hold
+    /// (a link's once they refuse its late steps: `revoke`).
+    async fn recover(&self, _txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
         let root = Creds::root();
         match intent {
+            Intent::Link { .. } => {
+                self.revoke(handed).await?;
+                self.recover_link(handed.was).await
+            }
             Intent::Mkdir { path } => {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
@@ -728,7 +743,7 @@ impl IndexFs {
                     _ => self.recover_file_rename(&sp, &dp).await,
                 }
             }
-            Intent::Link { .. } | Intent::Retry { .. } => Ok(()),
+            Intent::Retry { .. } => Ok(()),
         }
     }
 

@@ -26,6 +26,7 @@ mod readdir;
 mod split;
 pub use split::{SplitHook, SplitStep, DEFAULT_SPLIT_THRESHOLD};
 
+use crate::revoked::Revoked;
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, DIRTIMES, ENTRIES, PARTS};
 use crate::mode::{Located, Mode, Named, Target};
@@ -119,6 +120,9 @@ pub(crate) struct IndexFs {
     redirects: AtomicU64,
     splits: split::Splits,
     cache: parts::HeaderCache,
+    /// Transactions recovery took over (`crate::revoked`): a link's steps
+    /// naming one are refused.
+    revoked: Revoked,
 }
 
 impl IndexFs {
@@ -143,6 +147,7 @@ impl IndexFs {
             redirects: AtomicU64::new(0),
             splits: split::Splits::new(split_threshold, unfinished, core.doorbell.clone()),
             cache: parts::HeaderCache::default(),
+            revoked: Revoked::of(crate::revoked::load(core)?),
         };
         if giga::home(ROOT_ID, core.cfg.servers) == core.cfg.index && me.header(core, ROOT_ID).map_err(|e| e.to_string())?.is_none() {
             let root = DirLookup { id: ROOT_ID, mode: 0o755, uid: 0, gid: 0 };
@@ -397,7 +402,22 @@ impl Mode for IndexFs {
             }
             Request::IxReadDir { dir, after, limit } => self.read_dir(core, creds, dir, after.as_deref(), limit),
             Request::IxRenew { items, client } => self.renew(core, creds, &items, client),
+            // Under the structure lock, which a link's steps hold shared
+            // (with their entry locks): one under way ends first.
+            Request::Revoke { txn } => {
+                let _g = core.lock_structure();
+                self.revoked.add(core, txn).map(|()| Reply::Unit)
+            }
             _ => Err(Errno::ENOSYS),
+        }
+    }
+
+    /// A link's steps (`LinkShare`, `InodeLinkDelta`, `LinkInsert`): refused
+    /// once recovery revoked their transaction.
+    fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
+        match txn {
+            Some(t) if self.revoked.contains(t) => Err(Errno::ESTALE),
+            _ => Ok(()),
         }
     }
 
