@@ -84,6 +84,16 @@ impl Revoked {
         self.0.read().contains(&txn)
     }
 
+    /// A step naming transaction `txn` (none: not a transaction's) may go
+    /// on, else `refused` (the errno the mode's clients take for "recovery
+    /// took it over").
+    pub(crate) fn refuse(&self, txn: Option<u64>, refused: Errno) -> Result<(), Errno> {
+        match txn {
+            Some(t) if self.contains(t) => Err(refused),
+            _ => Ok(()),
+        }
+    }
+
     /// Revokes `txn`, durably before it answers, forgetting the oldest
     /// beyond [`KEPT`]. The caller keeps out the steps that check it.
     pub(crate) fn add(&self, core: &Core, txn: u64) -> Result<(), Errno> {

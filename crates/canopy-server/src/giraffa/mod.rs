@@ -36,7 +36,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, Reply, Request};
 use canopy_store::Batch;
 use crate::revoked::Revoked;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use proofs::Proofs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,11 +52,9 @@ pub(crate) struct Giraffa {
     /// The server's clock (freezes lapse by it).
     clock: canopy_proto::clock::SharedClock,
     /// Transactions recovery took over (`crate::revoked`), whose rename
-    /// steps are refused.
+    /// steps are refused (checked under the structure lock, shared, which a
+    /// revoke takes exclusively, so one under way ends first).
     revoked: Revoked,
-    /// Held shared by a rename step naming a transaction while it checks and
-    /// writes, exclusively by a revoke, so one under way ends first.
-    steps: RwLock<()>,
     issued: AtomicU64,
     refused: AtomicU64,
     proof_waits: AtomicU64,
@@ -104,7 +102,6 @@ impl Giraffa {
             regions: Mutex::new(regions),
             clock: core.clock.clone(),
             revoked: Revoked::of(crate::revoked::load(core).map_err(row_err)?),
-            steps: RwLock::new(()),
             issued: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             proof_waits: AtomicU64::new(0),
@@ -443,10 +440,7 @@ impl Mode for Giraffa {
     /// `ECANCELED`, not ShardFS's `ESTALE`: a Giraffa client asks again on
     /// `ESTALE` (a proof that expired on its way).
     fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
-        match txn {
-            Some(t) if self.revoked.contains(t) => Err(Errno::ECANCELED),
-            _ => Ok(()),
-        }
+        self.revoked.refuse(txn, Errno::ECANCELED)
     }
 
     fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {

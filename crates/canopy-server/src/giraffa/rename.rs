@@ -23,7 +23,6 @@ use canopy_proto::msg::{DirTimes, Record};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
-use parking_lot::RwLockReadGuard;
 
 impl Giraffa {
     /// The permission checks of renaming directory `src` (its row is here) to
@@ -48,20 +47,10 @@ impl Giraffa {
         Ok(Reply::Dir(row.lookup))
     }
 
-    /// A rename step of transaction `txn` (none: not one) may go on:
-    /// `ECANCELED` once recovery revoked `txn` here. The guard keeps a revoke
-    /// waiting until the step has written.
-    fn step(&self, txn: Option<u64>) -> Result<RwLockReadGuard<'_, ()>, Errno> {
-        let g = self.steps.read();
-        self.refuse_step(txn)?;
-        Ok(g)
-    }
-
     /// `Request::Revoke`: durable before it answers, once the steps under
-    /// way here have ended (rename steps, and a file rename's under the
-    /// entry locks, which hold the structure lock shared).
+    /// way here have ended (each checks and writes holding the structure
+    /// lock shared: a rename step, and a file rename's with its entry locks).
     pub(super) fn revoke(&self, core: &Core, txn: u64) -> Result<Reply, Errno> {
-        let _steps = self.steps.write();
         let _g = core.lock_structure();
         self.revoked.add(core, txn)?;
         Ok(Reply::Unit)
@@ -80,7 +69,9 @@ impl Giraffa {
         }
         let mut b = Batch::new();
         {
-            let _step = self.step(txn)?;
+            // The structure lock, shared (no stripe): a revoke waits for it.
+            let _step = core.lock_stripes(Vec::new, false, &[]);
+            self.refuse_step(txn)?;
             // Held across the write, so the store and memory change in the
             // same order as concurrent freezes and thaws of one row.
             let mut frozen = self.frozen.lock();
@@ -155,8 +146,8 @@ impl Giraffa {
         if rows.len() > MAX_ROWS || !self.here(core, prefix) {
             return Err(Errno::EINVAL);
         }
-        let _step = self.step(txn)?;
         let _g = core.lock_stripes(|| vec![prefix], true, &[]);
+        self.refuse_step(txn)?;
         let mut b = Batch::new();
         let mut index = Vec::new();
         for row in rows {
@@ -189,8 +180,8 @@ impl Giraffa {
         if names.len() > MAX_ROWS || !self.here(core, prefix) {
             return Err(Errno::EINVAL);
         }
-        let _step = self.step(txn)?;
         let _g = core.lock_stripes(|| vec![prefix], true, &[]);
+        self.refuse_step(txn)?;
         let mut b = Batch::new();
         let mut gone = Vec::new();
         for name in names {

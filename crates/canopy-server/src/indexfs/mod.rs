@@ -415,10 +415,7 @@ impl Mode for IndexFs {
     /// A link's steps (`LinkShare`, `InodeLinkDelta`, `LinkInsert`): refused
     /// once recovery revoked their transaction.
     fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
-        match txn {
-            Some(t) if self.revoked.contains(t) => Err(Errno::ESTALE),
-            _ => Ok(()),
-        }
+        self.revoked.refuse(txn, Errno::ESTALE)
     }
 
     fn fsck(&self, core: &Core, r: &mut FsckReport) -> Result<(), Errno> {

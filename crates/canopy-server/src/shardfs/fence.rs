@@ -110,9 +110,9 @@ impl Fences {
         self.by_txn.read().iter().any(|(t, _)| *t == txn)
     }
 
-    /// Whether recovery has revoked transaction `txn` here.
-    pub(crate) fn is_revoked(&self, txn: u64) -> bool {
-        self.revoked.contains(txn)
+    /// `ESTALE` if transaction `txn` is revoked here (`Revoked::refuse`).
+    pub(crate) fn refuse_revoked(&self, txn: Option<u64>) -> Result<(), Errno> {
+        self.revoked.refuse(txn, Errno::ESTALE)
     }
 
     /// Revokes `txn` (durably: `crate::revoked`).
@@ -170,7 +170,9 @@ mod tests {
         f.fence_again(5, &["/b".into()]).unwrap();
         assert!(f.is_up(5));
         assert_eq!(f.fence(6, &["/c".into()]), Ok(Reply::Unit));
-        assert!(!f.is_revoked(4) && f.is_revoked(5));
+        assert_eq!(f.refuse_revoked(Some(4)), Ok(()));
+        assert_eq!(f.refuse_revoked(Some(5)), Err(Errno::ESTALE));
+        assert_eq!(f.refuse_revoked(None), Ok(()));
     }
 
     #[test]

@@ -31,10 +31,7 @@ impl ShardFs {
     /// `ESTALE` if a coordinator's step naming transaction `txn` must not
     /// land: recovery has revoked it here.
     pub(crate) fn refuse_revoked(&self, txn: Option<u64>) -> Result<(), Errno> {
-        match txn {
-            Some(t) if self.fences.is_revoked(t) => Err(Errno::ESTALE),
-            _ => Ok(()),
-        }
+        self.fences.refuse_revoked(txn)
     }
 
     /// [`ShardFs::refuse_revoked`] for a mkdir's step, which names its
