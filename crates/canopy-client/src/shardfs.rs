@@ -30,7 +30,7 @@ use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, Handed, Step, Txn};
+use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, stopped_for_recovery, Handed, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
@@ -200,16 +200,10 @@ impl ShardFs {
     {
         let taken_over_means_stop = revokes(&intent);
         let txn = self.lock(paths, intent).await?;
-        let r = match body(txn).await {
-            // A step refused because recovery has taken the transaction over
-            // (revoked it, or lifted its fence): recovery decides, so it is
-            // neither unlocked nor reported done or refused.
-            Err(Errno::ESTALE) if taken_over_means_stop => {
-                eprintln!("canopy-client: transaction {} was taken over by recovery; its outcome is recovery's", txn.id);
-                Err(Errno::EIO)
-            }
-            r => r,
-        };
+        // A step refused because recovery has taken the transaction over
+        // (revoked it, or lifted its fence): recovery decides.
+        let r = body(txn).await;
+        let r = if taken_over_means_stop { stopped_for_recovery(txn, r) } else { r };
         self.finish(txn, &r).await;
         r
     }

@@ -130,6 +130,21 @@ impl Handed {
     }
 }
 
+/// A transaction body's outcome as its caller sees it: a step refused
+/// `ESTALE` (recovery revoked the transaction, or its lease was found lost)
+/// leaves the outcome to recovery, so it is `EIO`, which is neither
+/// unlocked nor reported done or refused (not `ESTALE`, which the kernel
+/// would retry).
+pub(crate) fn stopped_for_recovery<T>(txn: Txn, r: Res<T>) -> Res<T> {
+    match r {
+        Err(Errno::ESTALE) => {
+            eprintln!("canopy-client: transaction {} was taken over by recovery, or its lease ran out; its outcome is recovery's", txn.id);
+            Err(Errno::EIO)
+        }
+        r => r,
+    }
+}
+
 /// How a mode repairs a transaction the lock service hands over: it now holds it
 /// as `txn`, handed from the ids in [`Handed`].
 pub(crate) type Recover<'a> = &'a (dyn Fn(Txn, Handed, Intent) -> BoxFuture<'a, Res<()>> + Sync);

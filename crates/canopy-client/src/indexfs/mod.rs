@@ -42,7 +42,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, file_ino, outcome_unknown, unless_absent, Handed, Step, Txn};
+use crate::txn::{after_commit, file_ino, outcome_unknown, stopped_for_recovery, unless_absent, Handed, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -353,17 +353,7 @@ impl IndexFs {
         F: std::future::Future<Output = Res<T>>,
     {
         let txn = self.lock_with(locks, intent).await?;
-        let r = match body(txn).await {
-            // A step refused because recovery took the transaction over
-            // (revoked it), or the lease found lost: recovery decides, so it
-            // is neither unlocked nor reported done or refused (`EIO`, not
-            // `ESTALE`, which the kernel would retry).
-            Err(Errno::ESTALE) => {
-                eprintln!("canopy-client: transaction {} was taken over by recovery, or its lease ran out; its outcome is recovery's", txn.id);
-                Err(Errno::EIO)
-            }
-            r => r,
-        };
+        let r = stopped_for_recovery(txn, body(txn).await);
         self.finish(txn, &r).await;
         r
     }
