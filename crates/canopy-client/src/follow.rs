@@ -34,7 +34,7 @@ impl ClientCore {
     /// its outcome unknown the count stays, since one too low would free the
     /// inode while a name still refers to it, and the link answers `EIO`.
     ///
-    /// `txn`: the link's transaction (ShardFS), under which the home records
+    /// `txn`: the link's transaction (ShardFS, IndexFS), under which the home records
     /// the count, and the new name's server the name, as the transaction's
     /// own until they are settled: the count taken back here when the name
     /// certainly was not made, kept (posted) when it was, and left to

@@ -427,7 +427,7 @@ requests! {
     /// `with_dirs` includes subdirectories (asked of one server only).
     ReadDir { at: At, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
-    /// `txn`: the link's transaction (ShardFS): the count it adds here is
+    /// `txn`: the link's transaction (ShardFS, IndexFS): the count it adds here is
     /// recorded as its own until `LinkSettle`, and the step is refused
     /// `ESTALE` once recovery revoked `txn`.
     LinkShare { at: At, txn: Option<u64> } = 0x0009,
