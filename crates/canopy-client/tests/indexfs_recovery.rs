@@ -342,3 +342,41 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
         assert_eq!(root.stat("/a/h").await.map(drop), Err(Errno::ENOENT));
     }
 }
+
+/// A coordinator's step held on its way until its lease ran out and another
+/// client recovered its transaction is refused when it arrives: recovery
+/// revoked the transaction before it read. Each case names the step held
+/// and what it did before: a mkdir's entry (a directory named with no
+/// header, which fsck reports), an rmdir's seal (the directory left sealed,
+/// refusing new names for good, though no transaction holds it), and a
+/// rename's insert at the destination (one directory under two names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
+    let away = away().await;
+    for (op, step) in [(Op::Mkdir, "IxMkdir"), (Op::Rmdir, "IxSeal"), (Op::RenameDir(away.clone()), "IxRenameDirIn")] {
+        let what = format!("{op:?}'s {step} arriving late");
+        let (cluster, root) = populated().await;
+        let before = tree(&root).await;
+        let server = match &op {
+            Op::Rmdir => giga::home(root.stat("/empty").await.unwrap().ino, SERVERS),
+            Op::RenameDir(d) => server_of_name(&root, &format!("{d}/sub")).await,
+            _ => server_of_name(&root, "/a/new").await,
+        };
+        let (mut held, release) = cluster.faults().hold_next(server, step);
+        let coordinator = short_lease_client(&cluster);
+        let running = tokio::spawn({
+            let op = op.clone();
+            async move { op.run(&coordinator).await }
+        });
+        tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
+        // The coordinator is as good as dead once its lease runs out.
+        recovered_to(&cluster, &before, &what).await;
+        release.add_permits(1);
+        assert_eq!(running.await.unwrap(), Err(Errno::EIO), "{what}: the coordinator's late step was taken");
+        let reader = cluster.fresh_client();
+        assert_eq!(tree(&reader).await, before, "{what}");
+        let fsck = reader.fsck().await.unwrap();
+        assert!(fsck.is_clean(), "{what}: {:?}", fsck.problems);
+        reader.create("/empty/later", 0o644).await.unwrap_or_else(|e| panic!("{what}: /empty refuses new names: {e:?}"));
+    }
+}

@@ -44,7 +44,9 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// (`RenameDirStep::Redo`); Giraffa's rename steps name their transaction;
 /// a link's steps name theirs, whose count is settled (`LinkSettle`,
 /// `LinkPending`).
-pub const VERSION: u16 = 11;
+/// Version 12: IndexFS's directory transactions' steps name their
+/// transaction, refused once recovery revoked it.
+pub const VERSION: u16 = 12;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

@@ -540,38 +540,42 @@ requests! {
     /// (random, per client) lets a mutation by the only holder of live leases
     /// on an entry skip the wait: it dropped its own copy.
     IxLookup { dir: u64, name: String, depth: u32, client: u64 } = 0x0301,
+    /// IndexFS's directory transactions' steps below (the ones that change
+    /// something) name their transaction (`txn`, the recoverer's own in
+    /// recovery): once recovery revoked it (`Revoke`), a server refuses them
+    /// `ESTALE`. `None` outside a transaction.
     /// IndexFS: make subdirectory `name` of `dir` (its entry; the commit point).
-    IxMkdir { dir: u64, name: String, mode: u32 } = 0x0302,
+    IxMkdir { dir: u64, name: String, mode: u32, txn: Option<u64> } = 0x0302,
     /// IndexFS, on a new directory's home: its header (partition 0) and times.
     /// Idempotent.
-    IxMkHeader { lookup: DirLookup, parent: u64, depth: u32 } = 0x0303,
+    IxMkHeader { lookup: DirLookup, parent: u64, depth: u32, txn: Option<u64> } = 0x0303,
     /// IndexFS, on a directory's home: refuse (`seal`) or admit again new names
     /// in `dir`; sealing answers `ENOTEMPTY` if it holds any.
-    IxSeal { dir: u64, seal: bool } = 0x0304,
+    IxSeal { dir: u64, seal: bool, txn: Option<u64> } = 0x0304,
     /// IndexFS: remove subdirectory `name` of `dir` (its entry; the commit
     /// point), once no lease on it is live; `check_only`: only the caller's
     /// rights. Its emptiness was checked by sealing it (`IxSeal`).
-    IxRmdir { dir: u64, name: String, check_only: bool, client: u64 } = 0x0305,
+    IxRmdir { dir: u64, name: String, check_only: bool, client: u64, txn: Option<u64> } = 0x0305,
     /// IndexFS, on a directory's home: drop its header and times. Idempotent.
-    IxDropHeader { dir: u64 } = 0x0306,
+    IxDropHeader { dir: u64, txn: Option<u64> } = 0x0306,
     /// IndexFS: chmod/chown of subdirectory `name` of `dir` (its entry), once no
     /// lease on it is live.
-    IxDirSetAttr { dir: u64, name: String, set: SetAttr, client: u64 } = 0x0307,
+    IxDirSetAttr { dir: u64, name: String, set: SetAttr, client: u64, txn: Option<u64> } = 0x0307,
     /// IndexFS, on a directory's home: copy its entry's lookup state into its
     /// header. Idempotent.
-    IxHeaderSet { lookup: DirLookup } = 0x0308,
+    IxHeaderSet { lookup: DirLookup, txn: Option<u64> } = 0x0308,
     /// IndexFS: rename subdirectory `src` to `dst` (both on this server), once no
     /// lease on it is live; `dst` may be an empty directory it replaces.
-    IxRenameDir { src: At, dst: At, client: u64 } = 0x0309,
+    IxRenameDir { src: At, dst: At, client: u64, txn: Option<u64> } = 0x0309,
     /// IndexFS, a directory rename between two servers, on the source's: check
     /// the caller may move subdirectory `src`; answers its lookup state.
     IxRenameDirOut { src: At, dst: At } = 0x030A,
     /// ...on the destination's: insert the entry `lookup` at `dst` (the commit
     /// point), replacing an empty directory sealed on its home beforehand.
-    IxRenameDirIn { dst: At, lookup: DirLookup } = 0x030B,
+    IxRenameDirIn { dst: At, lookup: DirLookup, txn: Option<u64> } = 0x030B,
     /// ...on the source's: once no lease on it is live, drop the entry `src`
     /// if it still names directory `id`. Idempotent.
-    IxRenameDirCommit { src: At, id: u64, client: u64 } = 0x030C,
+    IxRenameDirCommit { src: At, id: u64, client: u64, txn: Option<u64> } = 0x030C,
     /// IndexFS bulk insertion (seed 001): new regular files of mode `mode` in
     /// directory `dir`, each with its name and the FID its creator made. The
     /// server checks the caller may write there and that no name is taken, then

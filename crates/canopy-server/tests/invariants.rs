@@ -259,15 +259,15 @@ fn an_indexfs_chmod_waits_out_other_clients_leases_only() {
         MetaServer::open_mode("indexfs", ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), clock.clone()).unwrap(),
     );
     let root = Creds::root();
-    let Ok(Reply::Dir(d)) = s.handle(&root, Request::IxMkdir { dir: 1, name: "d".into(), mode: 0o755 }) else { panic!("mkdir") };
-    s.handle(&root, Request::IxMkHeader { lookup: d.clone(), parent: 1, depth: 1 }).unwrap();
+    let Ok(Reply::Dir(d)) = s.handle(&root, Request::IxMkdir { dir: 1, name: "d".into(), mode: 0o755, txn: None }) else { panic!("mkdir") };
+    s.handle(&root, Request::IxMkHeader { lookup: d.clone(), parent: 1, depth: 1, txn: None }).unwrap();
     let lookup = |client: u64| match s.handle(&root, Request::IxLookup { dir: 1, name: "d".into(), depth: 1, client }) {
         Ok(Reply::IxEntry { lease_ms, .. }) => lease_ms,
         other => panic!("{other:?}"),
     };
     // Client 7 alone holds a lease: its own chmod does not wait.
     assert_eq!(lookup(7), 1000);
-    let chmod = |client: u64, mode: u32| Request::IxDirSetAttr { dir: 1, name: "d".into(), set: SetAttr::mode(mode), client };
+    let chmod = |client: u64, mode: u32| Request::IxDirSetAttr { dir: 1, name: "d".into(), set: SetAttr::mode(mode), client, txn: None };
     assert!(matches!(s.handle(&root, chmod(7, 0o700)), Ok(Reply::Attr(a)) if a.mode & 0o7777 == 0o700));
     // Client 8's lease holds up client 7's next chmod until it runs out.
     assert_eq!(lookup(8), 1000);

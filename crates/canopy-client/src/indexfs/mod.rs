@@ -409,13 +409,13 @@ impl IndexFs {
         self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EEXIST) };
-        let lookup = match self.rpc_ix(place.server, c, Request::IxMkdir { dir: parent.id, name, mode }).await? {
+        let lookup = match self.rpc_ix(place.server, c, Request::IxMkdir { dir: parent.id, name, mode, txn: Some(txn.id) }).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         self.step(txn, || Step::PrimaryDone(intent())).await?;
         let depth = p.components().count() as u32;
-        let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth };
+        let header = Request::IxMkHeader { lookup: lookup.clone(), parent: parent.id, depth, txn: Some(txn.id) };
         match self.rpc_ix(self.home(lookup.id), &Creds::root(), header).await.map_err(|e| after_commit("mkdir", e))? {
             Reply::Attr(a) => Ok(a),
             other => Err(unexpected(other)),
@@ -427,17 +427,17 @@ impl IndexFs {
         self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EBUSY) };
-        let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client() };
+        let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client(), txn: Some(txn.id) };
         let child = match self.rpc_ix(place.server, c, check).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
         };
         let home = self.home(child.id);
         let root = Creds::root();
-        self.seal_all(child.id).await?;
-        if let Err(e) = self.drop_all(child.id, false).await {
+        self.seal_all(child.id, txn.id).await?;
+        if let Err(e) = self.drop_all(child.id, false, txn.id).await {
             if self.rpc_ix(home, &root, Request::Stat { at: At::Dir(child.id) }).await.is_ok() {
-                return Err(self.unseal_after(child.id, e).await);
+                return Err(self.unseal_after(child.id, e, txn.id).await);
             }
             // Its home dropped it (the point recovery decides by): finish.
             return Err(after_commit("rmdir", e));
@@ -445,26 +445,28 @@ impl IndexFs {
         self.step(txn, || Step::ReplicasDone(intent())).await?;
         // Our own copy goes first: the server then need not wait for our lease.
         self.forget(parent.id, &name);
-        let r = self.entry_rpc(parent.id, &name, c, Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client() }).await;
+        let remove = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client(), txn: Some(txn.id) };
+        let r = self.entry_rpc(parent.id, &name, c, remove).await;
         match r {
             Ok(_) => self.last_step(|| Step::PrimaryDone(intent())).await,
             Err(e) if outcome_unknown(&e) => Err(Errno::EIO),
             Err(e) => {
                 // Refused: the directory stays; put its header back.
                 let depth = p.components().count() as u32;
-                let back = Request::IxMkHeader { lookup: child, parent: parent.id, depth };
+                let back = Request::IxMkHeader { lookup: child, parent: parent.id, depth, txn: Some(txn.id) };
                 self.rpc_ix(home, &root, back).await.map_err(|_| Errno::EIO)?;
                 Err(e)
             }
         }
     }
 
-    /// A step after sealing failed with `e`: unseal, unless its outcome is unknown.
-    async fn unseal_after(&self, dir: u64, e: Errno) -> Errno {
+    /// A step of `txn` after sealing failed with `e`: unseal, unless its
+    /// outcome is unknown.
+    async fn unseal_after(&self, dir: u64, e: Errno, txn: u64) -> Errno {
         if outcome_unknown(&e) {
             return Errno::EIO;
         }
-        match self.unseal_all(dir).await {
+        match self.unseal_all(dir, txn).await {
             Ok(_) => e,
             Err(_) => Errno::EIO,
         }
@@ -479,7 +481,7 @@ impl IndexFs {
             Some((parent, name)) => self.forget(parent.id, name),
         }
         let (dir, name) = place.parent.as_ref().map_or((0, String::new()), |(parent, name)| (parent.id, name.clone()));
-        let req = Request::IxDirSetAttr { dir, name, set: set.clone(), client: self.fids.client() };
+        let req = Request::IxDirSetAttr { dir, name, set: set.clone(), client: self.fids.client(), txn: Some(txn.id) };
         // The entry's partition may have split away since `place` (splits take
         // no locks): the request follows it.
         let attr = match self.place_rpc(&place, c, req).await? {
@@ -493,7 +495,7 @@ impl IndexFs {
         // The root's home header changed with its entry; its other partitions
         // (and every partition of another directory) take the copy.
         let lookup = DirLookup { id: attr.ino, mode: attr.mode, uid: attr.uid, gid: attr.gid };
-        self.header_set_all(&lookup).await.map_err(|e| after_commit("directory setattr", e))?;
+        self.header_set_all(&lookup, txn.id).await.map_err(|e| after_commit("directory setattr", e))?;
         Ok(attr)
     }
 
@@ -568,7 +570,7 @@ impl IndexFs {
             // the source, and to replace the destination.
             if r.id != self.subdir(c, sdir, sname, s).await?.id {
                 self.rpc_ix(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await?;
-                let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client() };
+                let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client(), txn: Some(txn.id) };
                 self.rpc_ix(dp.server, c, check).await?;
             }
             // Recovery must know it: once the destination names the source,
@@ -577,12 +579,12 @@ impl IndexFs {
             // waited out others' leases, and an amend past its own is refused.)
             self.keep_alive(txn).await?;
             self.amend(txn, Intent::RenameOver { src: s.to_string(), dst: d.to_string(), replaced: r.id }).await?;
-            self.seal_all(r.id).await?;
+            self.seal_all(r.id, txn.id).await?;
         }
         self.forget(sdir.id, sname);
         self.forget(ddir.id, dname);
         let result = if sp.server == dp.server {
-            self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client() }).await
+            self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client(), txn: Some(txn.id) }).await
         } else {
             self.rename_dir_between(c, &sp, &dp, txn, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
         };
@@ -590,16 +592,16 @@ impl IndexFs {
         self.forget(ddir.id, dname);
         match (result, replaced) {
             (Ok(Reply::Dir(gone)), _) => {
-                self.drop_all(gone.id, false).await.map_err(|e| after_commit("rename", e))?;
+                self.drop_all(gone.id, false, txn.id).await.map_err(|e| after_commit("rename", e))?;
                 Ok(())
             }
             (Ok(_), Some(r)) => {
                 // Renamed onto itself: nothing replaced.
-                self.unseal_all(r.id).await?;
+                self.unseal_all(r.id, txn.id).await?;
                 Ok(())
             }
             (Ok(_), None) => Ok(()),
-            (Err(e), Some(r)) => Err(self.unseal_after(r.id, e).await),
+            (Err(e), Some(r)) => Err(self.unseal_after(r.id, e, txn.id).await),
             (Err(e), None) => Err(e),
         }
     }
@@ -614,16 +616,16 @@ impl IndexFs {
             other => return Err(unexpected(other)),
         };
         let id = lookup.id;
-        let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup }).await?;
+        let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup, txn: Some(txn.id) }).await?;
         self.step(txn, || Step::PrimaryDone(intent())).await?;
-        let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client() };
+        let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client(), txn: Some(txn.id) };
         self.place_rpc(sp, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
         Ok(inserted)
     }
 
     async fn rename_file(&self, c: &Creds, sp: &Place, dp: &Place, txn: Txn, intent: &Intent) -> Res<()> {
         if sp.server == dp.server {
-            let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone(), txn: None }).await?;
+            let r = self.rpc_ix(sp.server, c, Request::RenameLocal { src: sp.at.clone(), dst: dp.at.clone(), txn: Some(txn.id) }).await?;
             return self.drop_remote(r).await;
         }
         let record = match self.rpc_ix(sp.server, c, Request::RenameOut { src: sp.at.clone(), dst: dp.at.clone() }).await? {
@@ -631,7 +633,7 @@ impl IndexFs {
             other => return Err(unexpected(other)),
         };
         let ino = record.ino();
-        let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record, txn: None }).await?;
+        let inserted = self.rpc_ix(dp.server, c, Request::RenameIn { src: sp.at.clone(), dst: dp.at.clone(), record, txn: Some(txn.id) }).await?;
         if inserted == Reply::Unit {
             return Ok(());
         }
@@ -677,22 +679,24 @@ impl IndexFs {
         }
     }
 
-    /// Recovers a dead coordinator's transaction from what the servers hold
-    /// (a link's once they refuse its late steps: `revoke`).
-    async fn recover(&self, _txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
+    /// Recovers a dead coordinator's transaction from what the servers hold,
+    /// once they refuse its late steps (`revoke`), with steps of its own
+    /// (`txn`), which the next recoverer revokes in turn if this one dies.
+    async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
         let root = Creds::root();
+        if !matches!(intent, Intent::Retry { .. }) {
+            self.revoke(handed).await?;
+        }
+        let mine = txn.id;
         match intent {
-            Intent::Link { .. } => {
-                self.revoke(handed).await?;
-                self.recover_link(handed.was).await
-            }
+            Intent::Link { .. } => self.recover_link(handed.was).await,
             Intent::Mkdir { path } => {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
                 let name = p.name().unwrap_or_default();
                 let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
                 let depth = p.components().count() as u32;
-                self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth }).await?;
+                self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth, txn: Some(mine) }).await?;
                 Ok(())
             }
             Intent::Rmdir { path } => {
@@ -702,12 +706,12 @@ impl IndexFs {
                 let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
                 match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
                     // The header is still there: undo (unseal).
-                    Ok(_) => self.unseal_all(child.id).await,
+                    Ok(_) => self.unseal_all(child.id, mine).await,
                     // Dropped on its home: the directory was empty and sealed;
                     // finish (its other partitions, then its entry).
                     Err(Errno::ENXIO) => {
-                        self.drop_all(child.id, true).await?;
-                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client() };
+                        self.drop_all(child.id, true, mine).await?;
+                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client(), txn: Some(mine) };
                         self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
                     }
                     Err(e) => Err(e),
@@ -717,7 +721,7 @@ impl IndexFs {
                 let p = NsPath::parse(path)?;
                 let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
                 match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
-                    Some(l) => self.header_set_all(&l).await,
+                    Some(l) => self.header_set_all(&l, mine).await,
                     None => Ok(()),
                 }
             }
@@ -726,9 +730,9 @@ impl IndexFs {
                 self.cache().clear();
                 // A parent gone: neither name holds anything to finish.
                 let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
-                let was_dir = self.recover_dir_rename(&sp, &dp).await?;
+                let was_dir = self.recover_dir_rename(&sp, &dp, mine).await?;
                 match intent {
-                    Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced).await,
+                    Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced, mine).await,
                     _ if was_dir => Ok(()),
                     _ => self.recover_file_rename(&sp, &dp).await,
                 }
@@ -742,15 +746,15 @@ impl IndexFs {
     /// One that died before it may have sealed a directory it was to replace:
     /// unseal it. False if the source is no directory (a file rename, or
     /// nothing to do).
-    async fn recover_dir_rename(&self, sp: &Place, dp: &Place) -> Res<bool> {
+    async fn recover_dir_rename(&self, sp: &Place, dp: &Place, txn: u64) -> Res<bool> {
         let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Ok(false) };
         let Some(src) = unless_absent(self.fresh_lookup(sdir.id, sname).await)? else { return Ok(false) };
         if let Some(dst) = unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
             if dst.id == src.id {
-                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client() };
+                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client(), txn: Some(txn) };
                 self.place_rpc(sp, &Creds::root(), commit).await?;
             } else {
-                self.unseal_all(dst.id).await?;
+                self.unseal_all(dst.id, txn).await?;
             }
         }
         Ok(true)
@@ -761,11 +765,11 @@ impl IndexFs {
     /// and it is unsealed (if it was sealed); named no more, the rename
     /// committed (it was sealed, and empty, before the insert) and its
     /// partitions go, on every server since no bitmap is left to say where.
-    async fn recover_replaced(&self, dp: &Place, replaced: u64) -> Res<()> {
+    async fn recover_replaced(&self, dp: &Place, replaced: u64, txn: u64) -> Res<()> {
         let Some((ddir, dname)) = &dp.parent else { return Ok(()) };
         match unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
-            Some(l) if l.id == replaced => self.unseal_all(replaced).await,
-            _ => self.drop_all(replaced, true).await,
+            Some(l) if l.id == replaced => self.unseal_all(replaced, txn).await,
+            _ => self.drop_all(replaced, true, txn).await,
         }
     }
 

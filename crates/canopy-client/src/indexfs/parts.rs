@@ -117,13 +117,15 @@ impl IndexFs {
     }
 
     /// Seals every partition of `dir` (refusing new names; `ENOTEMPTY` if any
-    /// holds one). On failure unseals what it sealed.
-    pub(super) async fn seal_all(&self, dir: u64) -> Res<()> {
+    /// holds one), as a step of transaction `txn` (as are the steps below).
+    /// On failure unseals what it sealed.
+    pub(super) async fn seal_all(&self, dir: u64, txn: u64) -> Res<()> {
         let root = Creds::root();
-        let (sealed, failed) = self.each_partition_server(dir, &root, || Request::IxSeal { dir, seal: true }, parts_of).await;
+        let txn = Some(txn);
+        let (sealed, failed) = self.each_partition_server(dir, &root, || Request::IxSeal { dir, seal: true, txn }, parts_of).await;
         let Some(e) = failed else { return Ok(()) };
         for (s, _) in sealed {
-            if self.rpc_ix(s, &root, Request::IxSeal { dir, seal: false }).await.is_err() {
+            if self.rpc_ix(s, &root, Request::IxSeal { dir, seal: false, txn }).await.is_err() {
                 return Err(Errno::EIO);
             }
         }
@@ -131,8 +133,8 @@ impl IndexFs {
     }
 
     /// Unseals every partition of `dir` found.
-    pub(super) async fn unseal_all(&self, dir: u64) -> Res<()> {
-        let (_, failed) = self.each_partition_server(dir, &Creds::root(), || Request::IxSeal { dir, seal: false }, parts_of).await;
+    pub(super) async fn unseal_all(&self, dir: u64, txn: u64) -> Res<()> {
+        let (_, failed) = self.each_partition_server(dir, &Creds::root(), || Request::IxSeal { dir, seal: false, txn: Some(txn) }, parts_of).await;
         failed.map_or(Ok(()), Err)
     }
 
@@ -140,22 +142,24 @@ impl IndexFs {
     /// recovery decides by), then the other servers' that `seal_all` found, or
     /// (`everywhere`, in recovery, when no bitmap is left to tell) every
     /// server's.
-    pub(super) async fn drop_all(&self, dir: u64, everywhere: bool) -> Res<()> {
+    pub(super) async fn drop_all(&self, dir: u64, everywhere: bool, txn: u64) -> Res<()> {
         let root = Creds::root();
         let home = self.home(dir);
         let others: Vec<u32> = match everywhere {
             true => (0..self.n).filter(|s| *s != home).collect(),
             false => self.servers_of(dir).into_iter().filter(|s| *s != home).collect(),
         };
-        self.rpc_ix(home, &root, Request::IxDropHeader { dir }).await?;
-        let replies = futures::future::join_all(others.iter().map(|s| self.rpc_ix(*s, &root, Request::IxDropHeader { dir }))).await;
+        let txn = Some(txn);
+        self.rpc_ix(home, &root, Request::IxDropHeader { dir, txn }).await?;
+        let replies = futures::future::join_all(others.iter().map(|s| self.rpc_ix(*s, &root, Request::IxDropHeader { dir, txn }))).await;
         self.maps().remove(&dir);
         replies.into_iter().find_map(Result::err).map_or(Ok(()), Err)
     }
 
     /// Copies `lookup` into the header of every partition of its directory.
-    pub(super) async fn header_set_all(&self, lookup: &DirLookup) -> Res<()> {
-        let (_, failed) = self.each_partition_server(lookup.id, &Creds::root(), || Request::IxHeaderSet { lookup: lookup.clone() }, parts_of).await;
+    pub(super) async fn header_set_all(&self, lookup: &DirLookup, txn: u64) -> Res<()> {
+        let make = || Request::IxHeaderSet { lookup: lookup.clone(), txn: Some(txn) };
+        let (_, failed) = self.each_partition_server(lookup.id, &Creds::root(), make, parts_of).await;
         failed.map_or(Ok(()), Err)
     }
 

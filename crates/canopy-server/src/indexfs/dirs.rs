@@ -63,10 +63,11 @@ impl IndexFs {
         Ok(Reply::IxRenewed(answers))
     }
 
-    pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, dir: u64, name: &str, mode: u32) -> Result<Reply, Errno> {
+    pub(crate) fn mkdir(&self, core: &Core, creds: &Creds, dir: u64, name: &str, mode: u32, txn: Option<u64>) -> Result<Reply, Errno> {
         canopy_proto::path::check_name(name)?;
         let at = Target::Entry { dir, name: name.to_string() };
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
+        self.refuse_step(txn)?;
         let mut parent = self.searchable(core, creds, dir, name)?;
         match self.locate(core, creds, &at)? {
             Located::Absent { .. } => {}
@@ -86,11 +87,12 @@ impl IndexFs {
         Ok(Reply::Dir(lookup))
     }
 
-    pub(crate) fn mk_header(&self, core: &Core, lookup: DirLookup, parent: u64, depth: u32) -> Result<Reply, Errno> {
+    pub(crate) fn mk_header(&self, core: &Core, lookup: DirLookup, parent: u64, depth: u32, txn: Option<u64>) -> Result<Reply, Errno> {
         if !self.is_home(core, lookup.id) || lookup.id == ROOT_ID {
             return Err(Errno::EINVAL);
         }
         let _g = core.lock_stripes(|| vec![lookup.id], false, &[&Target::Dir(lookup.id)]);
+        self.refuse_step(txn)?;
         if self.header(core, lookup.id)?.is_none() {
             self.make_header(core, lookup.clone(), parent, depth)?;
         }
@@ -101,8 +103,9 @@ impl IndexFs {
 
     /// Seals (or unseals) every partition of `dir` here; answers the
     /// partitions this server knows, so the client finds every one.
-    pub(crate) fn seal(&self, core: &Core, dir: u64, seal: bool) -> Result<Reply, Errno> {
+    pub(crate) fn seal(&self, core: &Core, dir: u64, seal: bool, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = core.lock_stripes(|| vec![dir], false, &[&Target::Dir(dir)]);
+        self.refuse_step(txn)?;
         let parts = self.parts_here(core, dir)?;
         if parts.is_empty() {
             return if seal { Err(Errno::ENOENT) } else { Ok(Reply::IxParts(PartMap::new())) };
@@ -135,7 +138,8 @@ impl IndexFs {
         Ok((h, child))
     }
 
-    pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, dir: u64, name: &str, check_only: bool, client: u64) -> Result<Reply, Errno> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rmdir(&self, core: &Core, creds: &Creds, dir: u64, name: &str, check_only: bool, client: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         canopy_proto::path::check_name(name)?;
         let (_, child) = self.child_for_change(core, creds, dir, name)?;
         if check_only {
@@ -144,6 +148,7 @@ impl IndexFs {
         let _lease = self.wait_leases(core, child.lookup.id, client);
         let at = Target::Entry { dir, name: name.to_string() };
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
+        self.refuse_step(txn)?;
         let (mut h, now) = self.child_for_change(core, creds, dir, name)?;
         if now.lookup.id != child.lookup.id {
             return Err(Errno::ENOENT);
@@ -158,11 +163,12 @@ impl IndexFs {
 
     /// Drops every partition of `dir` here (each sealed beforehand) and its
     /// times.
-    pub(crate) fn drop_header(&self, core: &Core, dir: u64) -> Result<Reply, Errno> {
+    pub(crate) fn drop_header(&self, core: &Core, dir: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         if dir == ROOT_ID {
             return Err(Errno::EBUSY);
         }
         let _g = core.lock_stripes(|| vec![dir], false, &[&Target::Dir(dir)]);
+        self.refuse_step(txn)?;
         let parts = self.parts_here(core, dir)?;
         if parts.iter().any(|h| !h.sealed) {
             return Err(Errno::EBUSY);
@@ -179,13 +185,15 @@ impl IndexFs {
 
     /// chmod/chown of a directory's entry (the root's: its header), after the
     /// leases on it ran out. The client copies the answer to its home's header.
-    pub(crate) fn dir_set_attr(&self, core: &Core, creds: &Creds, dir: u64, name: &str, set: &SetAttr, client: u64) -> Result<Reply, Errno> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dir_set_attr(&self, core: &Core, creds: &Creds, dir: u64, name: &str, set: &SetAttr, client: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         if set.size.is_some() {
             return Err(Errno::EISDIR);
         }
         if dir == 0 && name.is_empty() {
             let _lease = self.wait_leases(core, ROOT_ID, client);
             let _g = core.lock_stripes(|| vec![ROOT_ID], false, &[&Target::Dir(ROOT_ID)]);
+            self.refuse_step(txn)?;
             let mut h = self.header_here(core, ROOT_ID)?;
             let mut attr = lookup_attr(&h.lookup);
             setattr::apply(creds, &mut attr, set, core.now_ns())?;
@@ -205,6 +213,7 @@ impl IndexFs {
         let _lease = self.wait_leases(core, id, client);
         let at = Target::Entry { dir, name: name.to_string() };
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
+        self.refuse_step(txn)?;
         self.searchable(core, creds, dir, name)?;
         let mut entry = self.dir_entry(core, dir, name)?.filter(|d| d.lookup.id == id).ok_or(Errno::ENOENT)?;
         let mut attr = lookup_attr(&entry.lookup);
@@ -219,9 +228,10 @@ impl IndexFs {
     /// Copies a directory's lookup state into the headers of its partitions
     /// here, and on its home sets its ctime. Idempotent; answers the
     /// partitions this server knows.
-    pub(crate) fn header_set(&self, core: &Core, lookup: DirLookup) -> Result<Reply, Errno> {
+    pub(crate) fn header_set(&self, core: &Core, lookup: DirLookup, txn: Option<u64>) -> Result<Reply, Errno> {
         let id = lookup.id;
         let _g = core.lock_stripes(|| vec![id], false, &[&Target::Dir(id)]);
+        self.refuse_step(txn)?;
         let (parts, map) = self.known_here(core, id)?;
         if parts.iter().all(|h| h.lookup == lookup) {
             return Ok(Reply::IxParts(map));
@@ -242,13 +252,14 @@ impl IndexFs {
     /// Renames a subdirectory within this server (both names' partitions are
     /// here): only its entry moves, its children are keyed by its id. A
     /// replaced directory must be sealed (empty) on its home first.
-    pub(crate) fn rename_dir(&self, core: &Core, creds: &Creds, src: &Target, dst: &Target, client: u64) -> Result<Reply, Errno> {
+    pub(crate) fn rename_dir(&self, core: &Core, creds: &Creds, src: &Target, dst: &Target, client: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         let (Target::Entry { dir: sd, name: sn }, Target::Entry { dir: dd, name: dn }) = (src, dst) else {
             return Err(Errno::EINVAL);
         };
         let (_, moving) = self.child_for_change(core, creds, *sd, sn)?;
         let _lease = self.wait_leases(core, moving.lookup.id, client);
         let _g = core.lock_stripes(|| vec![*sd, *dd], false, &[src, dst]);
+        self.refuse_step(txn)?;
         let (mut sh, moving) = self.child_for_change(core, creds, *sd, sn)?;
         let mut dh = self.searchable(core, creds, *dd, dn)?;
         perm::require_dir_write(creds, Owner::of_dir(&dh.lookup))?;
@@ -304,9 +315,10 @@ impl IndexFs {
     /// The destination side: inserts `lookup` at `dst`. A directory there must
     /// have been sealed (emptied of new names) on its home; it is replaced and
     /// answered so the client drops its header.
-    pub(crate) fn rename_dir_in(&self, core: &Core, creds: &Creds, dst: &Target, lookup: DirLookup) -> Result<Reply, Errno> {
+    pub(crate) fn rename_dir_in(&self, core: &Core, creds: &Creds, dst: &Target, lookup: DirLookup, txn: Option<u64>) -> Result<Reply, Errno> {
         let Target::Entry { dir, name } = dst else { return Err(Errno::EINVAL) };
         let _g = core.lock_stripes(|| vec![*dir], false, &[dst]);
+        self.refuse_step(txn)?;
         let mut h = self.searchable(core, creds, *dir, name)?;
         let owner = Owner::of_dir(&h.lookup);
         perm::require_dir_write(creds, owner)?;
@@ -335,12 +347,13 @@ impl IndexFs {
 
     /// The end of a rename between servers: once no lease on the old name is
     /// live, its entry goes (if it still names directory `id`).
-    pub(crate) fn rename_dir_commit(&self, core: &Core, src: &Target, id: u64, client: u64) -> Result<Reply, Errno> {
+    pub(crate) fn rename_dir_commit(&self, core: &Core, src: &Target, id: u64, client: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         let Target::Entry { dir, name } = src else { return Err(Errno::EINVAL) };
         // A split may have moved the name: the client follows the redirect.
         self.part_for(core, *dir, name)?;
         let _lease = self.wait_leases(core, id, client);
         let _g = core.lock_stripes(|| vec![*dir], false, &[src]);
+        self.refuse_step(txn)?;
         let mut h = self.part_for(core, *dir, name)?;
         if self.dir_entry(core, *dir, name)?.is_some_and(|d| d.lookup.id == id) {
             h.subdirs = h.subdirs.saturating_sub(1);

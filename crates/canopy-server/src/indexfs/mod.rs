@@ -385,25 +385,25 @@ impl Mode for IndexFs {
     fn handle(&self, core: &Core, creds: &Creds, req: Request) -> Result<Reply, Errno> {
         match req {
             Request::IxLookup { dir, name, depth, client } => self.lookup(core, creds, dir, &name, depth, client),
-            Request::IxMkdir { dir, name, mode } => self.mkdir(core, creds, dir, &name, mode),
-            Request::IxMkHeader { lookup, parent, depth } => self.mk_header(core, lookup, parent, depth),
-            Request::IxSeal { dir, seal } => self.seal(core, dir, seal),
-            Request::IxRmdir { dir, name, check_only, client } => self.rmdir(core, creds, dir, &name, check_only, client),
-            Request::IxDropHeader { dir } => self.drop_header(core, dir),
-            Request::IxDirSetAttr { dir, name, set, client } => self.dir_set_attr(core, creds, dir, &name, &set, client),
-            Request::IxHeaderSet { lookup } => self.header_set(core, lookup),
-            Request::IxRenameDir { src, dst, client } => self.rename_dir(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?, client),
+            Request::IxMkdir { dir, name, mode, txn } => self.mkdir(core, creds, dir, &name, mode, txn),
+            Request::IxMkHeader { lookup, parent, depth, txn } => self.mk_header(core, lookup, parent, depth, txn),
+            Request::IxSeal { dir, seal, txn } => self.seal(core, dir, seal, txn),
+            Request::IxRmdir { dir, name, check_only, client, txn } => self.rmdir(core, creds, dir, &name, check_only, client, txn),
+            Request::IxDropHeader { dir, txn } => self.drop_header(core, dir, txn),
+            Request::IxDirSetAttr { dir, name, set, client, txn } => self.dir_set_attr(core, creds, dir, &name, &set, client, txn),
+            Request::IxHeaderSet { lookup, txn } => self.header_set(core, lookup, txn),
+            Request::IxRenameDir { src, dst, client, txn } => self.rename_dir(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?, client, txn),
             Request::IxRenameDirOut { src, dst } => self.rename_dir_out(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?),
-            Request::IxRenameDirIn { dst, lookup } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup),
-            Request::IxRenameDirCommit { src, id, client } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client),
+            Request::IxRenameDirIn { dst, lookup, txn } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup, txn),
+            Request::IxRenameDirCommit { src, id, client, txn } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client, txn),
             Request::IxBulkInsert { dir, files, mode } => self.bulk_insert(core, creds, dir, files, mode),
             Request::IxSplitIn { dir, part, lookup, parent, depth, subdirs, parts, chunk, last, entries, dirs } => {
                 self.split_in(core, dir, part, lookup, parent, depth, subdirs, parts, chunk, last, &entries, &dirs)
             }
             Request::IxReadDir { dir, after, limit } => self.read_dir(core, creds, dir, after.as_deref(), limit),
             Request::IxRenew { items, client } => self.renew(core, creds, &items, client),
-            // Under the structure lock, which a link's steps hold shared
-            // (with their entry locks): one under way ends first.
+            // Under the structure lock, which every transaction step holds
+            // shared (with its entry locks): one under way ends first.
             Request::Revoke { txn } => {
                 let _g = core.lock_structure();
                 self.revoked.add(core, txn).map(|()| Reply::Unit)
@@ -412,8 +412,9 @@ impl Mode for IndexFs {
         }
     }
 
-    /// A link's steps (`LinkShare`, `InodeLinkDelta`, `LinkInsert`): refused
-    /// once recovery revoked their transaction.
+    /// A transaction's steps (a link's, a file rename's, and the directory
+    /// steps of `dirs.rs`), checked under their entry locks: refused once
+    /// recovery revoked their transaction.
     fn refuse_step(&self, txn: Option<u64>) -> Result<(), Errno> {
         self.revoked.refuse(txn, Errno::ESTALE)
     }
