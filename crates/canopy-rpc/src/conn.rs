@@ -55,7 +55,7 @@ impl Connection {
         }
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
-        let out = Arc::new(Outbox { sock: wr, queued: Mutex::default(), more: Notify::new(), drained: Notify::new(), closing: AtomicBool::new(false), broken: broken.clone() });
+        let out = Arc::new(Outbox { sock: wr, queued: Mutex::default(), more: Notify::new(), drained: Notify::new(), gather: AtomicBool::new(false), closing: AtomicBool::new(false), broken: broken.clone() });
         tokio::spawn(out.clone().write_queued());
         let reader_pending = pending.clone();
         let reader_broken = broken.clone();
@@ -193,6 +193,9 @@ struct Outbox {
     more: Notify,
     /// The writer task wrote some of the queue, or found the socket broken.
     drained: Notify,
+    /// The queue began on a multi-threaded runtime (`on_pooled_runtime`):
+    /// the writer lets more frames gather before it writes.
+    gather: AtomicBool,
     /// The connection was dropped: the writer task sends what is queued,
     /// then ends, and the socket closes with it.
     closing: AtomicBool,
@@ -220,6 +223,18 @@ impl Queue {
         self.bytes.advance(n);
         self.written += n as u64;
     }
+}
+
+/// Whether the caller runs on a multi-threaded tokio runtime. A queue
+/// begun there is written once the writer's thread has run the other tasks
+/// ready on it (one system call, one wake-up of the server for all their
+/// frames): Canopy's clients run their connections' writers on such a
+/// runtime, so those tasks are the writer's neighbours. A frame from a
+/// thread of its own (a FUSE thread's runtime) gains nothing by the wait,
+/// which costs an extra poll for I/O. Measured in `docs/performance.md`
+/// (thirty-second sitting).
+fn on_pooled_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Bytes queued at most before callers are refused (`EAGAIN`): a server that
@@ -253,6 +268,7 @@ impl Outbox {
             queued.push(&frame[sent..]);
             let end = queued.ever;
             drop(queued);
+            self.gather.store(on_pooled_runtime(), Ordering::Release);
             self.more.notify_one();
             return Ok(end);
         }
@@ -290,6 +306,12 @@ impl Outbox {
     async fn write_queued(self: Arc<Self>) {
         loop {
             self.more.notified().await;
+            if self.gather.load(Ordering::Acquire) {
+                // The other tasks ready on this thread first (tokio runs a
+                // yielded task once it has polled for I/O): the frames they
+                // queue go out in the same write.
+                tokio::task::yield_now().await;
+            }
             loop {
                 // Written first, waited for only when the socket is full (a
                 // Unix socket is watched for room only then: `unix_conn`).
