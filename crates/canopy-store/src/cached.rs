@@ -118,6 +118,8 @@ impl State {
     fn insert(&mut self, f: Family, key: &[u8], value: &[u8], budget: usize) {
         let added = cost(key, value);
         if added > budget {
+            // Too large to keep: an older value must not stay in its place.
+            self.remove(f, key);
             return;
         }
         let hash = self.hash(key);
@@ -382,6 +384,22 @@ mod tests {
         }
         let c = cached.cache_counts().unwrap();
         assert!(c.hits > 1000 && c.misses > 1000, "{c:?}");
+    }
+
+    /// A value too large for the cache, written over a cached one, is read
+    /// back from the store, not the old value left cached.
+    #[test]
+    fn a_value_too_large_to_cache_replaces_the_cached_one() {
+        let cached = CachedStore::new(Arc::new(MemStore::new(&[CF])), &[CF], 4 * (ENTRY_OVERHEAD + 16));
+        let mut b = Batch::new();
+        b.put(CF, key(1), b"small".to_vec());
+        cached.write(b).unwrap();
+        assert_eq!(cached.get(CF, &key(1)).unwrap(), Some(b"small".to_vec()));
+        let large = vec![7u8; 8 * (ENTRY_OVERHEAD + 16)];
+        let mut b = Batch::new();
+        b.put(CF, key(1), large.clone());
+        cached.write(b).unwrap();
+        assert_eq!(cached.get(CF, &key(1)).unwrap(), Some(large));
     }
 
     /// A store that, when armed, pauses its next read or write just after
