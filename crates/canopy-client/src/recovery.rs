@@ -137,7 +137,7 @@ impl ShardFs {
             return match &at_dst[prim] {
                 // Applied everywhere; the migration may not have finished.
                 Some(_) => self.migrate_all(dst, txn).await,
-                None => self.recover_file_rename(src, dst).await,
+                None => self.recover_file_rename(src, dst, txn.id).await,
             };
         };
         let root = Creds::root();
@@ -170,10 +170,10 @@ impl ShardFs {
         Ok(())
     }
 
-    async fn recover_file_rename(&self, src: &NsPath, dst: &NsPath) -> Res<()> {
+    async fn recover_file_rename(&self, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
         if let (Some(a), Some(b)) = (self.ino_at(src).await?, self.ino_at(dst).await?) {
             if a == b {
-                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a };
+                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a, txn: Some(txn) };
                 self.rpc(self.primary(src), &Creds::root(), req).await?;
             }
         }

@@ -664,7 +664,7 @@ impl ShardFs {
             return Ok(()); // Both names are links to one file: POSIX says do nothing.
         }
         self.step(txn, || Step::PrimaryDone(intent())).await?;
-        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s.into(), ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.rpc(a, &Creds::root(), Request::RenameOutCommit { src: s.into(), ino, txn: Some(txn.id) }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 

@@ -380,3 +380,31 @@ async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
         reader.create("/empty/later", 0o644).await.unwrap_or_else(|e| panic!("{what}: /empty refuses new names: {e:?}"));
     }
 }
+
+/// A file rename between servers whose coordinator's last step (dropping
+/// the source) arrives after recovery finished it and the file was renamed
+/// back to its first name is refused (as `recovery.rs` checks for ShardFS):
+/// before, it removed that name, leaving the file with none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
+    let dst = format!("{}/f0", away().await);
+    let (cluster, root) = populated().await;
+    let ino = root.stat("/a/f0").await.unwrap().ino;
+    let (mut held, release) = cluster.faults().hold_next(server_of_name(&root, "/a/f0").await, "RenameOutCommit");
+    let coordinator = short_lease_client(&cluster);
+    let running = tokio::spawn({
+        let dst = dst.clone();
+        async move { coordinator.rename("/a/f0", &dst).await }
+    });
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the commit was never sent").unwrap();
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
+    assert_eq!(cluster.fresh_client().stat("/a/f0").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
+    root.rename(&dst, "/a/f0").await.unwrap();
+    release.add_permits(1);
+    assert_eq!(running.await.unwrap(), Err(Errno::EIO), "the late commit was taken");
+    let reader = cluster.fresh_client();
+    assert_eq!(reader.stat("/a/f0").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
+    let fsck = reader.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}

@@ -439,3 +439,36 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
         assert!(fsck.is_clean(), "shared before: {shared_before}: {:?}", fsck.problems);
     }
 }
+
+/// A file rename between servers whose coordinator's last step (dropping
+/// the source) arrives after recovery finished the rename and the file was
+/// renamed back to its first name is refused: recovery revoked it. Before,
+/// it removed that name (it still named the same inode), leaving the file
+/// with none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    root.create("/d/f", 0o644).await.unwrap();
+    let ino = root.stat("/d/f").await.unwrap().ino;
+    let dst = (0..).map(|i| format!("/d/g{i}")).find(|g| prim(g) != prim("/d/f")).unwrap();
+    let (mut held, release) = cluster.faults().hold_next(prim("/d/f"), "RenameOutCommit");
+    let coordinator = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let running = tokio::spawn({
+        let dst = dst.clone();
+        async move { coordinator.rename("/d/f", &dst).await }
+    });
+    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the commit was never sent").unwrap();
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
+    assert_eq!(cluster.fresh_client().stat("/d/f").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
+    root.rename(&dst, "/d/f").await.unwrap();
+    release.add_permits(1);
+    assert_eq!(running.await.unwrap(), Err(Errno::EIO), "the late commit was taken");
+    let reader = cluster.fresh_client();
+    assert_eq!(reader.stat("/d/f").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
+    let fsck = reader.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}

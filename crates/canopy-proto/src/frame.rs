@@ -45,7 +45,8 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// a link's steps name theirs, whose count is settled (`LinkSettle`,
 /// `LinkPending`).
 /// Version 12: IndexFS's directory transactions' steps name their
-/// transaction, refused once recovery revoked it.
+/// transaction, refused once recovery revoked it, as does a file rename's
+/// `RenameOutCommit` in every mode.
 pub const VERSION: u16 = 12;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read

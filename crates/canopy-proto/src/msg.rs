@@ -450,7 +450,8 @@ requests! {
     /// `txn` as for `RenameLocal`.
     RenameIn { src: At, dst: At, record: Record, txn: Option<u64> } = 0x0010,
     /// ...on the source's primary: remove the source entry if it is still `ino`.
-    RenameOutCommit { src: At, ino: u64 } = 0x0011,
+    /// `txn` as for `RenameLocal` (the recoverer's own in recovery).
+    RenameOutCommit { src: At, ino: u64, txn: Option<u64> } = 0x0011,
     /// Make directory `path` with id `id` (see [`dir_id_of_txn`]), sent to every
     /// server at once: each derives the owner, group and mode from its own
     /// replica of the parent, so all agree. A replica's step carries

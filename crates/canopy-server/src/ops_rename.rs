@@ -113,8 +113,11 @@ impl MetaServer {
         }
     }
 
-    pub(crate) fn rename_out_commit(&self, src: &Target, ino: u64) -> Result<Reply, Errno> {
+    /// Refused once `txn` is revoked: recovery may have dropped the source
+    /// already, and the same inode been renamed back to that name since.
+    pub(crate) fn rename_out_commit(&self, src: &Target, ino: u64, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[src], true)?;
+        self.mode().refuse_step(txn)?;
         if let Located::File { parent, name, record } = self.locate(&Creds::root(), src)? {
             if record.ino() == ino {
                 let mut b = Batch::new();

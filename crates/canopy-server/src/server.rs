@@ -209,7 +209,7 @@ impl MetaServer {
             Request::RenameLocal { src, dst, txn } => self.rename_local(creds, &Target::parse(&src)?, &Target::parse(&dst)?, txn),
             Request::RenameOut { src, dst } => self.rename_out(creds, &Target::parse(&src)?, &Target::parse(&dst)?),
             Request::RenameIn { src, dst, record, txn } => self.rename_in(creds, &Target::parse(&src)?, &Target::parse(&dst)?, record, txn),
-            Request::RenameOutCommit { src, ino } => self.rename_out_commit(&Target::parse(&src)?, ino),
+            Request::RenameOutCommit { src, ino, txn } => self.rename_out_commit(&Target::parse(&src)?, ino, txn),
             Request::RecoveryStat { at } => self.stat(&Creds::root(), &Target::parse(&at)?),
             Request::ReadData { at, offset, len } => self.read_data(creds, &at, offset, len),
             Request::WriteData { at, offset, data, inline_max, kill_suid } => {

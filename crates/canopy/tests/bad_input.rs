@@ -287,7 +287,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::LinkPending { txn: 1 },
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Redo { txn: 1 } },
         Request::InodeSetAttr { ino: 5, set: SetAttr::mode(0o777) },
-        Request::RenameOutCommit { src: "/f".into(), ino: 5 },
+        Request::RenameOutCommit { src: "/f".into(), ino: 5, txn: None },
         Request::TouchDir { at: "/".into() },
         Request::Fsck,
         Request::Lock { locks: vec![("/".into(), LockMode::Write)], intent: Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 },

@@ -352,7 +352,7 @@ impl Giraffa {
         if inserted == Reply::Unit {
             return Ok(()); // both names are links to one file: nothing to do
         }
-        let commit = Request::RenameOutCommit { src: s.into(), ino };
+        let commit = Request::RenameOutCommit { src: s.into(), ino, txn: Some(txn.id) };
         self.rpc(self.row_server(src), &Creds::root(), commit).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
@@ -381,7 +381,7 @@ impl Giraffa {
         }
         if let (Some(a), Some(b)) = (a, b) {
             if a.ino == b.ino {
-                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a.ino };
+                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a.ino, txn: Some(txn.id) };
                 self.rpc(self.row_server(&src), &Creds::root(), req).await?;
             }
         }

@@ -638,7 +638,7 @@ impl IndexFs {
             return Ok(());
         }
         self.step(txn, || Step::PrimaryDone(intent.clone())).await?;
-        self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino }).await.map_err(|e| after_commit("file rename", e))?;
+        self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino, txn: Some(txn.id) }).await.map_err(|e| after_commit("file rename", e))?;
         self.drop_remote(inserted).await
     }
 
@@ -734,7 +734,7 @@ impl IndexFs {
                 match intent {
                     Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced, mine).await,
                     _ if was_dir => Ok(()),
-                    _ => self.recover_file_rename(&sp, &dp).await,
+                    _ => self.recover_file_rename(&sp, &dp, mine).await,
                 }
             }
             Intent::Retry { .. } => Ok(()),
@@ -775,10 +775,10 @@ impl IndexFs {
 
     /// A file rename that died between inserting the destination and dropping
     /// the source left one inode under both names: drop the source.
-    async fn recover_file_rename(&self, sp: &Place, dp: &Place) -> Res<()> {
+    async fn recover_file_rename(&self, sp: &Place, dp: &Place, txn: u64) -> Res<()> {
         if let (Some(a), Some(b)) = (self.ino_at(sp).await?, self.ino_at(dp).await?) {
             if a == b {
-                self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino: a }).await?;
+                self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino: a, txn: Some(txn) }).await?;
             }
         }
         Ok(())

@@ -4,10 +4,9 @@
 //! recovery rolled back on every replica, an rmdir's primary removing one
 //! recovery put back, a file rename's insert making a second name recovery
 //! found no trace of, a migration's adoption putting back a moved file's old
-//! record. (A file rename's `RenameOutCommit`, which drops the source only if
-//! it still names the inode, as recovery would, names no transaction. A dead
-//! recoverer's steps name its own id, which the next recoverer revokes as
-//! well.) The revoked set lives beside the fences ([`Fences`]), under their
+//! record, a file rename's late `RenameOutCommit` dropping a name the same
+//! inode was renamed back to after recovery. (A dead recoverer's steps name
+//! its own id, which the next recoverer revokes as well.) The revoked set lives beside the fences ([`Fences`]), under their
 //! lock, so no fence of a revoked transaction goes up.
 //!
 //! [`Fences`]: super::fence::Fences
