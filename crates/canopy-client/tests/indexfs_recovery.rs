@@ -362,17 +362,19 @@ async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
             Op::RenameDir(d) => server_of_name(&root, &format!("{d}/sub")).await,
             _ => server_of_name(&root, "/a/new").await,
         };
-        let (mut held, release) = cluster.faults().hold_next(server, step);
         let coordinator = short_lease_client(&cluster);
-        let running = tokio::spawn({
+        let running = {
             let op = op.clone();
             async move { op.run(&coordinator).await }
-        });
-        tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
-        // The coordinator is as good as dead once its lease runs out.
-        recovered_to(&cluster, &before, &what).await;
-        release.add_permits(1);
-        assert_eq!(running.await.unwrap(), Err(Errno::EIO), "{what}: the coordinator's late step was taken");
+        };
+        let recovered = async {
+            let reader = cluster.fresh_client();
+            assert_eq!(tree(&reader).await, before, "{what}: recovered");
+            let fsck = reader.fsck().await.unwrap();
+            assert!(fsck.is_clean(), "{what}: recovered: {:?}", fsck.problems);
+        };
+        let late = cluster.step_held_past_recovery(server, step, LEASE_MS, running, recovered).await;
+        assert_eq!(late, Err(Errno::EIO), "{what}: the coordinator's late step was taken");
         let reader = cluster.fresh_client();
         assert_eq!(tree(&reader).await, before, "{what}");
         let fsck = reader.fsck().await.unwrap();
@@ -390,19 +392,18 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     let dst = format!("{}/f0", away().await);
     let (cluster, root) = populated().await;
     let ino = root.stat("/a/f0").await.unwrap().ino;
-    let (mut held, release) = cluster.faults().hold_next(server_of_name(&root, "/a/f0").await, "RenameOutCommit");
     let coordinator = short_lease_client(&cluster);
-    let running = tokio::spawn({
+    let renaming = {
         let dst = dst.clone();
         async move { coordinator.rename("/a/f0", &dst).await }
-    });
-    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the commit was never sent").unwrap();
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
-    assert_eq!(cluster.fresh_client().stat("/a/f0").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
-    root.rename(&dst, "/a/f0").await.unwrap();
-    release.add_permits(1);
-    assert_eq!(running.await.unwrap(), Err(Errno::EIO), "the late commit was taken");
+    };
+    let renamed_back = async {
+        assert_eq!(cluster.fresh_client().stat("/a/f0").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
+        root.rename(&dst, "/a/f0").await.unwrap();
+    };
+    let server = server_of_name(&root, "/a/f0").await;
+    let late = cluster.step_held_past_recovery(server, "RenameOutCommit", LEASE_MS, renaming, renamed_back).await;
+    assert_eq!(late, Err(Errno::EIO), "the late commit was taken");
     let reader = cluster.fresh_client();
     assert_eq!(reader.stat("/a/f0").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
     let fsck = reader.fsck().await.unwrap();

@@ -392,16 +392,8 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
 /// the next recoverer has finished the transaction and `meanwhile` has run;
 /// then lets the step arrive, and answers what the first recoverer got.
 async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'static str, meanwhile: impl std::future::Future<Output = ()>) -> Result<u64, Errno> {
-    let (mut held, release) = cluster.faults().hold_next(server, step);
     let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
-    let recovering = tokio::spawn(async move { first.repair().await });
-    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the first recoverer never sent the step").unwrap();
-    // Its lease runs out while its step is on its way: it is as good as dead.
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-    assert_eq!(cluster.fresh_client().repair().await, Ok(1), "the next recoverer finishes the transaction");
-    meanwhile.await;
-    release.add_permits(1);
-    recovering.await.unwrap()
+    cluster.step_held_past_recovery(server, step, LEASE_MS, async move { first.repair().await }, meanwhile).await
 }
 
 /// A link whose coordinator died after it counted the new name and before
@@ -454,19 +446,17 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     root.create("/d/f", 0o644).await.unwrap();
     let ino = root.stat("/d/f").await.unwrap().ino;
     let dst = (0..).map(|i| format!("/d/g{i}")).find(|g| prim(g) != prim("/d/f")).unwrap();
-    let (mut held, release) = cluster.faults().hold_next(prim("/d/f"), "RenameOutCommit");
     let coordinator = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
-    let running = tokio::spawn({
+    let renaming = {
         let dst = dst.clone();
         async move { coordinator.rename("/d/f", &dst).await }
-    });
-    tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the commit was never sent").unwrap();
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-    assert_eq!(cluster.fresh_client().repair().await, Ok(1));
-    assert_eq!(cluster.fresh_client().stat("/d/f").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
-    root.rename(&dst, "/d/f").await.unwrap();
-    release.add_permits(1);
-    assert_eq!(running.await.unwrap(), Err(Errno::EIO), "the late commit was taken");
+    };
+    let renamed_back = async {
+        assert_eq!(cluster.fresh_client().stat("/d/f").await.map(drop), Err(Errno::ENOENT), "recovery finished the rename");
+        root.rename(&dst, "/d/f").await.unwrap();
+    };
+    let late = cluster.step_held_past_recovery(prim("/d/f"), "RenameOutCommit", LEASE_MS, renaming, renamed_back).await;
+    assert_eq!(late, Err(Errno::EIO), "the late commit was taken");
     let reader = cluster.fresh_client();
     assert_eq!(reader.stat("/d/f").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
     let fsck = reader.fsck().await.unwrap();

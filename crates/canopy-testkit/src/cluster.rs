@@ -154,6 +154,29 @@ impl InProcCluster {
         &self.transport
     }
 
+    /// Runs `op` (a coordinator's operation, or a recoverer's, whose lease is
+    /// `lease_ms`) with its next `step` to `server` held on its way. Once the
+    /// step is held and the lease has run out (its sender is as good as
+    /// dead), a fresh client recovers that one transaction, `meanwhile` runs,
+    /// and then the step arrives: answers what `op` got.
+    pub async fn step_held_past_recovery<T: Send + 'static>(
+        &self,
+        server: u32,
+        step: &'static str,
+        lease_ms: u32,
+        op: impl std::future::Future<Output = T> + Send + 'static,
+        meanwhile: impl std::future::Future<Output = ()>,
+    ) -> T {
+        let (mut held, release) = self.faults().hold_next(server, step);
+        let running = tokio::spawn(op);
+        tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
+        tokio::time::sleep(Duration::from_millis(lease_ms as u64 + 100)).await;
+        assert_eq!(self.fresh_client().repair().await, Ok(1), "the next recoverer finishes the transaction");
+        meanwhile.await;
+        release.add_permits(1);
+        running.await.unwrap()
+    }
+
     /// Stops the cluster as `kill -9` of every daemon would: background work
     /// ends where it is, and the stores close once the clients made from the
     /// cluster are gone, so a test may reopen them at once.

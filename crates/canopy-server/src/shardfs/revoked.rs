@@ -6,8 +6,9 @@
 //! found no trace of, a migration's adoption putting back a moved file's old
 //! record, a file rename's late `RenameOutCommit` dropping a name the same
 //! inode was renamed back to after recovery. (A dead recoverer's steps name
-//! its own id, which the next recoverer revokes as well.) The revoked set lives beside the fences ([`Fences`]), under their
-//! lock, so no fence of a revoked transaction goes up.
+//! its own id, which the next recoverer revokes as well.) The revoked set
+//! lives beside the fences ([`Fences`]), under their lock, so no fence of a
+//! revoked transaction goes up.
 //!
 //! [`Fences`]: super::fence::Fences
 
