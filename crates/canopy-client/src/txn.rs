@@ -15,6 +15,12 @@ use std::sync::atomic::Ordering;
 /// Longest wait asked of the lock service for a grant.
 const LOCK_WAIT_MS: u32 = 30_000;
 
+/// How many of the recoveries a lock request is handed may be taken over by
+/// other recoverers before the request gives up (`EIO`). Each costs at least
+/// a lease (the one that ran out), so a cause that keeps recurring ends the
+/// caller's wait rather than holding it for good.
+const MAX_TAKEOVERS: u32 = 3;
+
 /// A transaction granted by the lock service: its id (which fences carry) and the
 /// ticket that proves ownership to `Renew` and `Unlock`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,8 +188,11 @@ impl ClientCore {
 
     /// Takes `locks` for a transaction doing `intent`. When the lock service hands
     /// over a conflicting transaction whose coordinator died, `recover` repairs it
-    /// first.
+    /// first. A recovery refused `ESTALE` was taken over by another recoverer:
+    /// the locks are asked for again, behind it (at most [`MAX_TAKEOVERS`]
+    /// times, then `EIO`), since that error says nothing of the caller's paths.
     pub(crate) async fn lock_with<'a>(&'a self, locks: Vec<(String, LockMode)>, intent: Intent, recover: Recover<'a>) -> Res<Txn> {
+        let mut taken_over = 0;
         loop {
             if self.is_dead() {
                 return Err(Errno::ENOTCONN);
@@ -200,11 +209,26 @@ impl ClientCore {
                     return Ok(Txn { id: txn, ticket });
                 }
                 Reply::Recover { txn, ticket, was, lapsed, intent: failed } => {
-                    self.counters.recovered();
                     let txn = Txn { id: txn, ticket };
                     self.lease_granted(txn.id, asked);
-                    recover(txn, Handed { was, lapsed }, failed).await?;
-                    self.unlock(txn).await;
+                    match recover(txn, Handed { was, lapsed }, failed).await {
+                        Ok(()) => {
+                            self.counters.recovered();
+                            self.unlock(txn).await;
+                        }
+                        Err(Errno::ESTALE) if taken_over < MAX_TAKEOVERS => {
+                            // Another recoverer took it over (this one's lease
+                            // ran out, or it was revoked): it is theirs to
+                            // finish and unlock, and the caller's own work has
+                            // not begun, so ask again, behind them.
+                            taken_over += 1;
+                            eprintln!("canopy-client: the recovery of transaction {} was taken over by another; asking for the locks again", txn.id);
+                        }
+                        // Not the caller's path that is stale: the transaction
+                        // stays with the lock service for the next recoverer.
+                        Err(Errno::ESTALE) => return Err(Errno::EIO),
+                        Err(e) => return Err(e),
+                    }
                 }
                 other => return Err(unexpected(other)),
             }

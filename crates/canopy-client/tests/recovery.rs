@@ -313,7 +313,7 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
         root.chmod(&file, 0o600).await.unwrap();
     })
     .await;
-    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    assert_eq!(late, Ok(0), "the first recoverer's late step was taken as done");
     assert_eq!(root.stat(&file).await.map(|a| a.mode & 0o777), Ok(0o600), "the dead recoverer's late copy put the old record back");
     assert_eq!(root.stat("/d").await.map(drop), Err(Errno::ENOENT));
     let fsck = root.fsck().await.unwrap();
@@ -342,7 +342,7 @@ async fn a_dead_recoverers_late_sync_makes_nothing() {
         root.rmdir("/p/d").await.expect("removed once recovered");
     })
     .await;
-    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    assert_eq!(late, Ok(0), "the first recoverer's late step was taken as done");
     for s in &cluster.servers {
         let probe = s.handle(&canopy_proto::Creds::root(), canopy_proto::Request::DirProbe { path: "/p/d".into() });
         assert_eq!(probe, Ok(canopy_proto::Reply::Probe(None)), "server {} made /p/d again", s.index());
@@ -379,7 +379,7 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
         root.rename("/e", "/d").await.expect("renamed back once recovered");
     })
     .await;
-    assert!(late.is_err(), "the first recoverer's late step was taken as done");
+    assert_eq!(late, Ok(0), "the first recoverer's late step was taken as done");
     let fsck = root.fsck().await.unwrap();
     assert!(fsck.is_clean(), "{:?}", fsck.problems);
     let reader = cluster.fresh_client();
@@ -387,10 +387,41 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
     assert_eq!(reader.stat("/e").await.map(drop), Err(Errno::ENOENT));
 }
 
+/// A mkdir whose lock request is handed a dead coordinator's mkdir recovers
+/// it first; when that recovery is taken over in turn (its step to a
+/// replica held on its way until its lease ran out and the next recoverer
+/// finished), the mkdir asks for its locks again and answers for itself:
+/// `EEXIST`, since the recovered mkdir made the name. Before, it passed on
+/// its recovery's `ESTALE`, which is not about the caller's path at all
+/// (the kernel takes it for a stale handle and retries the lookup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/p", 0o755).await.unwrap();
+    let mkdir = Intent::Mkdir { path: "/p/d".into() };
+    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
+    assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+
+    let replica = (0..SERVERS).find(|s| *s != prim("/p/d")).unwrap();
+    let second = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let made = cluster
+        .step_held_past_recovery(replica, "DirSync", LEASE_MS, async move { second.mkdir("/p/d", 0o700).await.map(|a| a.mode) }, async {})
+        .await;
+    assert_eq!(made, Err(Errno::EEXIST));
+    assert_eq!(root.stat("/p/d").await.map(|a| a.mode & 0o777), Ok(0o755), "the dead coordinator's mkdir, rolled forward");
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
 /// Starts a recoverer (short lease) of the cluster's expired transaction and
 /// holds its next `step` to `server` on its way until its lease has run out,
 /// the next recoverer has finished the transaction and `meanwhile` has run;
-/// then lets the step arrive, and answers what the first recoverer got.
+/// then lets the step arrive, and answers what the first recoverer got: how
+/// many transactions it recovered (none, if its late step was refused and
+/// the next recoverer's work stood).
 async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'static str, meanwhile: impl std::future::Future<Output = ()>) -> Result<u64, Errno> {
     let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
     cluster.step_held_past_recovery(server, step, LEASE_MS, async move { first.repair().await }, meanwhile).await
