@@ -529,3 +529,39 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
     assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
     assert!(fresh.fsck().await.unwrap().is_clean());
 }
+
+/// A hard link whose insert's outcome the coordinator cannot know (the
+/// answer lost: the insert refused before it applied, or applied and its
+/// server then down) answers `EIO` and is left to recovery, which keeps the
+/// count it added only if the name was made: the file's link count equals
+/// its names either way and fsck is clean. Before, Giraffa's link took no
+/// transaction, so a count whose name was never made stayed one too high.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made() {
+    let server = |p: &str| giraffa::row_server(&NsPath::parse(p).unwrap(), SERVERS);
+    for applied in [false, true] {
+        let cluster = cluster();
+        let setup = cluster.fresh_client();
+        setup.mkdir("/d", 0o755).await.unwrap();
+        setup.create("/d/f", 0o644).await.unwrap();
+        let dst = (0..).map(|i| format!("/e{i}/h")).find(|p| server(p) != server("/d/f")).unwrap();
+        setup.mkdir(NsPath::parse(&dst).unwrap().split().unwrap().0.as_str(), 0o755).await.unwrap();
+        // The insert, vouched for by the destination's parent's proof.
+        if applied {
+            cluster.faults().die_after(server(&dst), "GfVouched");
+        } else {
+            cluster.faults().refuse_next(server(&dst), "GfVouched", Errno::EIO);
+        }
+        let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+        assert_eq!(c.link("/d/f", &dst).await.map(drop), Err(Errno::EIO), "applied: {applied}");
+        cluster.faults().revive(server(&dst));
+        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+        let fresh = cluster.fresh_client();
+        assert_eq!(fresh.repair().await, Ok(1), "applied: {applied}");
+        let names = if applied { 2 } else { 1 };
+        assert_eq!(fresh.stat("/d/f").await.map(|a| a.nlink), Ok(names), "applied: {applied}");
+        assert_eq!(fresh.stat(&dst).await.is_ok(), applied);
+        let fsck = fresh.fsck().await.unwrap();
+        assert!(fsck.is_clean(), "applied: {applied}: {:?}", fsck.problems);
+    }
+}

@@ -11,7 +11,9 @@
 //! - rmdir: the parent's proof, then begin (the directory gets no more proofs
 //!   and the live ones expire), a check that its entries are gone, and the end;
 //! - a rename of a file between servers: a transaction under the lock service
-//!   (out, in, commit), recovered like ShardFS's from what the servers hold.
+//!   (out, in, commit), recovered like ShardFS's from what the servers hold;
+//! - a hard link: a transaction too (count, name), so recovery takes back a
+//!   count whose name a dead coordinator never made.
 //!
 //! A proof that expired on its way (`ESTALE`) is asked for again, and a
 //! directory in the middle of an rmdir (`EAGAIN`) is waited for, both counted
@@ -23,7 +25,7 @@ use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
 use crate::namespace::{Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, Handed, Txn};
+use crate::txn::{after_commit, Handed, Step, Txn};
 use canopy_posix::lockset::path_locks;
 use canopy_posix::perm;
 use canopy_proto::giraffa::{self, DirProof};
@@ -280,21 +282,34 @@ impl Giraffa {
         }
     }
 
-    /// (`ClientCore::link_steps`; Giraffa's link takes no locks.)
+    /// A hard link as a transaction under both names' locks, as in the other
+    /// modes: the count it adds and the name it makes are recorded with it
+    /// (`ClientCore::link_steps`), so a coordinator that dies between the
+    /// two, or whose insert's answer is lost, leaves recovery to take the
+    /// count back unless the name was made ([`ClientCore::recover_link`]).
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
-        let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into(), txn: None }).await?;
+        let intent = Intent::Link { src: src.to_string(), dst: dst.to_string() };
+        let txn = self.lock_with(path_locks(&[src, dst]), intent.clone()).await?;
+        let r = self.link_under(c, src, dst, intent, txn).await.map_err(rename::taken_over);
+        self.finish(txn, &r).await;
+        let attr = r?;
+        self.touch_parent(c, dst).await;
+        Ok(attr)
+    }
+
+    async fn link_under(&self, c: &Creds, src: &NsPath, dst: &NsPath, intent: Intent, txn: Txn) -> Res<Attr> {
+        let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into(), txn: Some(txn.id) }).await?;
         let insert = |ino, home| async move {
             let (parent, _) = dst.split().ok_or(Errno::EEXIST)?;
             let sent = AtomicBool::new(false);
-            let req = Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: None };
+            let req = Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) };
             match self.vouched_noting(c, &[&parent], self.row_server(dst), &req, &sent).await {
                 Err(e) if !sent.load(Ordering::Acquire) => Err(e),
                 r => Ok(r.map(|_| self.row_server(dst))),
             }
         };
-        let attr = self.link_steps(shared, None, async { Ok(()) }, insert).await?;
-        self.touch_parent(c, dst).await;
-        Ok(attr)
+        let between = self.step(txn, || Step::PrimaryDone(intent));
+        self.link_steps(shared, Some(txn.id), between, insert).await
     }
 
     async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
@@ -360,17 +375,35 @@ impl Giraffa {
     /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
     /// coordinator's transaction the lock service hands over.
     async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
+        // A recovery's step refused `ECANCELED` (Giraffa's word for a
+        // revoked transaction's step) was taken over by another recoverer:
+        // `ESTALE`, as `ClientCore::lock_with` expects of every mode.
+        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> {
+            Box::pin(async move { self.recover(txn, handed, &failed).await.map_err(|e| if e == Errno::ECANCELED { Errno::ESTALE } else { e }) })
+        };
         self.core.lock_with(locks, intent, &recover).await
     }
 
-    /// A dead coordinator's rename, decided from what the servers hold once
-    /// they refuse its late steps (and a dead recoverer's: `revoke`): a
-    /// directory's by [`Giraffa::recover_dir_rename`]; a file's committed if
-    /// both names hold the same inode (then the source goes), else untouched.
+    /// A dead coordinator's transaction, decided from what the servers hold
+    /// once they refuse its late steps (and a dead recoverer's: `revoke`): a
+    /// link's by [`ClientCore::recover_link`]; a rename's by
+    /// [`Giraffa::recover_rename`].
     async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
-        // Giraffa makes no RenameOver; recovered as the rename it is.
-        let (Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. }) = intent else { return Ok(()) };
+        match intent {
+            Intent::Link { .. } => {
+                self.revoke(handed).await?;
+                self.recover_link(handed.was).await
+            }
+            // Giraffa makes no RenameOver; recovered as the rename it is.
+            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => self.recover_rename(txn, handed, src, dst).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// A directory rename's by [`Giraffa::recover_dir_rename`]; a file's
+    /// committed if both names hold the same inode (then the source goes),
+    /// else untouched.
+    async fn recover_rename(&self, txn: Txn, handed: Handed, src: &str, dst: &str) -> Res<()> {
         self.revoke(handed).await?;
         let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
         let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
