@@ -6,12 +6,30 @@
 use crate::core::{unexpected, ClientCore};
 use crate::fsck::{self, FsckSummary};
 use crate::namespace::Res;
-use crate::txn::outcome_unknown;
+use crate::txn::{outcome_unknown, stopped_for_recovery, Txn};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{FsckReport, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
 use canopy_rpc::Target;
+
+/// How a link's steps failed ([`ClientCore::link_steps`]).
+#[derive(Debug)]
+pub(crate) struct LinkFailed {
+    pub errno: Errno,
+    /// Nothing of the link is left on any server (the insert certainly not
+    /// made, the count taken back), so its transaction may be unlocked even
+    /// where `errno` (a timeout reaching the destination's directory) would
+    /// read as an unknown outcome.
+    pub settled: bool,
+}
+
+impl From<Errno> for LinkFailed {
+    /// A failure whose errno alone says whether the outcome is known.
+    fn from(errno: Errno) -> Self {
+        LinkFailed { errno, settled: false }
+    }
+}
 
 impl ClientCore {
     pub(crate) async fn inode_stat(&self, ino: u64, home: u32) -> Res<Attr> {
@@ -21,67 +39,85 @@ impl ClientCore {
         }
     }
 
-    /// A hard link's steps, in every mode. `shared` is the source's answer
-    /// to `LinkShare`: its inode made shared (or found so), the new name
-    /// counted (or to be counted on its home, `Redirect`). `between` then runs
-    /// (a transaction's lease check: a coordinator held up past its lease
-    /// stops before the name appears, taking back the count it certainly
-    /// added for no name). Then `insert(ino, home)` adds the name; it answers
-    /// `Err` for a failure before the insert was sent (finding the
+    /// A hard link's steps, in every mode, as transaction `txn`. `shared` is
+    /// the source's answer to `LinkShare`: its inode made shared (or found
+    /// so), the new name counted (or to be counted on its home, `Redirect`).
+    /// `between` then runs (a transaction's lease check: a coordinator held up
+    /// past its lease stops before the name appears, taking back the count it
+    /// certainly added for no name). Then `insert(ino, home)` adds the name;
+    /// it answers `Err` for a failure before the insert was sent (finding the
     /// destination: certain), else the insert's own answer (the server that
-    /// made the name, when it did). An insert that
-    /// failed takes the count back only if it certainly did not apply: with
-    /// its outcome unknown the count stays, since one too low would free the
-    /// inode while a name still refers to it, and the link answers `EIO`.
+    /// made the name, when it did).
     ///
-    /// `txn`: the link's transaction (ShardFS, IndexFS), under which the home records
-    /// the count, and the new name's server the name, as the transaction's
-    /// own until they are settled: the count taken back here when the name
-    /// certainly was not made, kept (posted) when it was, and left to
-    /// recovery, which settles it from the name's record, when the outcome is
-    /// unknown or the coordinator dies.
+    /// The home records the count, and the new name's server the name, as
+    /// the transaction's own until they are settled: kept (posted) when the
+    /// name was made; taken back here when it certainly was not, which
+    /// leaves nothing of the link ([`LinkFailed::settled`]); left to recovery,
+    /// which settles them from the name's record, when the insert's outcome
+    /// is unknown (`EIO`: one count too low would free the inode while a name
+    /// still refers to it), when taking the count back failed (`EIO`), or
+    /// when the coordinator dies.
     pub(crate) async fn link_steps<I>(
         &self,
         shared: Reply,
-        txn: Option<u64>,
+        txn: u64,
         between: impl std::future::Future<Output = Res<()>>,
         insert: impl FnOnce(u64, u32) -> I,
-    ) -> Res<Attr>
+    ) -> Result<Attr, LinkFailed>
     where
         I: std::future::Future<Output = Res<Res<u32>>>,
     {
         let (ino, home) = match shared {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
-                self.count_link(ino, home, 1, txn).await?;
+                self.count_link(ino, home, 1, Some(txn)).await?;
                 (ino, home)
             }
-            other => return Err(unexpected(other)),
+            other => return Err(unexpected(other).into()),
         };
         if let Err(e) = between.await {
-            if let Err(undo) = self.uncount_link(ino, home, txn).await {
-                eprintln!("canopy-client: inode {ino:#x} keeps a count for a link never made ({undo}); fsck reports it");
+            if let Err(undo) = self.uncount_link(ino, home, Some(txn)).await {
+                eprintln!("canopy-client: inode {ino:#x} keeps a count for a link never made ({undo}); left to recovery");
             }
-            return Err(e);
+            return Err(e.into());
         }
         match insert(ino, home).await {
             Ok(Ok(named_at)) => {
-                if let Some(txn) = txn {
-                    let servers = if named_at == home { vec![home] } else { vec![home, named_at] };
-                    for server in servers {
-                        let settle = Request::LinkSettle { ino, txn, undo: false };
-                        self.post_soon(server, &Creds::root(), settle, || format!("the settling of link transaction {txn} on server {server}")).await;
-                    }
+                let servers = if named_at == home { vec![home] } else { vec![home, named_at] };
+                for server in servers {
+                    let settle = Request::LinkSettle { ino, txn, undo: false };
+                    self.post_soon(server, &Creds::root(), settle, || format!("the settling of link transaction {txn} on server {server}")).await;
                 }
-                self.inode_stat(ino, home).await
+                Ok(self.inode_stat(ino, home).await?)
             }
             Ok(Err(e)) if outcome_unknown(&e) => {
                 eprintln!("canopy-client: a link to inode {ino:#x} may or may not have been made ({e}); its count is left as if it was");
-                Err(Errno::EIO)
+                Err(Errno::EIO.into())
             }
-            Ok(Err(e)) | Err(e) => {
-                self.uncount_link(ino, home, txn).await?;
-                Err(e)
+            Ok(Err(e)) | Err(e) => match self.uncount_link(ino, home, Some(txn)).await {
+                Ok(()) => Err(LinkFailed { errno: e, settled: true }),
+                Err(undo) => {
+                    eprintln!("canopy-client: the count a link to inode {ino:#x} added for no name was not taken back ({undo}); left to recovery");
+                    Err(Errno::EIO.into())
+                }
+            },
+        }
+    }
+
+    /// Ends link transaction `txn` once its steps answered `r`: unlocked if
+    /// they left nothing ([`LinkFailed::settled`], whatever the errno says),
+    /// else as any transaction ([`stopped_for_recovery`], then
+    /// [`ClientCore::finish`]).
+    pub(crate) async fn end_link(&self, txn: Txn, r: Result<Attr, LinkFailed>) -> Res<Attr> {
+        match r {
+            Err(LinkFailed { errno, settled: true }) => {
+                self.unlock(txn).await;
+                Err(errno)
+            }
+            r => {
+                let r = stopped_for_recovery(txn, r.map_err(|f| f.errno));
+                self.finish(txn, &r).await;
+                r
             }
         }
     }

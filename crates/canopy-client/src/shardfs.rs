@@ -25,6 +25,7 @@
 use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected, ClientCore, NsOptions};
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
+use crate::follow::LinkFailed;
 use crate::monotonic::{self, Change};
 use crate::recovery::{revokes, By};
 use crate::namespace::{Namespace, Res};
@@ -739,14 +740,14 @@ impl ShardFs {
     }
 
     /// A hard link as transaction `txn` (`ClientCore::link_steps`).
-    async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Res<Attr> {
+    async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath, txn: Txn) -> Result<Attr, LinkFailed> {
         let shared = self.under_own_locks(c, src, Request::LinkShare { at: src.to_string().into(), txn: Some(txn.id) }).await?;
         let intent = || Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let insert = |ino, home| async move {
             let made = self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) }).await;
             Ok(made.map(|_| self.primary(dst)))
         };
-        self.link_steps(shared, Some(txn.id), self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
@@ -940,7 +941,12 @@ impl Namespace for ShardFs {
     fn link<'a>(&'a self, c: &'a Creds, src: &'a str, dst: &'a str) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-            let r = self.locked(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }, |txn| self.do_link(c, &s, &d, txn)).await;
+            let r = async {
+                let txn = self.lock(&[&s, &d], Intent::Link { src: s.to_string(), dst: d.to_string() }).await?;
+                let steps = self.do_link(c, &s, &d, txn).await;
+                self.end_link(txn, steps).await
+            }
+            .await;
             let attr = self.settle_two(c, &s, &d, r).await?;
             self.touch_parents(c, &[&d]).await;
             Ok(attr)

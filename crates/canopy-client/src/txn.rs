@@ -188,9 +188,10 @@ impl ClientCore {
 
     /// Takes `locks` for a transaction doing `intent`. When the lock service hands
     /// over a conflicting transaction whose coordinator died, `recover` repairs it
-    /// first. A recovery refused `ESTALE` was taken over by another recoverer:
-    /// the locks are asked for again, behind it (at most [`MAX_TAKEOVERS`]
-    /// times, then `EIO`), since that error says nothing of the caller's paths.
+    /// first. A recovery refused `ESTALE` whose lease this client no longer
+    /// holds was taken over by another recoverer: the locks are asked for
+    /// again, behind it (at most [`MAX_TAKEOVERS`] times, then `EIO`), since
+    /// that error says nothing of the caller's paths.
     pub(crate) async fn lock_with<'a>(&'a self, locks: Vec<(String, LockMode)>, intent: Intent, recover: Recover<'a>) -> Res<Txn> {
         let mut taken_over = 0;
         loop {
@@ -216,23 +217,38 @@ impl ClientCore {
                             self.counters.recovered();
                             self.unlock(txn).await;
                         }
-                        Err(Errno::ESTALE) if taken_over < MAX_TAKEOVERS => {
+                        Err(Errno::ESTALE) if taken_over < MAX_TAKEOVERS && !self.still_holds(txn).await => {
                             // Another recoverer took it over (this one's lease
                             // ran out, or it was revoked): it is theirs to
                             // finish and unlock, and the caller's own work has
                             // not begun, so ask again, behind them.
+                            self.forget_lease(txn.id);
                             taken_over += 1;
                             eprintln!("canopy-client: the recovery of transaction {} was taken over by another; asking for the locks again", txn.id);
                         }
-                        // Not the caller's path that is stale: the transaction
-                        // stays with the lock service for the next recoverer.
-                        Err(Errno::ESTALE) => return Err(Errno::EIO),
-                        Err(e) => return Err(e),
+                        // Not about the caller's paths: the transaction stays
+                        // with the lock service for the next recoverer, and a
+                        // stale answer this recovery met while it still held
+                        // the lease is not asked again (it would meet it again).
+                        Err(e) => {
+                            self.forget_lease(txn.id);
+                            return Err(if e == Errno::ESTALE { Errno::EIO } else { e });
+                        }
                     }
                 }
                 other => return Err(unexpected(other)),
             }
         }
+    }
+
+    /// Whether this client still holds `txn`'s lease: a renewal granted. A
+    /// renewal refused `ESTALE` says another recoverer may hold it; any other
+    /// failure (the lock service unreachable) answers `true`, so the caller
+    /// does not take that for a takeover and ask again.
+    async fn still_holds(&self, txn: Txn) -> bool {
+        self.counters.sent_to_lockd();
+        let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
+        !matches!(self.t.call(Target::Lockd, &Creds::root(), req).await, Err(Errno::ESTALE))
     }
 
     /// Replaces `txn`'s intent at the lock service with `intent`, which says

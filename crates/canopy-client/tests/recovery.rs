@@ -328,16 +328,9 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
 /// again on that replica alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_sync_makes_nothing() {
-    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
     let cluster = InProcCluster::memory(SERVERS);
     let root = cluster.client();
-    root.mkdir("/p", 0o755).await.unwrap();
-    let mkdir = Intent::Mkdir { path: "/p/d".into() };
-    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
-    assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-
-    let replica = (0..SERVERS).find(|s| *s != prim("/p/d")).unwrap();
+    let replica = mkdir_of_p_d_left_to_recovery(&cluster).await;
     let late = after_the_next_recoverer(&cluster, replica, "DirSync", async {
         root.rmdir("/p/d").await.expect("removed once recovered");
     })
@@ -396,16 +389,9 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
 /// (the kernel takes it for a stale handle and retries the lookup).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
-    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
     let cluster = InProcCluster::memory(SERVERS);
     let root = cluster.client();
-    root.mkdir("/p", 0o755).await.unwrap();
-    let mkdir = Intent::Mkdir { path: "/p/d".into() };
-    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
-    assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-
-    let replica = (0..SERVERS).find(|s| *s != prim("/p/d")).unwrap();
+    let replica = mkdir_of_p_d_left_to_recovery(&cluster).await;
     let second = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
     let made = cluster
         .step_held_past_recovery(replica, "DirSync", LEASE_MS, async move { second.mkdir("/p/d", 0o700).await.map(|a| a.mode) }, async {})
@@ -414,6 +400,19 @@ async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
     assert_eq!(root.stat("/p/d").await.map(|a| a.mode & 0o777), Ok(0o755), "the dead coordinator's mkdir, rolled forward");
     let fsck = root.fsck().await.unwrap();
     assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
+/// Makes /p (mode 755), then a mkdir of /p/d (mode 755) whose coordinator
+/// dies after its primary applied it, and waits its lease out; answers a
+/// replica of /p/d, to which a recovery rolling it forward sends `DirSync`.
+async fn mkdir_of_p_d_left_to_recovery(cluster: &InProcCluster) -> u32 {
+    cluster.client().mkdir("/p", 0o755).await.unwrap();
+    let mkdir = Intent::Mkdir { path: "/p/d".into() };
+    let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
+    assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    let primary_of_d = primary(&NsPath::parse("/p/d").unwrap(), SERVERS);
+    (0..SERVERS).find(|s| *s != primary_of_d).unwrap()
 }
 
 /// Starts a recoverer (short lease) of the cluster's expired transaction and

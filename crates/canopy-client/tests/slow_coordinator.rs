@@ -146,7 +146,15 @@ async fn a_held_link_makes_no_name_once_recovered(mode: &'static str) {
     assert_eq!(got, Err(Errno::EIO), "{mode}: the held link went on");
     assert_eq!(c.stat("/d/g").await.map(drop), Err(Errno::ENOENT), "{mode}: a name made after its transaction was recovered");
     assert_eq!(c.stat("/d/h").await.unwrap().nlink, 1, "{mode}");
-    assert!(c.fsck().await.unwrap().is_clean(), "{mode}");
+    if mode == "giraffa" {
+        // Its rename within one server takes no locks, so it recovered
+        // nothing: the sweep finds the held link's transaction, and nothing
+        // of it to undo.
+        assert_eq!(cluster.fresh_client().repair().await, Ok(1));
+        assert_eq!(c.stat("/d/h").await.unwrap().nlink, 1);
+    }
+    let fsck = c.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{mode}: {:?}", fsck.problems);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,4 +165,9 @@ async fn shardfs_a_held_link_makes_no_name_once_recovered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn indexfs_a_held_link_makes_no_name_once_recovered() {
     a_held_link_makes_no_name_once_recovered("indexfs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn giraffa_a_held_link_makes_no_name_once_recovered() {
+    a_held_link_makes_no_name_once_recovered("giraffa").await;
 }

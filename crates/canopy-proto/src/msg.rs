@@ -427,9 +427,10 @@ requests! {
     /// `with_dirs` includes subdirectories (asked of one server only).
     ReadDir { at: At, after: Option<String>, limit: u32, with_dirs: bool } = 0x0008,
     /// Make the file at `path` share its inode for a new hard link (nlink + 1).
-    /// `txn`: the link's transaction (ShardFS, IndexFS): the count it adds here is
-    /// recorded as its own until `LinkSettle`, and the step is refused
-    /// `ESTALE` once recovery revoked `txn`.
+    /// `txn`: the link's transaction (every mode's client names one): the
+    /// count it adds here is recorded as its own until `LinkSettle`, and the
+    /// step is refused once recovery revoked `txn` (`ESTALE`; Giraffa
+    /// `ECANCELED`).
     LinkShare { at: At, txn: Option<u64> } = 0x0009,
     /// Insert a hard link at `path` to the shared inode `ino` homed on `home`.
     /// `txn` as in `LinkShare` (refused once revoked); the server records

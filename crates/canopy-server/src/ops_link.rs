@@ -5,7 +5,7 @@
 //! operations through a name whose inode is homed elsewhere answer `Redirect` and
 //! the client asks the home server.
 //!
-//! A link under a transaction (ShardFS, IndexFS) records, in the same writes, that it
+//! A link under a transaction (every mode's client sends one) records, in the same writes, that it
 //! added a count (on the inode's home: `meta` [`COUNTED`] ‖ txn ‖ ino) and
 //! that it made the name (on that name's server: [`NAMED`] ‖ txn ‖ ino),
 //! until it is settled: by the coordinator once the name is made (or

@@ -5,8 +5,8 @@
 //! slow, its coordinator stalled between its lease check and its send)
 //! cannot land after recovery had read and decided. The modes whose
 //! transactions span servers keep one: ShardFS beside its fences
-//! (`shardfs/revoked.rs`), Giraffa for its rename steps, IndexFS for its
-//! links' steps.
+//! (`shardfs/revoked.rs`), Giraffa for its renames' and links' steps,
+//! IndexFS for its directory transactions' and links' steps.
 //!
 //! Kept durably, so a restart forgets none: the `meta` family under
 //! [`PREFIX`] ‖ txn (u64 BE). Recoveries are rare (a coordinator died), and

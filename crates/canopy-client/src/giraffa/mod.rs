@@ -23,6 +23,7 @@ use crate::core::{unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
+use crate::follow::LinkFailed;
 use crate::namespace::{Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
 use crate::txn::{after_commit, Handed, Step, Txn};
@@ -290,14 +291,13 @@ impl Giraffa {
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
         let intent = Intent::Link { src: src.to_string(), dst: dst.to_string() };
         let txn = self.lock_with(path_locks(&[src, dst]), intent.clone()).await?;
-        let r = self.link_under(c, src, dst, intent, txn).await.map_err(rename::taken_over);
-        self.finish(txn, &r).await;
-        let attr = r?;
+        let steps = self.link_under(c, src, dst, intent, txn).await.map_err(|f| LinkFailed { errno: rename::taken_over(f.errno), ..f });
+        let attr = self.end_link(txn, steps).await?;
         self.touch_parent(c, dst).await;
         Ok(attr)
     }
 
-    async fn link_under(&self, c: &Creds, src: &NsPath, dst: &NsPath, intent: Intent, txn: Txn) -> Res<Attr> {
+    async fn link_under(&self, c: &Creds, src: &NsPath, dst: &NsPath, intent: Intent, txn: Txn) -> Result<Attr, LinkFailed> {
         let shared = self.row_rpc(c, src, Request::LinkShare { at: src.to_string().into(), txn: Some(txn.id) }).await?;
         let insert = |ino, home| async move {
             let (parent, _) = dst.split().ok_or(Errno::EEXIST)?;
@@ -309,7 +309,7 @@ impl Giraffa {
             }
         };
         let between = self.step(txn, || Step::PrimaryDone(intent));
-        self.link_steps(shared, Some(txn.id), between, insert).await
+        self.link_steps(shared, txn.id, between, insert).await
     }
 
     async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {

@@ -380,13 +380,14 @@ impl Giraffa {
     }
 }
 
-/// A rename step's error as the rename sees it: refused because recovery
-/// took the transaction over (revoked it, `ECANCELED`), it is `EIO`, which
+/// A transaction step's error (a rename's, a link's) as its coordinator
+/// sees it: refused because recovery took the transaction over (revoked
+/// it, `ECANCELED`), it is `EIO`, which
 /// leaves the transaction to recovery as an unknown outcome does (nothing
 /// undone or thawed, nothing unlocked).
 pub(super) fn taken_over(e: Errno) -> Errno {
     if e == Errno::ECANCELED {
-        eprintln!("canopy-client: a rename step was refused: recovery took its transaction over and decides its outcome");
+        eprintln!("canopy-client: a transaction's step was refused: recovery took the transaction over and decides its outcome");
         return Errno::EIO;
     }
     e

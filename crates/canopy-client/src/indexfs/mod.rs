@@ -40,6 +40,7 @@ use crate::core::{lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
+use crate::follow::LinkFailed;
 use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
 use crate::txn::{after_commit, file_ino, outcome_unknown, stopped_for_recovery, unless_absent, Handed, Step, Txn};
@@ -646,7 +647,7 @@ impl IndexFs {
     /// before the destination's, as on Linux; a destination that then fails
     /// takes the extra link back.
     /// (`ClientCore::link_steps`, as transaction `txn`.)
-    async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Res<Attr> {
+    async fn do_link(&self, c: &Creds, s: &NsPath, d: &NsPath, txn: Txn) -> Result<Attr, LinkFailed> {
         let sp = self.place(c, s).await?;
         let shared = self.rpc_ix(sp.server, c, Request::LinkShare { at: sp.at, txn: Some(txn.id) }).await?;
         let intent = || Intent::Link { src: s.to_string(), dst: d.to_string() };
@@ -656,7 +657,7 @@ impl IndexFs {
                 dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home, txn: Some(txn.id) }).await.map(|_| dp.server)),
             }
         };
-        self.link_steps(shared, Some(txn.id), self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
@@ -967,7 +968,13 @@ impl Namespace for IndexFs {
         Box::pin(async move {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
-            let attr = self.optimistic(&s, || self.locked_as(path_locks(&[&s, &d]), intent.clone(), |txn| self.do_link(c, &s, &d, txn))).await?;
+            let attr = self
+                .optimistic(&s, || async {
+                    let txn = self.lock_with(path_locks(&[&s, &d]), intent.clone()).await?;
+                    let steps = self.do_link(c, &s, &d, txn).await;
+                    self.end_link(txn, steps).await
+                })
+                .await?;
             self.touch_parent(c, &d).await;
             Ok(attr)
         })
