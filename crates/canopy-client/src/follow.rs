@@ -106,13 +106,14 @@ impl ClientCore {
 
     /// Ends link transaction `txn` once its steps answered `r`: unlocked if
     /// they left nothing ([`LinkFailed::settled`], whatever the errno says),
-    /// else as any transaction ([`stopped_for_recovery`], then
-    /// [`ClientCore::finish`]).
+    /// else as any transaction ([`ClientCore::finish`]). Either way a step
+    /// refused because recovery took the transaction over answers `EIO`
+    /// ([`stopped_for_recovery`]), never `ESTALE`.
     pub(crate) async fn end_link(&self, txn: Txn, r: Result<Attr, LinkFailed>) -> Res<Attr> {
         match r {
             Err(LinkFailed { errno, settled: true }) => {
                 self.unlock(txn).await;
-                Err(errno)
+                stopped_for_recovery(txn, Err(errno))
             }
             r => {
                 let r = stopped_for_recovery(txn, r.map_err(|f| f.errno));

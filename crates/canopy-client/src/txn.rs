@@ -217,7 +217,7 @@ impl ClientCore {
                             self.counters.recovered();
                             self.unlock(txn).await;
                         }
-                        Err(Errno::ESTALE) if taken_over < MAX_TAKEOVERS && !self.still_holds(txn).await => {
+                        Err(Errno::ESTALE) if taken_over < MAX_TAKEOVERS && self.lost_to_another(txn).await => {
                             // Another recoverer took it over (this one's lease
                             // ran out, or it was revoked): it is theirs to
                             // finish and unlock, and the caller's own work has
@@ -229,7 +229,8 @@ impl ClientCore {
                         // Not about the caller's paths: the transaction stays
                         // with the lock service for the next recoverer, and a
                         // stale answer this recovery met while it still held
-                        // the lease is not asked again (it would meet it again).
+                        // the lease (now cut short) is not asked again: it
+                        // would meet it again.
                         Err(e) => {
                             self.forget_lease(txn.id);
                             return Err(if e == Errno::ESTALE { Errno::EIO } else { e });
@@ -241,14 +242,20 @@ impl ClientCore {
         }
     }
 
-    /// Whether this client still holds `txn`'s lease: a renewal granted. A
-    /// renewal refused `ESTALE` says another recoverer may hold it; any other
-    /// failure (the lock service unreachable) answers `true`, so the caller
-    /// does not take that for a takeover and ask again.
-    async fn still_holds(&self, txn: Txn) -> bool {
+    /// Whether this client's lease on `txn`, a recovery it is giving up,
+    /// had run out (another recoverer may hold it): it asks the lock service
+    /// to cut the lease to 1 ms, which is refused `ESTALE` if it already ran
+    /// out. A lease it still held so ends at once, and the next conflicting
+    /// request or sweep recovers the transaction without waiting it out. Any
+    /// other failure (the lock service unreachable) answers `false`, so the
+    /// caller does not take it for a takeover and ask again.
+    async fn lost_to_another(&self, txn: Txn) -> bool {
+        if self.is_dead() {
+            return false;
+        }
         self.counters.sent_to_lockd();
-        let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
-        !matches!(self.t.call(Target::Lockd, &Creds::root(), req).await, Err(Errno::ESTALE))
+        let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: 1 };
+        matches!(self.t.call(Target::Lockd, &Creds::root(), req).await, Err(Errno::ESTALE))
     }
 
     /// Replaces `txn`'s intent at the lock service with `intent`, which says

@@ -565,3 +565,33 @@ async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made()
         assert!(fsck.is_clean(), "applied: {applied}: {:?}", fsck.problems);
     }
 }
+
+/// A directory rename whose lock request is handed a dead coordinator's
+/// committed rename recovers it first; when that recovery is taken over in
+/// turn (its freeze held on its way until its lease ran out and the next
+/// recoverer finished), the rename asks for its locks again and is done.
+/// Before, its recovery's refused step (`ECANCELED`, which a recovery's
+/// steps report as `EIO`) failed the caller's rename with `EIO`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_whose_recovery_was_taken_over_is_done() {
+    let cluster = cluster();
+    let root = cluster.fresh_client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    root.create("/d/f", 0o644).await.unwrap();
+    // The freeze waits out the proofs the creates took: let them expire.
+    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    let intent = Intent::Rename { src: "/d".into(), dst: "/e".into() };
+    let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
+    assert_eq!(dying.rename("/d", "/e").await, Err(Errno::ENOTCONN));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    let second = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let renamed = cluster.step_held_past_recovery(0, "GfFreeze", LEASE_MS, async move { second.rename("/e", "/f").await }, async {}).await;
+    assert_eq!(renamed, Ok(()));
+    let fresh = cluster.fresh_client();
+    assert!(fresh.stat("/f/f").await.is_ok());
+    for gone in ["/d", "/e"] {
+        assert_eq!(fresh.stat(gone).await.map(drop), Err(Errno::ENOENT), "{gone}");
+    }
+    let fsck = fresh.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}

@@ -402,6 +402,27 @@ async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
     assert!(fsck.is_clean(), "{:?}", fsck.problems);
 }
 
+/// A link whose insert, sent in time, arrives after recovery took the
+/// transaction over and found no name (so took the count back) is refused
+/// and makes no name; the coordinator's own taking back then finds it
+/// done, and the link answers `EIO` (recovery decided), never `ESTALE`,
+/// which the kernel would take for a stale handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_links_late_insert_makes_no_name_and_answers_eio() {
+    let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
+    let cluster = InProcCluster::memory(SERVERS);
+    let root = cluster.client();
+    root.mkdir("/d", 0o755).await.unwrap();
+    root.create("/d/f", 0o644).await.unwrap();
+    let coordinator = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let linked = cluster.step_held_past_recovery(prim("/d/g"), "LinkInsert", LEASE_MS, async move { coordinator.link("/d/f", "/d/g").await.map(drop) }, async {}).await;
+    assert_eq!(linked, Err(Errno::EIO));
+    assert_eq!(root.stat("/d/g").await.map(drop), Err(Errno::ENOENT));
+    assert_eq!(root.stat("/d/f").await.map(|a| a.nlink), Ok(1));
+    let fsck = root.fsck().await.unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
 /// Makes /p (mode 755), then a mkdir of /p/d (mode 755) whose coordinator
 /// dies after its primary applied it, and waits its lease out; answers a
 /// replica of /p/d, to which a recovery rolling it forward sends `DirSync`.

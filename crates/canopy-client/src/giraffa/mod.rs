@@ -375,11 +375,14 @@ impl Giraffa {
     /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
     /// coordinator's transaction the lock service hands over.
     async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        // A recovery's step refused `ECANCELED` (Giraffa's word for a
-        // revoked transaction's step) was taken over by another recoverer:
-        // `ESTALE`, as `ClientCore::lock_with` expects of every mode.
+        // A recovery's step refused because another recoverer took the
+        // transaction over answers `ECANCELED` (Giraffa's word for a revoked
+        // transaction's step), or `EIO` where the step is one a coordinator
+        // shares (`rename::taken_over`): both `ESTALE`, which
+        // `ClientCore::lock_with` takes for a takeover only once a renewal
+        // shows the recovery's lease gone, and otherwise answers `EIO`.
         let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> {
-            Box::pin(async move { self.recover(txn, handed, &failed).await.map_err(|e| if e == Errno::ECANCELED { Errno::ESTALE } else { e }) })
+            Box::pin(async move { self.recover(txn, handed, &failed).await.map_err(|e| if matches!(e, Errno::ECANCELED | Errno::EIO) { Errno::ESTALE } else { e }) })
         };
         self.core.lock_with(locks, intent, &recover).await
     }

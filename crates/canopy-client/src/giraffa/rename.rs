@@ -383,8 +383,10 @@ impl Giraffa {
 /// A transaction step's error (a rename's, a link's) as its coordinator
 /// sees it: refused because recovery took the transaction over (revoked
 /// it, `ECANCELED`), it is `EIO`, which
-/// leaves the transaction to recovery as an unknown outcome does (nothing
-/// undone or thawed, nothing unlocked).
+/// leaves the transaction to recovery as an unknown outcome does (a rename
+/// undoes and thaws nothing; a link's count taken back is settled once,
+/// whoever settles it first; an unlock of a transaction handed over does
+/// nothing).
 pub(super) fn taken_over(e: Errno) -> Errno {
     if e == Errno::ECANCELED {
         eprintln!("canopy-client: a transaction's step was refused: recovery took the transaction over and decides its outcome");
