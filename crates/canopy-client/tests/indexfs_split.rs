@@ -449,3 +449,26 @@ async fn an_idle_server_does_not_wake_for_background_work() {
     c.mkdir("/big", 0o755).await.unwrap();
     grow_until_split(&c, "/big").await;
 }
+
+/// A mkdir refused `EAGAIN` on its first try (what a split whose
+/// destination is down answers) is tried again under its own transaction's
+/// locks only: not while holding read locks on its path too, which its own
+/// write lock there waited out until their lease ran out (the lock service
+/// then handed them to it as a dead transaction to recover).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mkdir_tried_again_does_not_wait_for_its_own_locks() {
+    for server in 0..SERVERS {
+        let cluster = InProcCluster::memory_mode("indexfs", SERVERS);
+        cluster.client().mkdir("/x", 0o755).await.unwrap();
+        let c = cluster.client_with(NsOptions { lease_ms: Some(300), ..NsOptions::default() });
+        cluster.faults().refuse_next(server, "IxMkdir", Errno::EAGAIN);
+        assert_eq!(c.mkdir("/x/y", 0o755).await.map(|a| a.mode & 0o777), Ok(0o755));
+        let counts = c.counters().snapshot();
+        if counts.retries == 0 {
+            continue; // that server was not asked
+        }
+        assert_eq!((counts.lock_waits, counts.recoveries), (0, 0), "the retry waited for its own locks");
+        return;
+    }
+    panic!("no server was asked to make /x/y");
+}

@@ -297,6 +297,27 @@ impl IndexFs {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
+        self.tried_again(p, attempt, true).await
+    }
+
+    /// [`IndexFs::optimistic`] for an `attempt` that is a transaction under
+    /// write locks on `p` (and so read locks on its ancestors): its retry
+    /// holds no read locks of its own, which that write lock would wait out
+    /// until their lease ran out; the transaction's own locks wait for any
+    /// directory mutation on the path.
+    async fn transacted<T, F, Fut>(&self, p: &NsPath, attempt: F) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
+        self.tried_again(p, attempt, false).await
+    }
+
+    async fn tried_again<T, F, Fut>(&self, p: &NsPath, attempt: F, read_locked: bool) -> Res<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Res<T>>,
+    {
         match self.following(&attempt).await {
             Err(e) if may_be_transient(&e) => {
                 self.counters.retried();
@@ -305,9 +326,14 @@ impl IndexFs {
                     // A directory named by a stale bitmap (one made again).
                     self.forget_maps();
                 }
-                let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
-                let r = self.following(&attempt).await;
-                self.unlock(txn).await;
+                let r = if read_locked {
+                    let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
+                    let r = self.following(&attempt).await;
+                    self.unlock(txn).await;
+                    r
+                } else {
+                    self.following(&attempt).await
+                };
                 r.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
             }
             other => other,
@@ -819,7 +845,7 @@ impl Namespace for IndexFs {
             if p.is_root() {
                 return Err(Errno::EEXIST);
             }
-            let attr = self.optimistic(&p, || self.locked_as(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, |txn| self.do_mkdir(c, &p, mode, txn))).await?;
+            let attr = self.transacted(&p, || self.locked_as(path_locks(&[&p]), Intent::Mkdir { path: p.to_string() }, |txn| self.do_mkdir(c, &p, mode, txn))).await?;
             self.touch_parent(c, &p).await;
             Ok(attr)
         })
@@ -831,7 +857,7 @@ impl Namespace for IndexFs {
             if p.is_root() {
                 return Err(Errno::EBUSY);
             }
-            self.optimistic(&p, || self.locked_as(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, |txn| self.do_rmdir(c, &p, txn))).await?;
+            self.transacted(&p, || self.locked_as(path_locks(&[&p]), Intent::Rmdir { path: p.to_string() }, |txn| self.do_rmdir(c, &p, txn))).await?;
             self.touch_parent(c, &p).await;
             Ok(())
         })
@@ -929,7 +955,7 @@ impl Namespace for IndexFs {
                 return self.stat_path(c, &s).await.map(|_| ());
             }
             let intent = Intent::Rename { src: s.to_string(), dst: d.to_string() };
-            self.optimistic(&s, || self.locked_as(path_locks(&[&s, &d]), intent.clone(), |txn| self.do_rename(c, &s, &d, txn))).await?;
+            self.transacted(&s, || self.locked_as(path_locks(&[&s, &d]), intent.clone(), |txn| self.do_rename(c, &s, &d, txn))).await?;
             self.touch_parent(c, &s).await;
             self.touch_parent(c, &d).await;
             Ok(())
@@ -969,7 +995,7 @@ impl Namespace for IndexFs {
             let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
             let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
             let attr = self
-                .optimistic(&s, || async {
+                .transacted(&s, || async {
                     let txn = self.lock_with(path_locks(&[&s, &d]), intent.clone()).await?;
                     let steps = self.do_link(c, &s, &d, txn).await;
                     self.end_link(txn, steps).await
