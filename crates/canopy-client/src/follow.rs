@@ -76,7 +76,7 @@ impl ClientCore {
             other => return Err(unexpected(other).into()),
         };
         if let Err(e) = between.await {
-            if let Err(undo) = self.uncount_link(ino, home, Some(txn)).await {
+            if let Err(undo) = self.settle_link(ino, home, txn, true).await {
                 eprintln!("canopy-client: inode {ino:#x} keeps a count for a link never made ({undo}); left to recovery");
             }
             return Err(e.into());
@@ -94,7 +94,7 @@ impl ClientCore {
                 eprintln!("canopy-client: a link to inode {ino:#x} may or may not have been made ({e}); its count is left as if it was");
                 Err(Errno::EIO.into())
             }
-            Ok(Err(e)) | Err(e) => match self.uncount_link(ino, home, Some(txn)).await {
+            Ok(Err(e)) | Err(e) => match self.settle_link(ino, home, txn, true).await {
                 Ok(()) => Err(LinkFailed { errno: e, settled: true }),
                 Err(undo) => {
                     eprintln!("canopy-client: the count a link to inode {ino:#x} added for no name was not taken back ({undo}); left to recovery");
@@ -157,15 +157,6 @@ impl ClientCore {
     async fn count_link(&self, ino: u64, home: u32, delta: i32, txn: Option<u64>) -> Res<()> {
         let r = self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta, txn }).await?;
         self.dropped_here(r)
-    }
-
-    /// Takes back the count a link added to `ino` for a name it certainly
-    /// did not make: settled as undone under `txn`, else one less.
-    async fn uncount_link(&self, ino: u64, home: u32, txn: Option<u64>) -> Res<()> {
-        match txn {
-            Some(txn) => self.settle_link(ino, home, txn, true).await,
-            None => self.link_delta(ino, home, -1).await,
-        }
     }
 
     /// Settles what link transaction `txn` counted on `ino` (`LinkSettle`).
