@@ -379,8 +379,8 @@ impl Giraffa {
         // transaction over answers `ECANCELED` (Giraffa's word for a revoked
         // transaction's step), or `EIO` where the step is one a coordinator
         // shares (`rename::taken_over`): both `ESTALE`, which
-        // `ClientCore::lock_with` takes for a takeover only once a renewal
-        // shows the recovery's lease gone, and otherwise answers `EIO`.
+        // `ClientCore::lock_with` takes for a takeover only once the lock
+        // service shows the recovery's lease gone, and otherwise answers `EIO`.
         let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> {
             Box::pin(async move { self.recover(txn, handed, &failed).await.map_err(|e| if matches!(e, Errno::ECANCELED | Errno::EIO) { Errno::ESTALE } else { e }) })
         };
