@@ -302,7 +302,7 @@ async fn a_commit_whose_server_died_after_applying_finishes_when_run_again() {
 /// a mkdir leaves its locks until its lease ends).
 async fn job_with_short_leases(mode: &'static str) -> (InProcCluster, Client, Client) {
     let (cluster, root, _) = job(mode, 0o755).await;
-    let me = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(200), ..Default::default() }).as_user(user());
+    let me = cluster.client_with_lease(200).as_user(user());
     (cluster, root, me)
 }
 

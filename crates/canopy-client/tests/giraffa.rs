@@ -5,7 +5,7 @@
 //! coordinator dies is finished or undone by recovery.
 
 use canopy_client::txn::Step;
-use canopy_client::{Client, NsOptions};
+use canopy_client::Client;
 use canopy_proto::giraffa::{self, DirProof};
 use canopy_proto::msg::{IfExists, Intent, NewKind};
 use canopy_proto::path::NsPath;
@@ -213,7 +213,7 @@ async fn a_recovery_longer_than_its_lease_keeps_it() {
     // on a loaded machine.
     const RECOVERY_LEASE_MS: u32 = 600;
     cluster.faults().slow("GfScan", Duration::from_millis(RECOVERY_LEASE_MS as u64 / 5));
-    let recoverer = || cluster.client_with(NsOptions { lease_ms: Some(RECOVERY_LEASE_MS), ..NsOptions::default() });
+    let recoverer = || cluster.client_with_lease(RECOVERY_LEASE_MS);
     let first = recoverer();
     let recovering = tokio::spawn(async move { first.repair().await });
     tokio::time::sleep(Duration::from_millis(2 * RECOVERY_LEASE_MS as u64)).await;
@@ -303,7 +303,7 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
         .find(|(_, parent)| giraffa::row_server(&at(parent), SERVERS) != down)
         .expect("a destination whose parent's row is on another server");
     let (mut held, release) = cluster.faults().hold_next(giraffa::row_server(&at(parent), SERVERS), "RecoveryStat");
-    let renamer = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let renamer = cluster.client_with_lease(LEASE_MS);
     let rename = tokio::spawn(async move { renamer.rename("/a", dst).await });
     tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("no RecoveryStat").unwrap();
     cluster.faults().down(down);
@@ -496,7 +496,7 @@ async fn a_directory_renames_commit_that_arrives_after_recovery_makes_no_second_
     let setup = cluster.fresh_client();
     setup.mkdir("/d", 0o755).await.unwrap();
     // Empty: the commit is the rename's only row written.
-    let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let c = cluster.client_with_lease(LEASE_MS);
     let commit_at = giraffa::row_server(&NsPath::parse("/e").unwrap(), SERVERS);
     let got = with_a_step_arriving_after_recovery(&cluster, commit_at, "GfPutRows", async move { c.rename("/d", "/e").await }).await;
     assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
@@ -519,7 +519,7 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
     let server = |p: &str| giraffa::row_server(&NsPath::parse(p).unwrap(), SERVERS);
     let dst = (0..).map(|i| format!("/e{i}/b")).find(|p| server(p) != server("/d/a")).unwrap();
     setup.mkdir(NsPath::parse(&dst).unwrap().split().unwrap().0.as_str(), 0o755).await.unwrap();
-    let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let c = cluster.client_with_lease(LEASE_MS);
     let to = dst.clone();
     // The insert, vouched for by the destination's parent's proof.
     let got = with_a_step_arriving_after_recovery(&cluster, server(&dst), "GfVouched", async move { c.rename("/d/a", &to).await }).await;
@@ -552,7 +552,7 @@ async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made()
         } else {
             cluster.faults().refuse_next(server(&dst), "GfVouched", Errno::EIO);
         }
-        let c = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+        let c = cluster.client_with_lease(LEASE_MS);
         assert_eq!(c.link("/d/f", &dst).await.map(drop), Err(Errno::EIO), "applied: {applied}");
         cluster.faults().revive(server(&dst));
         tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
@@ -584,7 +584,7 @@ async fn a_rename_whose_recovery_was_taken_over_is_done() {
     let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
     assert_eq!(dying.rename("/d", "/e").await, Err(Errno::ENOTCONN));
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
-    let second = cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() });
+    let second = cluster.client_with_lease(LEASE_MS);
     let renamed = cluster.step_held_past_recovery(0, "GfFreeze", LEASE_MS, async move { second.rename("/e", "/f").await }, async {}).await;
     assert_eq!(renamed, Ok(()));
     let fresh = cluster.fresh_client();

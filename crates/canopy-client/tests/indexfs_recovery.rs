@@ -7,7 +7,7 @@
 //! unknown outcome over a directory the rename had sealed to replace.
 
 use canopy_client::txn::Step;
-use canopy_client::{Client, NsOptions};
+use canopy_client::Client;
 use canopy_proto::giga;
 use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
@@ -132,11 +132,6 @@ async fn recovered_to(cluster: &InProcCluster, want: &Tree, what: &str) {
     assert!(fsck.is_clean(), "{what}: {:?}", fsck.problems);
 }
 
-/// A client with the tests' short lease.
-fn short_lease_client(cluster: &InProcCluster) -> Client {
-    cluster.client_with(NsOptions { lease_ms: Some(LEASE_MS), ..NsOptions::default() })
-}
-
 async fn die_and_recover(op: &Op, step: Step, committed: bool, before: &Tree, after: &Tree) {
     let (cluster, _) = populated().await;
     let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
@@ -189,7 +184,7 @@ async fn a_rename_recovered_while_a_server_is_down_waits_for_it() {
             cluster.faults().down(down);
             // Its lease as short as the coordinator's, so the transaction it
             // fails to recover is soon handed over again.
-            assert!(short_lease_client(&cluster).repair().await.is_err(), "{op:?} recovered with the server of {side} down");
+            assert!(cluster.client_with_lease(LEASE_MS).repair().await.is_err(), "{op:?} recovered with the server of {side} down");
             cluster.faults().revive(down);
             recovered_to(&cluster, &after, &format!("{op:?} with {side}'s server down at first")).await;
         }
@@ -207,7 +202,7 @@ async fn a_rename_whose_last_answer_was_lost_is_finished_by_recovery() {
     let (cluster, root) = populated().await;
     let src = server_of_name(&root, "/a/sub").await;
     cluster.faults().die_after(src, "IxRenameDirCommit");
-    assert_eq!(op.run(&short_lease_client(&cluster)).await, Err(Errno::EIO));
+    assert_eq!(op.run(&cluster.client_with_lease(LEASE_MS)).await, Err(Errno::EIO));
     cluster.faults().revive(src);
     recovered_to(&cluster, &after, "the source dropped, its answer lost").await;
 }
@@ -222,7 +217,7 @@ async fn a_rename_rolled_back_unseals_the_directory_it_would_have_replaced() {
     root.mkdir(&dst, 0o755).await.unwrap();
     let before = tree(&root).await;
     cluster.faults().refuse_next(server_of_name(&root, &dst).await, "IxRenameDirIn", Errno::ETIMEDOUT);
-    assert_eq!(short_lease_client(&cluster).rename("/a/sub", &dst).await, Err(Errno::EIO));
+    assert_eq!(cluster.client_with_lease(LEASE_MS).rename("/a/sub", &dst).await, Err(Errno::EIO));
     recovered_to(&cluster, &before, "the insert's outcome unknown").await;
     root.create(&format!("{dst}/new"), 0o644).await.unwrap();
     root.mkdir(&format!("{dst}/newdir"), 0o755).await.unwrap();
@@ -275,7 +270,7 @@ async fn a_rename_over_a_directory_whose_recovery_died_midway_is_recovered_again
     let source_server = server_of_name(&root, "/a/sub").await;
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
     cluster.faults().die_after(source_server, "IxRenameDirCommit");
-    let first = short_lease_client(&cluster).repair().await;
+    let first = cluster.client_with_lease(LEASE_MS).repair().await;
     assert!(first.is_err(), "the first recovery dies midway: {first:?}");
     assert_eq!(cluster.lock.transactions().len(), 1, "left for the next recovery");
     cluster.faults().revive(source_server);
@@ -300,7 +295,7 @@ async fn rename_over_with_answer_lost(dst: &str, request: &'static str, what: &s
     root.mkdir(dst, 0o755).await.unwrap();
     let server = server_of_name(&root, "/a/sub").await;
     cluster.faults().die_after(server, request);
-    assert_eq!(short_lease_client(&cluster).rename("/a/sub", dst).await, Err(Errno::EIO));
+    assert_eq!(cluster.client_with_lease(LEASE_MS).rename("/a/sub", dst).await, Err(Errno::EIO));
     cluster.faults().revive(server);
     recovered_to(&cluster, &after, what).await;
 }
@@ -362,7 +357,7 @@ async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
             Op::RenameDir(d) => server_of_name(&root, &format!("{d}/sub")).await,
             _ => server_of_name(&root, "/a/new").await,
         };
-        let coordinator = short_lease_client(&cluster);
+        let coordinator = cluster.client_with_lease(LEASE_MS);
         let running = {
             let op = op.clone();
             async move { op.run(&coordinator).await }
@@ -392,7 +387,7 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     let dst = format!("{}/f0", away().await);
     let (cluster, root) = populated().await;
     let ino = root.stat("/a/f0").await.unwrap().ino;
-    let coordinator = short_lease_client(&cluster);
+    let coordinator = cluster.client_with_lease(LEASE_MS);
     let renaming = {
         let dst = dst.clone();
         async move { coordinator.rename("/a/f0", &dst).await }

@@ -460,7 +460,7 @@ async fn a_mkdir_tried_again_does_not_wait_for_its_own_locks() {
     for server in 0..SERVERS {
         let cluster = InProcCluster::memory_mode("indexfs", SERVERS);
         cluster.client().mkdir("/x", 0o755).await.unwrap();
-        let c = cluster.client_with(NsOptions { lease_ms: Some(300), ..NsOptions::default() });
+        let c = cluster.client_with_lease(300);
         cluster.faults().refuse_next(server, "IxMkdir", Errno::EAGAIN);
         assert_eq!(c.mkdir("/x/y", 0o755).await.map(|a| a.mode & 0o777), Ok(0o755));
         let counts = c.counters().snapshot();

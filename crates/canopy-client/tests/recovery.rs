@@ -262,7 +262,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
             // Every recovery that revokes reads the directory state next: at
             // its primary, or (a rename) at every server.
             let (mut held, release) = cluster.faults().hold_next(prim, "DirProbe");
-            let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+            let first = cluster.client_with_lease(LEASE_MS);
             let recovering = tokio::spawn(async move { first.repair().await });
             tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("recovery never read after its revoke").unwrap();
             recovering.abort();
@@ -392,7 +392,7 @@ async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
     let cluster = InProcCluster::memory(SERVERS);
     let root = cluster.client();
     let replica = mkdir_of_p_d_left_to_recovery(&cluster).await;
-    let second = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let second = cluster.client_with_lease(LEASE_MS);
     let made = cluster
         .step_held_past_recovery(replica, "DirSync", LEASE_MS, async move { second.mkdir("/p/d", 0o700).await.map(|a| a.mode) }, async {})
         .await;
@@ -414,7 +414,7 @@ async fn a_links_late_insert_makes_no_name_and_answers_eio() {
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     root.create("/d/f", 0o644).await.unwrap();
-    let coordinator = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let coordinator = cluster.client_with_lease(LEASE_MS);
     let linked = cluster.step_held_past_recovery(prim("/d/g"), "LinkInsert", LEASE_MS, async move { coordinator.link("/d/f", "/d/g").await.map(drop) }, async {}).await;
     assert_eq!(linked, Err(Errno::EIO));
     assert_eq!(root.stat("/d/g").await.map(drop), Err(Errno::ENOENT));
@@ -443,7 +443,7 @@ async fn mkdir_of_p_d_left_to_recovery(cluster: &InProcCluster) -> u32 {
 /// many transactions it recovered (none, if its late step was refused and
 /// the next recoverer's work stood).
 async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'static str, meanwhile: impl std::future::Future<Output = ()>) -> Result<u64, Errno> {
-    let first = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let first = cluster.client_with_lease(LEASE_MS);
     cluster.step_held_past_recovery(server, step, LEASE_MS, async move { first.repair().await }, meanwhile).await
 }
 
@@ -497,7 +497,7 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     root.create("/d/f", 0o644).await.unwrap();
     let ino = root.stat("/d/f").await.unwrap().ino;
     let dst = (0..).map(|i| format!("/d/g{i}")).find(|g| prim(g) != prim("/d/f")).unwrap();
-    let coordinator = cluster.client_with(canopy_client::NsOptions { lease_ms: Some(LEASE_MS), ..Default::default() });
+    let coordinator = cluster.client_with_lease(LEASE_MS);
     let renaming = {
         let dst = dst.clone();
         async move { coordinator.rename("/d/f", &dst).await }

@@ -113,6 +113,12 @@ impl InProcCluster {
         self.client_with(NsOptions::default())
     }
 
+    /// A root client with its own counters that asks for leases of
+    /// `lease_ms`: a test's coordinator whose locks recovery may take soon.
+    pub fn client_with_lease(&self, lease_ms: u32) -> Client {
+        self.client_with(NsOptions { lease_ms: Some(lease_ms), ..NsOptions::default() })
+    }
+
     /// A root client with its own counters, set up as `opts` says.
     pub fn client_with(&self, opts: NsOptions) -> Client {
         root_client(self.mode, self.transport.clone(), opts)
