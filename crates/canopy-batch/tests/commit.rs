@@ -4,7 +4,7 @@
 use canopy_batch::{begin, begin_with, commit, open, CommitReport, OpenBatch, Start};
 use canopy_client::Client;
 use canopy_proto::{Creds, Errno, FileKind, SetAttr};
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -219,7 +219,7 @@ async fn a_snapshot_batch_lands_swaps_and_refuses_what_changed_meanwhile() {
         assert_eq!(root.read_data("/job/keep", 0, 10).await.unwrap(), canopy_client::data::DataRead::Inline(b"new!".to_vec()));
         assert_eq!(root.stat("/job/keep").await.unwrap().mode & 0o7777, 0o600);
         assert_eq!(root.stat("/job/theirs").await.unwrap().mode & 0o7777, 0o600, "{mode}: the new file is untouched");
-        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+        assert_fsck_clean(&root, mode).await;
     }
 }
 
@@ -252,7 +252,7 @@ async fn files_taken_meanwhile_are_refused_one_by_one_and_the_rest_lands() {
         assert_eq!(root.readdir("/job/out").await.unwrap().len(), 200);
         assert_eq!(root.stat("/job/out/f7").await.unwrap().uid, 1001, "{mode}: the other user's file is untouched");
         assert_eq!(root.stat("/job/out/f8").await.unwrap().uid, USER);
-        assert!(root.fsck().await.unwrap().is_clean());
+        assert_fsck_clean(&root, "").await;
     }
 }
 
@@ -294,7 +294,7 @@ async fn a_commit_whose_server_died_after_applying_finishes_when_run_again() {
         assert_eq!(report.files.made + report.files.landed_before, 300, "{mode}");
         let names = root.readdir("/job/out").await.unwrap();
         assert_eq!(names.len(), 300, "{mode}: each once");
-        assert!(root.fsck().await.unwrap().is_clean());
+        assert_fsck_clean(&root, "").await;
     }
 }
 
@@ -344,7 +344,7 @@ async fn a_commit_stopped_midway_by_its_client_finishes_when_run_again() {
             assert!(report.rejected.is_empty() && report.files.made <= 3_000, "{mode}: {report:?}");
         }
         assert_eq!(root.readdir("/job/out").await.unwrap().len(), 3_000, "{mode}: each once");
-        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+        assert_fsck_clean(&root, mode).await;
     }
 }
 
@@ -407,7 +407,7 @@ async fn a_snapshot_commit_stopped_midway_finishes_when_run_again() {
         for e in done {
             assert_eq!(root.stat(&format!("/job/done/{}", e.name)).await.unwrap().mode & 0o777, 0o600, "{mode}");
         }
-        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+        assert_fsck_clean(&root, mode).await;
     }
 }
 
@@ -431,6 +431,6 @@ async fn a_rerun_knows_a_name_it_removed_and_made_again() {
         let report = commit_after_server_1_died_applying(&cluster, mode, base.path(), id, &me).await;
         assert!(report.rejected.is_empty(), "{mode}: {:?}", report.rejected);
         assert_eq!(root.readdir("/job/old").await.unwrap().len(), 300, "{mode}");
-        assert!(root.fsck().await.unwrap().is_clean(), "{mode}");
+        assert_fsck_clean(&root, mode).await;
     }
 }

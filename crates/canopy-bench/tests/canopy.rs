@@ -2,7 +2,7 @@
 //! cluster, so the runner's Canopy figures (RPCs, load, retries) stay measured.
 
 use canopy_bench::{run, BenchConfig};
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_phase_on_an_in_process_cluster() {
@@ -73,7 +73,7 @@ async fn the_rmdir_phase_removes_the_tree_below_its_root() {
     assert_eq!((rmdir.name.as_str(), rmdir.ops, rmdir.errors), ("rmdir", 9, 0));
     // Procedure 2: the lock, the 2 replicas at once, the primary, the posted unlock.
     assert_eq!(rmdir.rpc.as_ref().unwrap().rpc_amplification, 5.0);
-    assert!(cluster.client().fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&cluster.client(), "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Errno, Fid, FileKind};
 use canopy_proto::fid::contents_digest as inline_digest;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -142,11 +142,6 @@ fn primary(p: &str) -> u32 {
 /// The first `{prefix}{i}` whose primary satisfies `want`.
 fn name_where(prefix: &str, want: impl Fn(u32) -> bool) -> String {
     (0..10_000).map(|i| format!("{prefix}{i}")).find(|p| want(primary(p))).expect("a name with that primary")
-}
-
-async fn assert_clean(c: &Client) {
-    let f = c.fsck().await.expect("fsck");
-    assert!(f.is_clean(), "fsck problems: {:#?}", f.problems);
 }
 
 async fn sleep_ms(ms: u64) {
@@ -329,7 +324,7 @@ async fn inline_writes_match_a_reference(kit: &Kit) {
     // An offset whose end overflows is EFBIG, and writes nothing.
     assert_errno!(c.write_data("/d/full", u64::MAX, b"xy", MAX, false).await, Errno::EFBIG);
     assert_eq!(c.stat("/d/full").await.unwrap().size, MAX as u64);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn inline_reads_past_eof_are_short(kit: &Kit) {
@@ -395,7 +390,7 @@ async fn truncate_inline_shrinks_and_extends_with_zeros(kit: &Kit) {
     c.truncate("/u", 8).await.unwrap();
     assert_eq!(read_inline_all(&c, "/u").await, b"se\0\0\0\0\0\0");
     assert_eq!(c.read_data("/u", 4, 2).await.unwrap(), DataRead::Inline(vec![0, 0]));
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -456,7 +451,7 @@ async fn spill_handshake_then_backend(kit: &Kit) {
         DataWrite::Spill { data, size, .. } => assert_eq!((data, size), (vec![], 0)),
         other => panic!("expected Spill, got {other:?}"),
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn stale_spill_answers_eagain_and_stays_inline(kit: &Kit) {
@@ -636,7 +631,7 @@ async fn fid_survives_file_renames(kit: &Kit) {
     let mover = fid_of(&c, "/a/mover").await;
     c.rename("/a/mover", "/a/victim").await.unwrap();
     assert_eq!(fid_of(&c, "/a/victim").await, mover);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn fid_survives_parent_directory_rename(kit: &Kit) {
@@ -674,7 +669,7 @@ async fn fid_survives_parent_directory_rename(kit: &Kit) {
     for (i, n) in names.iter().enumerate() {
         assert_eq!(fid_of(&c, &format!("/top2/inner{n}")).await, fids[i]);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -712,7 +707,7 @@ async fn reclaim_on_unlink(kit: &Kit) {
     let fid = spill(&other, "/r/theirs").await;
     c.unlink("/r/theirs").await.unwrap();
     assert_eq!(rec.take(), vec![fid]);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn reclaim_on_rename_over(kit: &Kit) {
@@ -772,7 +767,7 @@ async fn reclaim_on_rename_over(kit: &Kit) {
         let want = if same { vec![kfid] } else { vec![] };
         assert_eq!(rec.take(), want, "rename over {k2} (same primary: {same})");
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn reclaim_with_hard_links(kit: &Kit) {
@@ -836,7 +831,7 @@ async fn reclaim_with_hard_links(kit: &Kit) {
     c.unlink("/l/inl").await.unwrap();
     c.unlink(&other).await.unwrap();
     assert_eq!(rec.take(), vec![]);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -892,7 +887,7 @@ async fn hard_linked_contents_are_shared(kit: &Kit) {
             assert_eq!(be.read(&c, p, 0, 4 * MAX).await, model, "step {step}: {p}");
         }
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -947,7 +942,7 @@ async fn mknod_special_files(kit: &Kit) {
         c.unlink(p).await.unwrap();
     }
     assert!(c.readdir("/dev").await.unwrap().is_empty());
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn data_requests_on_non_files(kit: &Kit) {
@@ -1039,7 +1034,7 @@ async fn dir_times_follow_name_changes(kit: &Kit) {
     sleep_ms(3).await;
     write_inline(&c, &format!("{renamed}/after"), 0, b"x").await;
     assert_eq!(times(&c, &renamed).await, before, "a data write leaves the directory alone");
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A burst of creates in one directory: its touches after the first are owed
@@ -1144,7 +1139,7 @@ async fn data_changes_clear_setuid_as_write_does(kit: &Kit) {
     let bob = c.as_user(canopy_proto::Creds::user(2000, 2000));
     assert_errno!(bob.chmod("/su/f", 0o755).await, Errno::EPERM);
     assert_eq!(c.stat("/su/f").await.unwrap().mode, 0o6755);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1186,7 +1181,7 @@ async fn data_requests_check_permission(kit: &Kit) {
         assert!(matches!(c.write_data(&l, 0, b"S", MAX, false).await.unwrap(), DataWrite::Written(_)), "root passes");
         assert_eq!(read_inline_all(&c, &f).await, b"Secret");
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A server keeps at most `INLINE_LIMIT` bytes inline whatever `inline_max` the
@@ -1214,5 +1209,5 @@ async fn the_server_bounds_inline_contents(kit: &Kit) {
     c.truncate("/big", huge).await.unwrap();
     assert_eq!(c.read_data("/big", 0, u32::MAX).await.unwrap(), DataRead::Inline(full), "one read returns at most the limit");
     assert_eq!(c.read_data("/big", huge - 2, u32::MAX).await.unwrap(), DataRead::Inline(vec![0, 0]));
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }

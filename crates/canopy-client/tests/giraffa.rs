@@ -13,7 +13,7 @@ use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
 use canopy_rpc::Target;
 use canopy_testkit::hooks::DieAt;
 use canopy_testkit::tree::tree;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ async fn operations_cost_what_table_1_says() {
     let stats = c.server_stats().await.unwrap();
     let received: u64 = stats.iter().flat_map(|s| s.rpcs.iter()).filter(|(op, _)| op != "Stats").map(|(_, n)| n).sum();
     assert_eq!(received, sent);
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A create's server checks the parent against the proof the client brings:
@@ -125,8 +125,7 @@ async fn an_rmdir_and_a_create_in_its_directory_never_both_succeed() {
             other => panic!("{d}: rmdir and create answered {other:?}"),
         }
     }
-    let fsck = a.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&a, "").await;
     // Every surviving entry is in a directory that exists.
     for e in a.readdir("/").await.unwrap() {
         assert_eq!(e.kind, FileKind::Dir);
@@ -176,8 +175,7 @@ async fn a_directory_rename_whose_coordinator_dies_is_finished_or_undone() {
             rename_dies_and_is_recovered(&cluster, src, dst, step.clone()).await;
             let want = if committed { &after } else { &before };
             assert_eq!(&tree(&root).await, want, "{src} -> {dst} died at {step:?}");
-            let fsck = root.fsck().await.unwrap();
-            assert!(fsck.is_clean(), "{step:?}: {:?}", fsck.problems);
+            assert_fsck_clean(&root, &format!("{step:?}")).await;
             // Nothing is left frozen: a change inside the tree needs no retry.
             let writer = cluster.fresh_client();
             let top = if committed { dst } else { src };
@@ -224,8 +222,7 @@ async fn a_recovery_longer_than_its_lease_keeps_it() {
     let names = tree(&root).await.into_iter().map(|entry| entry.0).collect::<Vec<_>>();
     assert!(names.iter().any(|p| p == "/moved/d0/d1/d2/d3/d4/d5/d6/d7/f"), "{names:?}");
     assert!(!names.iter().any(|p| p.starts_with("/a")), "{names:?}");
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A rename onto a directory that is not empty (`ENOTEMPTY`) whose
@@ -243,8 +240,7 @@ async fn a_rename_that_died_before_removing_its_destination_leaves_it_whole() {
         let intent = Intent::Rename { src: src.into(), dst: dst.into() };
         rename_dies_and_is_recovered(&cluster, src, dst, Step::Locked(intent)).await;
         assert_eq!(tree(&root).await, before, "{src} -> {dst} died holding its locks");
-        let fsck = root.fsck().await.unwrap();
-        assert!(fsck.is_clean(), "{src} -> {dst}: {:?}", fsck.problems);
+        assert_fsck_clean(&root, &format!("{src} -> {dst}")).await;
     }
 }
 
@@ -319,7 +315,7 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
     writer.create("/a/sub/after", 0o644).await.unwrap();
     writer.mkdir("/b/after", 0o755).await.unwrap();
     assert_eq!(writer.counters().snapshot().retries, 0, "a row was left frozen");
-    assert!(root.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A directory rename whose freeze is refused when renewed, after the copy
@@ -350,7 +346,7 @@ async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back(
     assert_eq!(tree(&root).await, before, "nothing changed");
     root.mkdir("/moved", 0o755).await.unwrap();
     assert_eq!(root.readdir("/moved").await.unwrap(), vec![], "copies left under the destination");
-    assert!(root.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A region that grows past its size splits in two on the server that held
@@ -382,7 +378,7 @@ async fn a_region_past_its_size_splits_and_every_row_is_still_found() {
         assert_eq!(c.readdir(&format!("/d{d}")).await.unwrap().len(), 10);
     }
     assert_eq!(c.readdir("/big").await.unwrap().len(), 100);
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// Creates in a directory while it is renamed: each either lands before the
@@ -418,7 +414,7 @@ async fn creates_racing_a_directory_rename_move_with_it_or_fail() {
         a.mkdir(&from, 0o755).await.unwrap();
         assert_eq!(a.readdir(&from).await.unwrap().len(), 0, "round {round}: rows left under the old prefix");
     }
-    assert!(a.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&a, "").await;
 }
 
 /// A directory whose files keep their contents inline (up to 1 MiB each) is
@@ -444,7 +440,7 @@ async fn a_directory_of_large_inline_files_is_renamed_with_their_contents() {
             other => panic!("{other:?}"),
         }
     }
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A directory chmod waits out the live proofs of the old permissions only
@@ -503,7 +499,7 @@ async fn a_directory_renames_commit_that_arrives_after_recovery_makes_no_second_
     let fresh = cluster.fresh_client();
     assert_eq!(fresh.stat("/d").await.map(|a| a.kind), Ok(FileKind::Dir));
     assert_eq!(fresh.stat("/e").await.map(drop), Err(Errno::ENOENT), "the directory gained a second name after recovery");
-    assert!(fresh.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&fresh, "").await;
 }
 
 /// A file rename between two servers whose insert at the destination arrives
@@ -527,7 +523,7 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
     let fresh = cluster.fresh_client();
     assert!(fresh.stat("/d/a").await.is_ok(), "the file left its old name");
     assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
-    assert!(fresh.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&fresh, "").await;
 }
 
 /// A hard link whose insert's outcome the coordinator cannot know (the
@@ -561,8 +557,7 @@ async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made()
         let names = if applied { 2 } else { 1 };
         assert_eq!(fresh.stat("/d/f").await.map(|a| a.nlink), Ok(names), "applied: {applied}");
         assert_eq!(fresh.stat(&dst).await.is_ok(), applied);
-        let fsck = fresh.fsck().await.unwrap();
-        assert!(fsck.is_clean(), "applied: {applied}: {:?}", fsck.problems);
+        assert_fsck_clean(&fresh, &format!("applied: {applied}")).await;
     }
 }
 
@@ -592,6 +587,5 @@ async fn a_rename_whose_recovery_was_taken_over_is_done() {
     for gone in ["/d", "/e"] {
         assert_eq!(fresh.stat(gone).await.map(drop), Err(Errno::ENOENT), "{gone}");
     }
-    let fsck = fresh.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&fresh, "").await;
 }

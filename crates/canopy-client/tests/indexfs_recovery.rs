@@ -13,7 +13,7 @@ use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
 use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::hooks::DieAt;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,8 +128,7 @@ async fn recovered_to(cluster: &InProcCluster, want: &Tree, what: &str) {
     assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{what}");
     let reader = cluster.fresh_client();
     assert_eq!(&tree(&reader).await, want, "{what}");
-    let fsck = reader.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{what}: {:?}", fsck.problems);
+    assert_fsck_clean(&reader, what).await;
 }
 
 async fn die_and_recover(op: &Op, step: Step, committed: bool, before: &Tree, after: &Tree) {
@@ -365,15 +364,13 @@ async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
         let recovered = async {
             let reader = cluster.fresh_client();
             assert_eq!(tree(&reader).await, before, "{what}: recovered");
-            let fsck = reader.fsck().await.unwrap();
-            assert!(fsck.is_clean(), "{what}: recovered: {:?}", fsck.problems);
+            assert_fsck_clean(&reader, &format!("{what}: recovered")).await;
         };
         let late = cluster.step_held_past_recovery(server, step, LEASE_MS, running, recovered).await;
         assert_eq!(late, Err(Errno::EIO), "{what}: the coordinator's late step was taken");
         let reader = cluster.fresh_client();
         assert_eq!(tree(&reader).await, before, "{what}");
-        let fsck = reader.fsck().await.unwrap();
-        assert!(fsck.is_clean(), "{what}: {:?}", fsck.problems);
+        assert_fsck_clean(&reader, &what).await;
         reader.create("/empty/later", 0o644).await.unwrap_or_else(|e| panic!("{what}: /empty refuses new names: {e:?}"));
     }
 }
@@ -401,6 +398,5 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     assert_eq!(late, Err(Errno::EIO), "the late commit was taken");
     let reader = cluster.fresh_client();
     assert_eq!(reader.stat("/a/f0").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
-    let fsck = reader.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&reader, "").await;
 }

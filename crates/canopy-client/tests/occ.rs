@@ -11,7 +11,7 @@ use canopy_proto::placement::primary;
 use canopy_proto::{Creds, Errno, Request};
 use canopy_rpc::Target;
 use canopy_testkit::hooks::Gate;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -62,7 +62,7 @@ async fn create_under_a_committed_mkdir_retries_pessimistically_and_succeeds() {
     mkdir.await.unwrap().unwrap();
     create.await.unwrap().unwrap();
     assert_eq!(retries(&other), 1);
-    assert!(cluster.client().fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&cluster.client(), "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +169,7 @@ async fn a_directory_chmod_that_meets_a_fence_still_runs_its_transaction() {
     assert_eq!(chmod.await.unwrap().map(|a| a.mode), Ok(0o700));
     assert_eq!(retries(&user), 1);
     assert_eq!(root.stat("/p/mine").await.unwrap().mode, 0o700);
-    assert!(root.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&root, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +198,7 @@ async fn a_mkdir_the_primary_refuses_is_undone_on_the_replicas_and_unfenced() {
     // Only the primary of /d/f knows the file: the replicas apply the mkdir,
     // the primary refuses it.
     assert_eq!(c.mkdir("/d/f", 0o755).await.map(|_| ()), Err(Errno::EEXIST));
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
     let t = cluster.transport();
     for i in 0..SERVERS {
         let probe = t.call(Target::Server(i), &Creds::root(), Request::DirProbe { path: "/d/f".into() }).await;

@@ -12,7 +12,7 @@ use canopy_proto::placement::primary;
 use canopy_proto::{Errno, FileKind, TimeSet};
 use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::hooks::{DieAt, Gate};
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,8 +175,7 @@ async fn die_and_recover(op: Op, step: Step, before: &Tree, after: &Tree) {
     assert_eq!(recovering.repair().await, Ok(1), "{op:?} at {step:?}");
     let want = if committed_after(op, &step) { after } else { before };
     assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}");
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{op:?} died at {step:?}: {:?}", fsck.problems);
+    assert_fsck_clean(&root, &format!("{op:?} died at {step:?}")).await;
     if let Intent::Rename { src, dst } = op.intent() {
         // A directory's times are kept on one server: whichever name it has
         // now, its primary has them, as they were (a server keeping none
@@ -220,7 +219,7 @@ async fn the_next_conflicting_operation_triggers_recovery() {
     assert_eq!(next.mkdir("/a/new", 0o700).await.map(|a| a.mode & 0o777), Ok(0o700), "rolled back, then made anew");
     assert_eq!(next.counters().snapshot().recoveries, 1);
     next.create("/a/new/f", 0o644).await.unwrap();
-    assert!(root.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&root, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +239,7 @@ async fn a_recoverer_that_dies_is_recovered_in_turn() {
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1));
     assert_eq!(root.stat("/moved/sub/g3").await.map(|a| a.kind), Ok(FileKind::File));
-    assert!(root.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A recoverer that dies right after its revoke (every server now refuses
@@ -271,8 +270,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
             tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
             assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{op:?} at {step:?}");
             assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}, then its first recoverer");
-            let fsck = root.fsck().await.unwrap();
-            assert!(fsck.is_clean(), "{op:?} at {step:?}: {:?}", fsck.problems);
+            assert_fsck_clean(&root, &format!("{op:?} at {step:?}")).await;
             let reader = cluster.fresh_client();
             tree(&reader).await;
             assert_eq!(reader.counters().snapshot().retries, 0, "{op:?} at {step:?}: a fence was left");
@@ -316,8 +314,7 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
     assert_eq!(late, Ok(0), "the first recoverer's late step was taken as done");
     assert_eq!(root.stat(&file).await.map(|a| a.mode & 0o777), Ok(0o600), "the dead recoverer's late copy put the old record back");
     assert_eq!(root.stat("/d").await.map(drop), Err(Errno::ENOENT));
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A recoverer that dies as it rolls a committed mkdir forward (its `DirSync`
@@ -340,8 +337,7 @@ async fn a_dead_recoverers_late_sync_makes_nothing() {
         let probe = s.handle(&canopy_proto::Creds::root(), canopy_proto::Request::DirProbe { path: "/p/d".into() });
         assert_eq!(probe, Ok(canopy_proto::Reply::Probe(None)), "server {} made /p/d again", s.index());
     }
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A recoverer that dies as it rolls a committed directory rename forward
@@ -373,8 +369,7 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
     })
     .await;
     assert_eq!(late, Ok(0), "the first recoverer's late step was taken as done");
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
     let reader = cluster.fresh_client();
     assert!(reader.stat("/d").await.is_ok());
     assert_eq!(reader.stat("/e").await.map(drop), Err(Errno::ENOENT));
@@ -398,8 +393,7 @@ async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
         .await;
     assert_eq!(made, Err(Errno::EEXIST));
     assert_eq!(root.stat("/p/d").await.map(|a| a.mode & 0o777), Ok(0o755), "the dead coordinator's mkdir, rolled forward");
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 /// A link whose insert, sent in time, arrives after recovery took the
@@ -419,8 +413,7 @@ async fn a_links_late_insert_makes_no_name_and_answers_eio() {
     assert_eq!(linked, Err(Errno::EIO));
     assert_eq!(root.stat("/d/g").await.map(drop), Err(Errno::ENOENT));
     assert_eq!(root.stat("/d/f").await.map(|a| a.nlink), Ok(1));
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 /// Makes /p (mode 755), then a mkdir of /p/d (mode 755) whose coordinator
@@ -478,8 +471,7 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
         assert_eq!(cluster.fresh_client().repair().await, Ok(1));
         assert_eq!(root.stat(&src).await.map(|a| a.nlink), Ok(names), "shared before: {shared_before}");
         assert_eq!(root.stat("/d/h").await.map(drop), Err(Errno::ENOENT));
-        let fsck = root.fsck().await.unwrap();
-        assert!(fsck.is_clean(), "shared before: {shared_before}: {:?}", fsck.problems);
+        assert_fsck_clean(&root, &format!("shared before: {shared_before}")).await;
     }
 }
 
@@ -510,6 +502,5 @@ async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     assert_eq!(late, Err(Errno::EIO), "the late commit was taken");
     let reader = cluster.fresh_client();
     assert_eq!(reader.stat("/d/f").await.map(|a| a.ino), Ok(ino), "the name made since is gone");
-    let fsck = reader.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&reader, "").await;
 }

@@ -9,7 +9,7 @@ use canopy_client::Client;
 use canopy_proto::attr::access::{F, R, W, X};
 use canopy_proto::path::NS_PATH_MAX;
 use canopy_proto::{Creds, DirEntry, Errno, FileKind, SetAttr, TimeSet};
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -113,11 +113,6 @@ fn checks_ancestors(c: &Client) -> bool {
     c.namespace().mode_name() != "giraffa"
 }
 
-async fn assert_clean(c: &Client) {
-    let f = c.fsck().await.expect("fsck");
-    assert!(f.is_clean(), "fsck problems: {:#?}", f.problems);
-}
-
 fn names(entries: &[DirEntry]) -> Vec<String> {
     entries.iter().map(|e| e.name.clone()).collect()
 }
@@ -188,7 +183,7 @@ async fn mkdir_rmdir(c: Client) {
         assert_errno!(c.rmdir("/d").await, Errno::ENOTEMPTY);
         assert_eq!(c.stat("/d").await.unwrap().kind, FileKind::Dir);
         assert_eq!(c.stat(&f).await.unwrap().kind, FileKind::File);
-        assert_clean(&c).await;
+        assert_fsck_clean(&c, "").await;
         c.unlink(&f).await.unwrap();
     }
 
@@ -209,7 +204,7 @@ async fn mkdir_rmdir(c: Client) {
     assert_eq!(c.stat("/d").await.unwrap().kind, FileKind::File);
     assert_errno!(c.stat("/d/x").await, Errno::ENOTDIR);
     assert_errno!(c.rmdir("/d").await, Errno::ENOTDIR);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn paths_through_files(c: Client) {
@@ -237,7 +232,7 @@ async fn paths_through_files(c: Client) {
     c.create("/real/x", 0o644).await.unwrap();
     c.symlink("/real", "/top/link").await.unwrap();
     assert_errno!(c.stat("/top/link/x").await, Errno::ENOTDIR);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn create_unlink(c: Client) {
@@ -268,7 +263,7 @@ async fn create_unlink(c: Client) {
         assert_eq!((c.stat(&p).await.unwrap().uid, c.stat(&p).await.unwrap().gid), (ALICE, ALICE));
         al.unlink(&p).await.unwrap();
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn stat_attrs(c: Client) {
@@ -299,7 +294,7 @@ async fn stat_attrs(c: Client) {
     al.create("/n/alice/f", 0o600).await.unwrap();
     let s = c.stat("/n/alice/f").await.unwrap();
     assert_eq!((s.uid, s.gid), (ALICE, ALICE));
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A directory whose files and subdirectories spread over every server.
@@ -405,7 +400,7 @@ async fn readdir_errors(c: Client) {
         assert_errno!(al.readdir("/d/sub").await, Errno::EACCES);
     }
     assert_eq!(al.readdir("/d").await.unwrap().len(), 7);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn rename_files(c: Client) {
@@ -443,7 +438,7 @@ async fn rename_files(c: Client) {
     c.symlink("somewhere", "/a/s").await.unwrap();
     c.rename("/a/s", "/b/s2").await.unwrap();
     assert_eq!(c.readlink("/b/s2").await.unwrap(), "somewhere");
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn rename_dir_with_many_files(c: Client) {
@@ -478,14 +473,14 @@ async fn rename_dir_with_many_files(c: Client) {
         assert_eq!(c.readdir(&format!("{to}/d3/e2")).await.unwrap().len(), 10);
         let d1 = c.stat(&format!("{to}/d1")).await.unwrap();
         assert_eq!((d1.atime, d1.mtime), (11, 22), "directory times move with the directory");
-        assert_clean(&c).await;
+        assert_fsck_clean(&c, "").await;
     }
     // And the moved tree is fully usable.
     c.unlink("/b/d0/e0/f0").await.unwrap();
     c.create("/b/d0/e0/new", 0o600).await.unwrap();
     c.rename("/b/d0/e0/f1", "/b/d4/e3/f1x").await.unwrap();
     c.rmdir("/moved").await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn rename_errors(c: Client) {
@@ -542,7 +537,7 @@ async fn rename_errors(c: Client) {
         assert_errno!(c.rename(&format!("/nofile{i}"), "/x/n").await, Errno::ENOENT);
         assert_errno!(c.rename(&format!("/nodir{i}/f"), "/x/n").await, Errno::ENOENT);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn rename_dir_parents_and_replacing(c: Client) {
@@ -567,7 +562,7 @@ async fn rename_dir_parents_and_replacing(c: Client) {
         assert_eq!(c.stat(&format!("{to}/f")).await.unwrap().kind, FileKind::File);
         assert_eq!(c.stat("/p1").await.unwrap().nlink, 2 + 7 - i as u32);
         assert_eq!(c.stat("/p2").await.unwrap().nlink, 2 + 1 + i as u32);
-        assert_clean(&c).await;
+        assert_fsck_clean(&c, "").await;
     }
     // A user needs write permission on a directory that changes parent ("..").
     c.chmod("/p1", 0o777).await.unwrap();
@@ -579,7 +574,7 @@ async fn rename_dir_parents_and_replacing(c: Client) {
     al.rename("/p2/e0", "/p2/e0b").await.unwrap();
     c.chmod("/p2/e0b", 0o755).await.unwrap();
     al.rename("/p2/e0b", "/p1/e0").await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn rename_dir_larger_than_a_migration_batch(c: Client) {
@@ -593,7 +588,7 @@ async fn rename_dir_larger_than_a_migration_batch(c: Client) {
         assert_eq!(c.stat(&format!("/n/f{i}")).await.unwrap().kind, FileKind::File);
         assert_errno!(c.stat(&format!("/m/f{i}")).await, Errno::ENOENT);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A directory rename that would make paths below it longer than NS_PATH_MAX
@@ -619,7 +614,7 @@ async fn rename_dir_beyond_path_max(c: Client) {
         Ok(()) => assert_errno!(c.stat("/a").await, Errno::ENOENT),
         Err(e) => panic!("rename beyond NS_PATH_MAX: {e}"),
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
     // Renames that keep every path within the limit work.
     let (a, b) = if c.stat("/a").await.is_ok() { ("/a", "/c") } else { (long.as_str(), "/c") };
     c.rename(a, b).await.unwrap();
@@ -627,7 +622,7 @@ async fn rename_dir_beyond_path_max(c: Client) {
     for i in 0..20 {
         assert_eq!(c.stat(&format!("{deep}/file{i}")).await.unwrap().kind, FileKind::File);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn setattr_files(c: Client) {
@@ -653,7 +648,7 @@ async fn setattr_files(c: Client) {
     assert_errno!(c.truncate("/s", 1).await, Errno::EINVAL);
     assert_errno!(c.chmod("/missing", 0o600).await, Errno::ENOENT);
     assert_errno!(c.truncate("/missing", 0).await, Errno::ENOENT);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn setattr_dirs(c: Client) {
@@ -699,7 +694,7 @@ async fn setattr_dirs(c: Client) {
     assert_eq!(c.chmod("/", 0o711).await.unwrap().mode, 0o711);
     assert_eq!(c.stat("/").await.unwrap().mode, 0o711);
     c.chmod("/", 0o755).await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn setattr_permissions(c: Client) {
@@ -733,7 +728,7 @@ async fn setattr_permissions(c: Client) {
         assert_eq!(al.chmod(&d, 0o700).await.unwrap().mode, 0o700);
     }
     assert_errno!(al.chmod("/", 0o777).await, Errno::EPERM);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn permission_checks(c: Client) {
@@ -777,7 +772,7 @@ async fn permission_checks(c: Client) {
     al.create("/ro/d/mine", 0o644).await.unwrap();
     c.mkdir("/ro/e", 0o755).await.unwrap();
     c.create("/ro/e/x", 0o644).await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// O_CREAT without O_EXCL on a name that exists opens that file only after the
@@ -810,7 +805,7 @@ async fn open_create_of_an_existing_file(c: Client) {
     assert_errno!(bo.open_create("/oc/sym", 0o644, R).await, Errno::EEXIST, "servers follow no symlink");
     let made = bo.open_create("/oc/new", 0o640, R | W).await.unwrap();
     assert_eq!((made.uid, made.mode, made.size), (BOB, 0o640, 0), "a missing name is created");
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// In chown(2), uid or gid -1 (u32::MAX) means "leave it": no object may be
@@ -828,7 +823,7 @@ async fn chown_to_the_no_change_id_is_invalid(c: Client) {
         assert_eq!((a.uid, a.gid), (0, 0), "{p}: unchanged");
         assert_eq!(c.chown(p, Some(u32::MAX - 1), None).await.unwrap().uid, u32::MAX - 1, "any other id is fine");
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn sticky_bit(c: Client) {
@@ -861,7 +856,7 @@ async fn sticky_bit(c: Client) {
     c.chmod("/tmp", 0o777).await.unwrap();
     al.create("/tmp/y", 0o644).await.unwrap();
     c.as_user(Creds::user(3000, 3000)).unlink("/tmp/y").await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn symlinks(c: Client) {
@@ -892,7 +887,7 @@ async fn symlinks(c: Client) {
     c.unlink("/s0").await.unwrap();
     assert_errno!(c.readlink("/s0").await, Errno::ENOENT);
     assert_eq!(c.stat("/d/f").await.unwrap().kind, FileKind::File, "unlinking a symlink leaves its target");
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn hard_links(c: Client) {
@@ -925,7 +920,7 @@ async fn hard_links(c: Client) {
     assert_errno!(c.link("/h/missing", "/h/x").await, Errno::ENOENT);
     assert_errno!(c.link("/h/a", "/nodir/x").await, Errno::ENOENT);
     assert_eq!(c.stat("/h/a").await.unwrap().nlink, 2, "failed links leave nlink alone");
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 
     // A third name; unlinks count down.
     c.link("/h/b", "/h/dir/third").await.unwrap();
@@ -937,7 +932,7 @@ async fn hard_links(c: Client) {
     c.unlink("/h/dir/third").await.unwrap();
     let b = c.stat("/h/b").await.unwrap();
     assert_eq!((b.ino, b.nlink, b.mode, b.size), (a.ino, 1, 0o600, 77));
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
     // The name left can be linked again, renamed and removed.
     c.link("/h/b", "/h/a").await.unwrap();
     c.rename("/h/a", "/h/b").await.unwrap();
@@ -947,7 +942,7 @@ async fn hard_links(c: Client) {
     c.rename("/h/c", "/h/b").await.unwrap();
     assert_eq!(c.stat("/h/dir/moved").await.unwrap().nlink, 1, "a replaced name drops its link");
     c.unlink("/h/dir/moved").await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn hard_links_across_servers(c: Client) {
@@ -973,11 +968,11 @@ async fn hard_links_across_servers(c: Client) {
         c.link(&d, &format!("/dst/e{i}")).await.unwrap();
         assert_eq!(c.stat(&s).await.unwrap().nlink, 3);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
     // Move the directories holding the names: the links survive migration.
     c.rename("/dst", "/moved").await.unwrap();
     c.rename("/src", "/src2").await.unwrap();
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
     for i in 0..16 {
         let (s, d, e) = (format!("/src2/s{i}"), format!("/moved/d{i}"), format!("/moved/e{i}"));
         let ino = c.stat(&s).await.unwrap().ino;
@@ -990,7 +985,7 @@ async fn hard_links_across_servers(c: Client) {
         assert_errno!(c.stat(&d).await, Errno::ENOENT);
     }
     assert_eq!(c.readdir("/moved").await.unwrap().len(), 0);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// POSIX: renaming one name of a file onto another name of the same file succeeds
@@ -1012,7 +1007,7 @@ async fn rename_between_names_of_one_file(c: Client) {
         assert_eq!(c.open_create(&b, 0o600, R | W).await.unwrap().ino, ino);
         assert_eq!(c.open_create(&a, 0o600, R | W).await.unwrap().ino, ino);
     }
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn access_masks(c: Client) {
@@ -1090,7 +1085,7 @@ async fn invalid_paths(c: Client) {
     assert_eq!(c.symlink(&longest, "/x/s").await.unwrap().size, 4096);
     assert_eq!(c.readlink("/x/s").await.unwrap(), longest);
     assert_eq!(names(&c.readdir("/").await.unwrap()), vec![max_name[1..].to_string(), "x".to_string()]);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 async fn dot_and_dotdot(c: Client) {
@@ -1109,7 +1104,7 @@ async fn dot_and_dotdot(c: Client) {
     assert_eq!(names(&c.readdir("/a/.").await.unwrap()), vec!["c", "z"]);
     // A file's name followed by `..` is its directory, lexically.
     assert_eq!(c.stat("/a/z/..").await.unwrap().kind, FileKind::Dir);
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A 4094-byte path of 2047 components is made, used and removed, and a directory
@@ -1137,7 +1132,7 @@ async fn deep_paths(c: Client) {
         deep.truncate(deep.len() - 2);
     }
     assert!(c.readdir("/").await.unwrap().is_empty());
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A bulk create makes what one create per name would (IndexFS: one ingested
@@ -1171,5 +1166,5 @@ async fn bulk_create_makes_what_creates_make(c: Client) {
     assert_eq!(user.bulk_create("/bk", &["new".to_string()], 0o644).await, Err(Errno::EACCES));
     assert_eq!(c.bulk_create("/nope", &batch[..1], 0o644).await, Err(Errno::ENOENT));
     // fsck counts the ingested entries as every server counted them.
-    assert_clean(&c).await;
+    assert_fsck_clean(&c, "").await;
 }

@@ -14,7 +14,7 @@ use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::Errno;
 use canopy_testkit::hooks::Gate;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::time::Duration;
 
 const SERVERS: u32 = 4;
@@ -54,7 +54,7 @@ async fn a_held_mkdir_makes_nothing_once_recovered(mode: &'static str) {
     let got = held_past_its_lease(&cluster, Step::Locked(Intent::Mkdir { path: "/p/d".into() }), slow, meanwhile).await;
     assert_eq!(got, Err(Errno::EIO), "{mode}: the held mkdir went on");
     assert_eq!(c.stat("/p/d").await.map(drop), Err(Errno::ENOENT), "{mode}: made after its transaction was recovered");
-    assert!(c.fsck().await.unwrap().is_clean(), "{mode}");
+    assert_fsck_clean(&c, mode).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,7 +81,7 @@ async fn giraffa_a_held_rename_stops_once_recovered() {
     assert_eq!(got, Err(Errno::EIO), "the held rename went on");
     assert_eq!(c.stat("/b").await.map(drop), Err(Errno::ENOENT));
     assert!(c.stat("/c").await.is_ok());
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A ShardFS rmdir held after its replicas dropped the directory (the
@@ -102,7 +102,7 @@ async fn shardfs_a_held_rmdir_whose_lease_ran_out_is_left_to_recovery() {
     let again = cluster.fresh_client().rmdir("/p/d").await;
     assert!(matches!(again, Ok(()) | Err(Errno::ENOENT)), "{again:?}");
     assert_eq!(c.stat("/p/d").await.map(drop), Err(Errno::ENOENT));
-    assert!(c.fsck().await.unwrap().is_clean(), "the half-made rmdir was not recovered");
+    assert_fsck_clean(&c, "the half-made rmdir was not recovered").await;
 }
 
 /// A ShardFS file rename between two servers held after its commit point
@@ -127,7 +127,7 @@ async fn shardfs_a_held_file_rename_keeps_its_fences_for_recovery() {
     let other = cluster.fresh_client();
     assert_eq!(other.stat(&src).await.map(drop), Err(Errno::ENOENT), "the file seen under its old name too");
     assert!(other.stat(&dst).await.is_ok());
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// A link held after its source was shared and the new name counted: another
@@ -153,8 +153,7 @@ async fn a_held_link_makes_no_name_once_recovered(mode: &'static str) {
         assert_eq!(cluster.fresh_client().repair().await, Ok(1));
         assert_eq!(c.stat("/d/h").await.unwrap().nlink, 1);
     }
-    let fsck = c.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{mode}: {:?}", fsck.problems);
+    assert_fsck_clean(&c, mode).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

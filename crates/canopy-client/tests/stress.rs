@@ -7,7 +7,7 @@
 
 use canopy_client::Client;
 use canopy_proto::FileKind;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 
 const SERVERS: u32 = 4;
@@ -112,8 +112,7 @@ async fn creates_racing_renames_of_their_directory() {
         assert_eq!(root.stat(&format!("{dir}/{name}")).await.map(|a| a.kind), Ok(FileKind::File), "{name}");
     }
     assert_eq!(root.readdir(dir).await.unwrap().len(), kept.len());
-    let fsck = root.fsck().await.unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    assert_fsck_clean(&root, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use canopy_proto::msg::{DirLookup, Intent};
 use canopy_proto::{Creds, Errno, FileKind, Reply, Request, TimeSet};
 use canopy_server::MetaServer;
 use canopy_testkit::hooks::Gate;
-use canopy_testkit::InProcCluster;
+use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -391,7 +391,7 @@ async fn a_rename_or_a_link_lifts_a_stale_fence_over_its_names() {
     stale_fence("/d/g");
     stale_fence("/d/h");
     assert_eq!(c.link("/d/g", "/d/h").await.unwrap().nlink, 2);
-    assert!(c.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&c, "").await;
 }
 
 /// Runs `op` (a coordinator's transaction) with the next request named
@@ -434,7 +434,7 @@ async fn an_rmdir_step_that_arrives_after_recovery_changes_nothing() {
     let got = with_a_step_arriving_after_recovery(&cluster, prim("/p/d"), "Rmdir", async move { c.rmdir("/p/d").await }, async {}).await;
     assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
     assert!(replicas(&cluster, "/p/d", u32::MAX).iter().all(Option::is_some), "a server dropped /p/d after recovery kept it");
-    assert!(cluster.fresh_client().fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&cluster.fresh_client(), "").await;
     setup.rmdir("/p/d").await.unwrap();
 }
 
@@ -450,7 +450,7 @@ async fn a_mkdir_step_that_arrives_after_recovery_makes_nothing() {
     assert_eq!(got, Err(Errno::EIO), "a step recovery had taken over was reported done");
     assert_eq!(replicas(&cluster, "/p/d", u32::MAX), vec![None; SERVERS as usize], "a server made /p/d after recovery rolled it back");
     let fresh = cluster.fresh_client();
-    assert!(fresh.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&fresh, "").await;
     fresh.mkdir("/p/d", 0o755).await.unwrap();
 }
 
@@ -474,7 +474,7 @@ async fn a_rollback_that_arrives_after_recovery_removes_nothing() {
     assert_eq!(got, Err(Errno::EIO), "a rollback recovery had taken over was reported refused");
     let made = replicas(&cluster, "/p/d", u32::MAX);
     assert!(made.iter().all(|l| l.as_ref().is_some_and(|l| l.mode & 0o777 == 0o700)), "{made:?}");
-    assert!(cluster.fresh_client().fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&cluster.fresh_client(), "").await;
 }
 
 /// A file rename between two servers whose insert at the destination arrives
@@ -496,7 +496,7 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
     let fresh = cluster.fresh_client();
     assert!(fresh.stat("/d/a").await.is_ok(), "the file left its old name");
     assert_eq!(fresh.stat(&dst).await.map(drop), Err(Errno::ENOENT), "the file gained a second name after recovery");
-    assert!(fresh.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&fresh, "").await;
 }
 
 /// A directory rename's migration step (`Adopt`, a moved file's record at
@@ -533,5 +533,5 @@ async fn a_migration_step_that_arrives_after_recovery_overwrites_nothing() {
     let fresh = cluster.fresh_client();
     assert_eq!(fresh.stat(&file).await.map(|a| a.mode & 0o777), Ok(0o600), "the late copy put the old record back");
     assert_eq!(fresh.stat("/d").await.map(drop), Err(Errno::ENOENT));
-    assert!(fresh.fsck().await.unwrap().is_clean());
+    assert_fsck_clean(&fresh, "").await;
 }

@@ -7,6 +7,7 @@
 //!   named request, or refuse one without applying it, on a test's word.
 //! - [`hooks`]: step hooks that kill a coordinator at a step, or hold it there
 //!   while the test acts.
+//! - [`assert_fsck_clean`]: the check most tests end with.
 //!
 //! It is the one crate that assembles servers, the lock service and clients
 //! without the `canopy` binary, so the client library need not link the server
@@ -18,10 +19,12 @@
 //! `[dependencies]` entry of another crate may name it, and it holds no logic a
 //! running cluster needs (delegation and the sweep stay in `canopy-client`).
 
+mod checks;
 mod cluster;
 mod faulty;
 pub mod hooks;
 pub mod tree;
 
+pub use checks::assert_fsck_clean;
 pub use cluster::InProcCluster;
 pub use faulty::FaultyTransport;
