@@ -39,9 +39,10 @@ impl ClientCore {
         }
     }
 
-    /// A hard link's steps, in every mode, as transaction `txn`. `shared` is
-    /// the source's answer to `LinkShare`: its inode made shared (or found
-    /// so), the new name counted (or to be counted on its home, `Redirect`).
+    /// A hard link's steps, in every mode, as transaction `txn` of the caller
+    /// `c`. `shared` is the source's answer to `LinkShare`: its inode made
+    /// shared (or found so), the new name counted (or to be counted on its
+    /// home, `Redirect`, which checks there that `c` may link it).
     /// `between` then runs (a transaction's lease check: a coordinator held up
     /// past its lease stops before the name appears, taking back the count it
     /// certainly added for no name). Then `insert(ino, home)` adds the name;
@@ -59,6 +60,7 @@ impl ClientCore {
     /// when the coordinator dies.
     pub(crate) async fn link_steps<I>(
         &self,
+        c: &Creds,
         shared: Reply,
         txn: u64,
         between: impl std::future::Future<Output = Res<()>>,
@@ -70,7 +72,7 @@ impl ClientCore {
         let (ino, home) = match shared {
             Reply::Shared { ino, home } => (ino, home),
             Reply::Redirect { ino, home } => {
-                self.count_link(ino, home, 1, Some(txn)).await?;
+                self.count_link(c, ino, home, 1, Some(txn)).await?;
                 (ino, home)
             }
             other => return Err(unexpected(other).into()),
@@ -149,13 +151,13 @@ impl ClientCore {
     }
 
     pub(crate) async fn link_delta(&self, ino: u64, home: u32, delta: i32) -> Res<()> {
-        self.count_link(ino, home, delta, None).await
+        self.count_link(&Creds::root(), ino, home, delta, None).await
     }
 
     /// Changes inode `ino`'s count on its home by `delta`, as link
-    /// transaction `txn`'s own if any.
-    async fn count_link(&self, ino: u64, home: u32, delta: i32, txn: Option<u64>) -> Res<()> {
-        let r = self.rpc(home, &Creds::root(), Request::InodeLinkDelta { ino, delta, txn }).await?;
+    /// transaction `txn`'s own if any; a count added is `c`'s link.
+    async fn count_link(&self, c: &Creds, ino: u64, home: u32, delta: i32, txn: Option<u64>) -> Res<()> {
+        let r = self.rpc(home, c, Request::InodeLinkDelta { ino, delta, txn }).await?;
         self.dropped_here(r)
     }
 

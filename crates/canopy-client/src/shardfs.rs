@@ -747,7 +747,7 @@ impl ShardFs {
             let made = self.under_own_locks(c, dst, Request::LinkInsert { at: dst.to_string().into(), ino, home, txn: Some(txn.id) }).await;
             Ok(made.map(|_| self.primary(dst)))
         };
-        self.link_steps(shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(c, shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {

@@ -26,7 +26,7 @@
 use crate::core::{post_counted, ClientCore};
 use crate::counters::ClientCounters;
 use canopy_proto::path::NsPath;
-use canopy_proto::msg::At;
+use canopy_proto::msg::{At, DirChange};
 use canopy_proto::{Creds, Request};
 use canopy_rpc::Transport;
 use std::collections::HashMap;
@@ -80,13 +80,15 @@ impl fmt::Display for TouchedDir {
     }
 }
 
-/// A touch to send: the directory, the server it goes to, and who made the
-/// change it covers.
+/// A touch to send: the directory, the server it goes to, who made the last
+/// change it covers and when (wall clock, ns: the time the directory's times
+/// take, however late the touch is sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OwedTouch {
     pub dir: TouchedDir,
     pub server: u32,
     pub creds: Creds,
+    pub at_ns: i64,
 }
 
 /// What to do with a change's touch.
@@ -103,8 +105,8 @@ struct Touched {
     server: u32,
     /// When a touch for the directory was last sent.
     sent: Instant,
-    /// Who made the last change not yet covered by a sent touch.
-    owed: Option<Creds>,
+    /// Who made the last change not yet covered by a sent touch, and when.
+    owed: Option<(Creds, i64)>,
 }
 
 /// Which directories had a touch sent lately, and which are owed one.
@@ -119,11 +121,13 @@ impl TouchBook {
         TouchBook { window, dirs: HashMap::new(), owed: 0 }
     }
 
-    /// `c` changed a name in `dir`, whose touches go to `server`, at `now`.
-    pub(crate) fn changed(&mut self, dir: &TouchedDir, server: u32, c: &Creds, now: Instant) -> Touch {
+    /// `c` changed a name in `dir`, whose touches go to `server`, at `now`
+    /// (`at_ns` on the wall clock).
+    pub(crate) fn changed(&mut self, dir: &TouchedDir, server: u32, c: &Creds, now: Instant, at_ns: i64) -> Touch {
         if let Some(t) = self.dirs.get_mut(dir) {
             if now.saturating_duration_since(t.sent) < self.window {
-                if t.owed.replace(c.clone()).is_some() {
+                let at_ns = t.owed.as_ref().map_or(at_ns, |(_, owed)| at_ns.max(*owed));
+                if t.owed.replace((c.clone(), at_ns)).is_some() {
                     return Touch::Owed { first: false };
                 }
                 self.owed += 1;
@@ -147,10 +151,10 @@ impl TouchBook {
     /// The touch owed for `dir`, taken to be sent now (before a stat of it).
     pub(crate) fn take(&mut self, dir: &TouchedDir, now: Instant) -> Option<OwedTouch> {
         let t = self.dirs.get_mut(dir)?;
-        let creds = t.owed.take()?;
+        let (creds, at_ns) = t.owed.take()?;
         self.owed -= 1;
         t.sent = now;
-        Some(OwedTouch { dir: dir.clone(), server: t.server, creds })
+        Some(OwedTouch { dir: dir.clone(), server: t.server, creds, at_ns })
     }
 
     /// The touches owed for `dir` and the directories below it, taken to be
@@ -170,9 +174,9 @@ impl TouchBook {
     fn take_where(&mut self, which: impl Fn(&TouchedDir) -> bool, now: Instant) -> Vec<OwedTouch> {
         let mut out = Vec::new();
         for (dir, t) in self.dirs.iter_mut().filter(|(dir, _)| which(dir)) {
-            if let Some(creds) = t.owed.take() {
+            if let Some((creds, at_ns)) = t.owed.take() {
                 t.sent = now;
-                out.push(OwedTouch { dir: dir.clone(), server: t.server, creds });
+                out.push(OwedTouch { dir: dir.clone(), server: t.server, creds, at_ns });
             }
         }
         self.owed -= out.len();
@@ -230,10 +234,10 @@ impl DirTouches {
         Some(touches)
     }
 
-    /// `c` changed a name in `dir`, whose touches go to `server`: true if
-    /// its touch is to be sent now.
-    pub(crate) fn changed(&self, dir: &TouchedDir, server: u32, c: &Creds) -> bool {
-        let touch = self.book().changed(dir, server, c, Instant::now());
+    /// `c` changed a name in `dir`, whose touches go to `server`, at `at_ns`
+    /// (wall clock): true if its touch is to be sent now.
+    pub(crate) fn changed(&self, dir: &TouchedDir, server: u32, c: &Creds, at_ns: i64) -> bool {
+        let touch = self.book().changed(dir, server, c, Instant::now(), at_ns);
         match touch {
             Touch::Now => {
                 self.at_once.fetch_add(1, Ordering::Relaxed);
@@ -297,11 +301,13 @@ impl Drop for DirTouches {
     }
 }
 
-/// Posts a touch (the directory's mtime and ctime set now), counted in
-/// `counters`: the one way a client sends one, at once or owed.
+/// Posts a touch (the directory's mtime and ctime set to the time of the
+/// change it covers), counted in `counters`: the one way a client sends one,
+/// at once or owed.
 async fn post_touch(t: &dyn Transport, counters: &ClientCounters, touch: &OwedTouch) {
-    let OwedTouch { dir, server, creds } = touch;
-    post_counted(t, counters, *server, creds, Request::TouchDir { at: dir.at() }, || format!("the times of {dir}")).await;
+    let OwedTouch { dir, server, creds, at_ns } = touch;
+    let req = Request::TouchDir { at: dir.at(), change: DirChange::Names, at_ns: *at_ns };
+    post_counted(t, counters, *server, creds, req, || format!("the times of {dir}")).await;
 }
 
 /// The sender: woken when a touch becomes owed, it waits out the window and
@@ -335,10 +341,21 @@ impl ClientCore {
     /// `server`, a stat of `dir` among them, are served after it), as a failed
     /// touch would not undo the change.
     pub(crate) async fn touched(&self, c: &Creds, dir: TouchedDir, server: u32) {
-        if !self.dir_times || self.touches.as_ref().is_some_and(|t| !t.changed(&dir, server, c)) {
+        let at_ns = self.clock.wall_ns();
+        if !self.dir_times || self.touches.as_ref().is_some_and(|t| !t.changed(&dir, server, c, at_ns)) {
             return;
         }
-        self.send_touch(&OwedTouch { dir, server, creds: c.clone() }).await;
+        self.send_touch(&OwedTouch { dir, server, creds: c.clone(), at_ns }).await;
+    }
+
+    /// Directory `dir`, whose times live on `server`, was renamed at this
+    /// client's now: posts its new ctime there (for a mode whose rename steps
+    /// do not reach that server).
+    pub(crate) async fn renamed_dir(&self, c: &Creds, dir: TouchedDir, server: u32) {
+        let req = Request::TouchDir { at: dir.at(), change: DirChange::Renamed, at_ns: self.clock.wall_ns() };
+        if !self.is_dead() {
+            post_counted(self.t.as_ref(), &self.counters, server, c, req, || format!("the ctime of renamed {dir}")).await;
+        }
     }
 
     /// Before a stat of the directory `dir` names: sends the touch owed for
@@ -388,27 +405,38 @@ mod tests {
     #[test]
     fn a_quiet_directory_is_touched_at_once_and_a_burst_owes_one_touch() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        assert_eq!(b.changed(&d("/d"), 0, &c, t0), Touch::Now);
-        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 1)), Touch::Owed { first: true });
-        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 2)), Touch::Owed { first: false });
-        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 3)), Touch::Now);
-        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 4)), Touch::Owed { first: false });
+        assert_eq!(b.changed(&d("/d"), 0, &c, t0, 0), Touch::Now);
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 1), 0), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 2), 0), Touch::Owed { first: false });
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 3), 0), Touch::Now);
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 4), 0), Touch::Owed { first: false });
         assert_eq!(b.owed(), 2);
         let mut due = b.take_all(ms(t0, 20));
         due.sort_by(|a, b| a.dir.cmp(&b.dir));
         assert_eq!(due.iter().map(|o| o.dir.to_string()).collect::<Vec<_>>(), ["/d", "/e"]);
         assert_eq!(b.owed(), 0);
         // Sent at 20 ms: the window runs from then.
-        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 39)), Touch::Owed { first: true });
-        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 40)), Touch::Now);
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 39), 0), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/e"), 0, &c, ms(t0, 40), 0), Touch::Now);
+    }
+
+    #[test]
+    fn an_owed_touch_carries_the_time_of_the_last_change_it_covers() {
+        let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
+        b.changed(&d("/d"), 0, &c, t0, 1_000);
+        b.changed(&d("/d"), 0, &c, ms(t0, 1), 2_000);
+        b.changed(&d("/d"), 0, &c, ms(t0, 2), 1_500);
+        // Sent a whole window after the changes: it still says when they were.
+        let owed = b.take_all(ms(t0, 20));
+        assert_eq!(owed.iter().map(|o| o.at_ns).collect::<Vec<_>>(), [2_000]);
     }
 
     #[test]
     fn a_change_after_the_window_sends_its_touch_and_settles_what_was_owed() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
-        b.changed(&d("/d"), 0, &c, t0);
-        b.changed(&d("/d"), 0, &c, ms(t0, 5));
-        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 25)), Touch::Now);
+        b.changed(&d("/d"), 0, &c, t0, 0);
+        b.changed(&d("/d"), 0, &c, ms(t0, 5), 0);
+        assert_eq!(b.changed(&d("/d"), 0, &c, ms(t0, 25), 0), Touch::Now);
         assert_eq!(b.owed(), 0);
         assert!(b.take_all(ms(t0, 30)).is_empty());
     }
@@ -417,25 +445,25 @@ mod tests {
     fn the_owed_touch_goes_with_the_last_changer_and_is_taken_once() {
         let (mut b, t0) = (TouchBook::new(W), Instant::now());
         let (alice, bob) = (Creds::user(1000, 1000), Creds::user(1001, 1001));
-        b.changed(&d("/d"), 0, &alice, t0);
-        b.changed(&d("/d"), 0, &alice, ms(t0, 1));
-        b.changed(&d("/d"), 0, &bob, ms(t0, 2));
+        b.changed(&d("/d"), 0, &alice, t0, 0);
+        b.changed(&d("/d"), 0, &alice, ms(t0, 1), 0);
+        b.changed(&d("/d"), 0, &bob, ms(t0, 2), 0);
         assert_eq!(b.take(&d("/e"), ms(t0, 3)), None);
         assert_eq!(b.take(&d("/d"), ms(t0, 3)).map(|o| o.creds.uid), Some(1001));
         assert_eq!(b.take(&d("/d"), ms(t0, 4)), None);
         assert_eq!(b.owed(), 0);
         // Taken at 3 ms: a change at 10 ms is within that touch's window.
-        assert_eq!(b.changed(&d("/d"), 0, &alice, ms(t0, 10)), Touch::Owed { first: true });
+        assert_eq!(b.changed(&d("/d"), 0, &alice, ms(t0, 10), 0), Touch::Owed { first: true });
     }
 
     #[test]
     fn a_directory_to_be_renamed_takes_its_own_and_its_descendants_owed_touches() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         for dir in ["/a", "/a/b", "/ab", "/b", "/a/b/c"] {
-            b.changed(&d(dir), 0, &c, t0);
-            b.changed(&d(dir), 0, &c, ms(t0, 1));
+            b.changed(&d(dir), 0, &c, t0, 0);
+            b.changed(&d(dir), 0, &c, ms(t0, 1), 0);
         }
-        b.changed(&d("/a/quiet"), 0, &c, t0);
+        b.changed(&d("/a/quiet"), 0, &c, t0, 0);
         let mut taken: Vec<String> = b.take_below(&p("/a"), ms(t0, 2)).into_iter().map(|o| o.dir.to_string()).collect();
         taken.sort();
         assert_eq!(taken, ["/a", "/a/b", "/a/b/c"], "not /ab, /b, nor /a/quiet (which owes none)");
@@ -449,10 +477,10 @@ mod tests {
     fn a_directory_named_by_id_owes_its_touch_to_its_server_and_stays_through_renames() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         let (dir, other) = (TouchedDir::Id(0x42), TouchedDir::Id(0x43));
-        b.changed(&dir, 3, &c, t0);
-        b.changed(&dir, 3, &c, ms(t0, 1));
-        b.changed(&other, 1, &c, t0);
-        b.changed(&other, 1, &c, ms(t0, 1));
+        b.changed(&dir, 3, &c, t0, 0);
+        b.changed(&dir, 3, &c, ms(t0, 1), 0);
+        b.changed(&other, 1, &c, t0, 0);
+        b.changed(&other, 1, &c, ms(t0, 1), 0);
         assert!(b.take_below(&p("/"), ms(t0, 2)).is_empty(), "an id is no path a rename moves");
         let owed = b.take(&dir, ms(t0, 2)).expect("owed");
         assert_eq!((owed.server, owed.dir.at()), (3, At::Dir(0x42)));
@@ -481,8 +509,8 @@ mod tests {
         let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let book = multi.block_on(async { DirTouches::start(t, counters.clone()) }).expect("a sender");
         let c = Creds::root();
-        assert!(book.changed(&d("/d"), 1, &c), "the first change's touch is the caller's to send");
-        assert!(!book.changed(&d("/d"), 1, &c) && !book.changed(&d("/d"), 1, &c), "a burst owes one");
+        assert!(book.changed(&d("/d"), 1, &c, 0), "the first change's touch is the caller's to send");
+        assert!(!book.changed(&d("/d"), 1, &c, 0) && !book.changed(&d("/d"), 1, &c, 0), "a burst owes one");
         // Sent by the sender once the window is over: wait for it (generously).
         let deadline = Instant::now() + Duration::from_secs(10);
         while touched.0.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
@@ -518,10 +546,10 @@ mod tests {
     fn directories_changed_once_are_not_kept_past_their_window() {
         let (mut b, t0, c) = (TouchBook::new(W), Instant::now(), Creds::root());
         for i in 0..MAX_REMEMBERED {
-            assert_eq!(b.changed(&d(&format!("/d{i}")), 0, &c, t0), Touch::Now);
+            assert_eq!(b.changed(&d(&format!("/d{i}")), 0, &c, t0, 0), Touch::Now);
         }
-        b.changed(&d("/d0"), 0, &c, ms(t0, 1));
-        assert_eq!(b.changed(&d("/new"), 0, &c, ms(t0, 30)), Touch::Now);
+        b.changed(&d("/d0"), 0, &c, ms(t0, 1), 0);
+        assert_eq!(b.changed(&d("/new"), 0, &c, ms(t0, 30), 0), Touch::Now);
         // Only the one that owes a touch, and the new one, are left.
         assert_eq!(b.dirs.len(), 2);
         assert_eq!(b.owed(), 1);

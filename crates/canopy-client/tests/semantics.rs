@@ -68,6 +68,10 @@ semantics!(
     symlinks,
     hard_links,
     hard_links_across_servers,
+    hard_links_need_the_right_to_the_file,
+    device_nodes_need_root,
+    chown_drops_setid_bits_of_every_non_directory,
+    a_renamed_directory_gets_a_new_ctime,
     rename_between_names_of_one_file,
     access_masks,
     invalid_paths,
@@ -985,6 +989,91 @@ async fn hard_links_across_servers(c: Client) {
         assert_errno!(c.stat(&d).await, Errno::ENOENT);
     }
     assert_eq!(c.readdir("/moved").await.unwrap().len(), 0);
+    assert_fsck_clean(&c, "").await;
+}
+
+/// Linux's `protected_hardlinks`, at the servers: a user links only a file he
+/// owns, or a plain file he may read and write; whether the inode is still
+/// inline in its entry or already shared, here or on another server.
+async fn hard_links_need_the_right_to_the_file(c: Client) {
+    c.mkdir("/pub", 0o777).await.unwrap();
+    let (al, bo) = (c.as_user(alice()), c.as_user(bob()));
+    for i in 0..8 {
+        let (private, open) = (format!("/pub/private{i}"), format!("/pub/open{i}"));
+        al.create(&private, 0o600).await.unwrap();
+        al.create(&open, 0o666).await.unwrap();
+        if i % 2 == 1 {
+            // Already shared: the inode lives on its home, maybe another server.
+            al.link(&private, &format!("/pub/{i}.shared")).await.unwrap();
+        }
+        assert_errno!(bo.link(&private, &format!("/pub/bob{i}")).await, Errno::EPERM);
+        assert_errno!(bo.stat(&format!("/pub/bob{i}")).await, Errno::ENOENT);
+        assert_eq!(al.stat(&private).await.unwrap().nlink, 1 + (i % 2) as u32, "a refused link counts nothing");
+        bo.link(&open, &format!("/pub/bob-open{i}")).await.unwrap();
+        al.link(&private, &format!("/pub/alice{i}")).await.unwrap();
+        c.link(&private, &format!("/pub/root{i}")).await.unwrap();
+    }
+    al.create("/pub/setuid", 0o4666).await.unwrap();
+    assert_errno!(bo.link("/pub/setuid", "/pub/bob-setuid").await, Errno::EPERM);
+    assert_fsck_clean(&c, "").await;
+}
+
+/// mknod of a block or character device needs root (`CAP_MKNOD`); FIFOs
+/// and sockets anyone may make.
+async fn device_nodes_need_root(c: Client) {
+    c.mkdir("/dev", 0o777).await.unwrap();
+    let al = c.as_user(alice());
+    for i in 0..4 {
+        assert_errno!(al.mknod(&format!("/dev/c{i}"), 0o666, FileKind::CharDev, 0x0103).await, Errno::EPERM);
+        assert_errno!(al.mknod(&format!("/dev/b{i}"), 0o666, FileKind::BlockDev, 0x0801).await, Errno::EPERM);
+        assert_errno!(al.stat(&format!("/dev/c{i}")).await, Errno::ENOENT);
+        al.mknod(&format!("/dev/fifo{i}"), 0o644, FileKind::Fifo, 0).await.unwrap();
+        al.mknod(&format!("/dev/sock{i}"), 0o644, FileKind::Socket, 0).await.unwrap();
+        assert_eq!(c.mknod(&format!("/dev/c{i}"), 0o666, FileKind::CharDev, 0x0103).await.unwrap().kind, FileKind::CharDev);
+    }
+    assert_fsck_clean(&c, "").await;
+}
+
+/// As Linux: a chown of any non-directory, by its owner or by root, drops
+/// setuid, and setgid where group execute is set; a directory keeps both.
+async fn chown_drops_setid_bits_of_every_non_directory(c: Client) {
+    c.mkdir("/ids", 0o777).await.unwrap();
+    let al = c.as_user(alice());
+    for (i, kind) in [FileKind::File, FileKind::Fifo, FileKind::Socket, FileKind::CharDev, FileKind::BlockDev].into_iter().enumerate() {
+        let p = format!("/ids/n{i}");
+        match kind {
+            FileKind::File => c.create(&p, 0o644).await.map(|_| ()),
+            _ => c.mknod(&p, 0o644, kind, 0).await.map(|_| ()),
+        }
+        .unwrap();
+        c.chown(&p, Some(ALICE), Some(ALICE)).await.unwrap();
+        c.chmod(&p, 0o6555).await.unwrap();
+        assert_eq!(al.chown(&p, None, Some(STAFF)).await.unwrap().mode, 0o555, "{kind:?} by its owner");
+        assert_eq!(c.stat(&p).await.unwrap().mode, 0o555, "{kind:?}");
+        c.chmod(&p, 0o6555).await.unwrap();
+        assert_eq!(c.chown(&p, Some(BOB), None).await.unwrap().mode, 0o555, "{kind:?} by root");
+    }
+    al.mkdir("/ids/d", 0o755).await.unwrap();
+    al.chmod("/ids/d", 0o6755).await.unwrap();
+    al.chown("/ids/d", None, Some(STAFF)).await.unwrap();
+    assert_eq!(c.stat("/ids/d").await.unwrap().mode, 0o6755, "a directory keeps them");
+}
+
+/// As ext4: renaming a directory changes its ctime, whether it stays in its
+/// parent or moves to another (and so, in ShardFS, maybe to another primary).
+async fn a_renamed_directory_gets_a_new_ctime(c: Client) {
+    c.mkdir("/a", 0o755).await.unwrap();
+    c.mkdir("/b", 0o755).await.unwrap();
+    for i in 0..8 {
+        let before = c.mkdir(&format!("/a/d{i}"), 0o755).await.unwrap();
+        c.rename(&format!("/a/d{i}"), &format!("/a/e{i}")).await.unwrap();
+        let within = c.stat(&format!("/a/e{i}")).await.unwrap();
+        assert!(within.ctime > before.ctime, "renamed within its parent: {} <= {}", within.ctime, before.ctime);
+        assert_eq!((within.ino, within.mtime), (before.ino, before.mtime), "only the ctime changes");
+        c.rename(&format!("/a/e{i}"), &format!("/b/f{i}")).await.unwrap();
+        let moved = c.stat(&format!("/b/f{i}")).await.unwrap();
+        assert!(moved.ctime > within.ctime, "moved to another parent: {} <= {}", moved.ctime, within.ctime);
+    }
     assert_fsck_clean(&c, "").await;
 }
 

@@ -5,8 +5,9 @@
 //! changes, and with `default_permissions` it needs them back (a GETATTR)
 //! before the next create or unlink in that directory. The mount knows what
 //! its own change did to the directory: a file made or removed sets its mtime
-//! and ctime to now (the `TouchDir` the client posts does the same on the
-//! server, microseconds later), and nothing else. So it answers that GETATTR
+//! and ctime to now (the `TouchDir` the client posts gives the server the
+//! time the client recorded the change at, microseconds before), and nothing
+//! else. So it answers that GETATTR
 //! itself, one RPC less per create through the mount.
 //!
 //! What it trades, the same as the kernel's attribute cache: a change made

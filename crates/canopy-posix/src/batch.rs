@@ -24,9 +24,7 @@ pub fn check_new_file(creds: &Creds, dir: Owner, inode: &Inode) -> Result<(), Er
     if creds.is_root() {
         return Ok(());
     }
-    if matches!(a.kind, FileKind::CharDev | FileKind::BlockDev) {
-        return Err(Errno::EPERM);
-    }
+    perm::require_may_make(creds, a.kind)?;
     if a.uid != creds.uid {
         return Err(Errno::EPERM);
     }

@@ -2,7 +2,7 @@
 //! mode. Root may read and write anything, and search/execute anything that has
 //! an execute bit set for someone (or is a directory).
 
-use canopy_proto::attr::{access, S_ISVTX};
+use canopy_proto::attr::{access, S_ISGID, S_ISUID, S_ISVTX};
 use canopy_proto::msg::DirLookup;
 use canopy_proto::{Attr, Creds, Errno, FileKind};
 
@@ -77,6 +77,33 @@ pub fn check_sticky(creds: &Creds, dir: Owner, entry_uid: u32) -> Result<(), Err
     }
 }
 
+/// Device nodes need root (`CAP_MKNOD`), as mknod(2) on Linux (`EPERM`);
+/// FIFOs, sockets and everything else anyone may make.
+pub fn require_may_make(creds: &Creds, kind: FileKind) -> Result<(), Errno> {
+    if matches!(kind, FileKind::CharDev | FileKind::BlockDev) && !creds.is_root() {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
+
+/// Whether `creds` may give the object `attr` another name: Linux's
+/// `protected_hardlinks` (on by default), which a mount meets in the kernel
+/// and every other client at the servers. The owner and root may; anyone
+/// else only a regular file that is neither setuid nor executable-setgid and
+/// that they may both read and write (`EPERM` otherwise).
+pub fn check_hardlink(creds: &Creds, attr: &Attr) -> Result<(), Errno> {
+    if creds.is_root() || creds.uid == attr.uid {
+        return Ok(());
+    }
+    let executable_setgid = attr.mode & (S_ISGID | 0o010) == (S_ISGID | 0o010);
+    let safe = attr.kind == FileKind::File && attr.mode & S_ISUID == 0 && !executable_setgid;
+    if safe && allows(creds, Owner::of_attr(attr), false, access::R | access::W) {
+        Ok(())
+    } else {
+        Err(Errno::EPERM)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +165,33 @@ mod tests {
         assert_eq!(check_sticky(&Creds::root(), dir, ALICE), Ok(()));
         let plain = Owner { mode: 0o777, ..dir };
         assert_eq!(check_sticky(&bob, plain, ALICE), Ok(()));
+    }
+
+    #[test]
+    fn device_nodes_need_root() {
+        let alice = Creds::user(ALICE, 1);
+        for kind in [FileKind::CharDev, FileKind::BlockDev] {
+            assert_eq!(require_may_make(&alice, kind), Err(Errno::EPERM));
+            assert_eq!(require_may_make(&Creds::root(), kind), Ok(()));
+        }
+        for kind in [FileKind::Fifo, FileKind::Socket, FileKind::File, FileKind::Symlink] {
+            assert_eq!(require_may_make(&alice, kind), Ok(()));
+        }
+    }
+
+    #[test]
+    fn hard_links_need_ownership_or_read_and_write() {
+        let file = |mode: u32| Attr { ino: 9, kind: FileKind::File, mode, uid: ALICE, gid: STAFF, size: 0, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+        let bob = Creds::user(2000, 2);
+        assert_eq!(check_hardlink(&Creds::user(ALICE, 1), &file(0o600)), Ok(()), "the owner");
+        assert_eq!(check_hardlink(&Creds::root(), &file(0o000)), Ok(()), "root");
+        assert_eq!(check_hardlink(&bob, &file(0o600)), Err(Errno::EPERM), "another user's private file");
+        assert_eq!(check_hardlink(&bob, &file(0o644)), Err(Errno::EPERM), "read alone is not enough");
+        assert_eq!(check_hardlink(&bob, &file(0o666)), Ok(()), "read and write is");
+        assert_eq!(check_hardlink(&bob, &file(0o4666)), Err(Errno::EPERM), "never a setuid file");
+        assert_eq!(check_hardlink(&bob, &file(0o2676)), Err(Errno::EPERM), "nor an executable setgid one");
+        assert_eq!(check_hardlink(&bob, &file(0o2666)), Ok(()), "setgid without group execute is no privilege");
+        let fifo = Attr { kind: FileKind::Fifo, ..file(0o666) };
+        assert_eq!(check_hardlink(&bob, &fifo), Err(Errno::EPERM), "special files only their owner's");
     }
 }

@@ -9,7 +9,7 @@ fn is_owner_or_root(creds: &Creds, attr: &Attr) -> bool {
     creds.is_root() || creds.uid == attr.uid
 }
 
-/// A regular file's mode after a change by a process that may not keep setuid
+/// A non-directory's mode after a change by a process that may not keep setuid
 /// and setgid (a write or truncate without `CAP_FSETID`, any chown): setuid goes,
 /// and setgid when the file is group-executable (without group execute, setgid
 /// marks mandatory locking, not privilege, and stays), as Linux does.
@@ -55,8 +55,9 @@ pub fn apply(creds: &Creds, attr: &mut Attr, set: &SetAttr, now: i64) -> Result<
         }
         next.uid = set.uid.unwrap_or(attr.uid);
         next.gid = set.gid.unwrap_or(attr.gid);
-        if attr.kind == FileKind::File {
-            // As Linux: a change of owner drops setuid and setgid, even by root.
+        if !is_dir {
+            // As Linux (chown_common): a change of owner drops setuid and
+            // setgid of every non-directory, even by root.
             next.mode = drop_suid(next.mode);
         }
     }
@@ -132,6 +133,19 @@ mod tests {
         assert_eq!((a.gid, a.mode), (200, 0o755));
         apply(&Creds::root(), &mut a, &SetAttr::owner(Some(5), Some(5)), 1).unwrap();
         assert_eq!((a.uid, a.gid), (5, 5));
+    }
+
+    #[test]
+    fn chown_drops_setuid_of_every_non_directory() {
+        for kind in [FileKind::File, FileKind::Fifo, FileKind::Socket, FileKind::CharDev, FileKind::BlockDev] {
+            let mut a = Attr { kind, ..file(65534, 65533, 0o6555) };
+            let user = Creds { uid: 65534, gid: 65533, groups: vec![65532] };
+            apply(&user, &mut a, &SetAttr::owner(None, Some(65532)), 1).unwrap();
+            assert_eq!(a.mode, 0o555, "{kind:?}");
+        }
+        let mut d = Attr { kind: FileKind::Dir, ..file(65534, 65533, 0o6555) };
+        apply(&Creds::user(65534, 65533), &mut d, &SetAttr::owner(None, Some(65533)), 1).unwrap();
+        assert_eq!(d.mode, 0o6555, "a directory keeps them");
     }
 
     #[test]

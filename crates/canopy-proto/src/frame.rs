@@ -47,7 +47,7 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 12: IndexFS's directory transactions' steps name their
 /// transaction, refused once recovery revoked it, as does a file rename's
 /// `RenameOutCommit` in every mode.
-pub const VERSION: u16 = 12;
+pub const VERSION: u16 = 13;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read
 /// made for nothing (five a mkdir through the mount: the unlock, the

@@ -82,6 +82,16 @@ pub enum NewKind {
 /// (1 MiB, well inside a frame).
 pub const INLINE_LIMIT: u32 = 1 << 20;
 
+/// What a `TouchDir` records of a directory's times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirChange {
+    /// A name was added to it or removed from it: its mtime and ctime.
+    Names,
+    /// It was renamed: its ctime (as ext4), for a mode whose rename steps run
+    /// where its parents live rather than where its times are.
+    Renamed,
+}
+
 /// What a create does when its name is already taken: open(2) with and without
 /// `O_EXCL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -513,9 +523,13 @@ requests! {
     /// The client wrote back-end bytes up to `end`: size = max(size, end), and
     /// mtime and ctime are now. `kill_suid` as for `WriteData`.
     Extend { at: FileRef, end: u64, kill_suid: bool } = 0x0015,
-    /// Set a directory's mtime and ctime to now, on its primary: the effect of a
-    /// name added or removed inside it (entries live on other servers).
-    TouchDir { at: At } = 0x0016,
+    /// Record `change` in a directory's times, on the server keeping them: a
+    /// name added or removed inside it (entries live on other servers), or
+    /// the directory renamed. `at_ns` is when the change was made (the
+    /// client may send it later, coalesced with others): the times become
+    /// it (never later than the server's now), unless the directory's ctime
+    /// already records something later.
+    TouchDir { at: At, change: DirChange, at_ns: i64 } = 0x0016,
     Stats = 0x0017,
     Fsck = 0x0018,
     /// Lock service: take `locks` for a transaction described by `intent`.

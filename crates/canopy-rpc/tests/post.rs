@@ -4,7 +4,7 @@
 //! calls.
 
 use canopy_proto::auth::{Identity, Key};
-use canopy_proto::msg::At;
+use canopy_proto::msg::{At, DirChange};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::socket::Listener;
@@ -42,7 +42,7 @@ impl Service for Counter {
 async fn each_stat_follows_the_touches_before_it(t: &dyn Transport) {
     let root = Creds::root();
     for i in 1..=500u64 {
-        t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path("/d".into()) }).await.unwrap();
+        t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path("/d".into()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
         let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
         assert_eq!(seen, Ok(Reply::Redirect { ino: i, home: 0 }), "stat {i}");
     }
@@ -107,14 +107,14 @@ async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
     let t = Arc::new(transport_to(&addr, &me));
     let root = Creds::root();
     let long = format!("/{}", "d".repeat(3000));
-    t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()) }).await.unwrap();
+    t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
     let rt = tokio::runtime::Handle::current();
     let threads: Vec<_> = (0..2)
         .map(|_| {
             let (t, rt, long) = (t.clone(), rt.clone(), long.clone());
             std::thread::spawn(move || {
                 for _ in 0..2500 {
-                    rt.block_on(t.post(Target::Server(0), &Creds::root(), Request::TouchDir { at: At::Path(long.clone()) })).unwrap();
+                    rt.block_on(t.post(Target::Server(0), &Creds::root(), Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 })).unwrap();
                 }
             })
         })
@@ -148,7 +148,7 @@ async fn a_dropped_connection_closes_its_socket() {
     let before = open_fds();
     for _ in 0..20 {
         let c = canopy_rpc::conn::Connection::connect(&addr, &me, Duration::from_secs(5)).await.unwrap();
-        c.post(&root, &Request::TouchDir { at: At::Path("/d".into()) }, Duration::from_secs(5)).await.unwrap();
+        c.post(&root, &Request::TouchDir { at: At::Path("/d".into()), change: DirChange::Names, at_ns: 0 }, Duration::from_secs(5)).await.unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while open_fds() > before && std::time::Instant::now() < deadline {
@@ -183,7 +183,7 @@ async fn a_post_ends_when_written_not_when_queued() {
     let long = format!("/{}", "d".repeat(3000));
     let mut written = 0;
     let outcome = loop {
-        match c.post(&Creds::root(), &Request::TouchDir { at: At::Path(long.clone()) }, Duration::from_millis(300)).await {
+        match c.post(&Creds::root(), &Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 }, Duration::from_millis(300)).await {
             Ok(()) => written += 1,
             Err(e) => break e,
         }
@@ -203,7 +203,7 @@ async fn touches_seen(t: &dyn Transport) -> u64 {
 }
 
 fn touch() -> Request {
-    Request::TouchDir { at: At::Path("/d".into()) }
+    Request::TouchDir { at: At::Path("/d".into()), change: DirChange::Names, at_ns: 0 }
 }
 
 /// Two transports sharing a box of owed posts, as a mount's threads do: a

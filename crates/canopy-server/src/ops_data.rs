@@ -23,7 +23,7 @@ use crate::server::MetaServer;
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::access;
-use canopy_proto::msg::{DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
+use canopy_proto::msg::{DirChange, DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
 use canopy_proto::fid::contents_digest;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
@@ -214,18 +214,33 @@ impl MetaServer {
         })
     }
 
-    /// A name was added to or removed from the directory at `path`: its mtime and
-    /// ctime become now. Only the directory's primary keeps its times.
-    pub(crate) fn touch_dir(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
+    /// Records `change`, made at `at_ns`, in the times of the directory at
+    /// `path` (only the server keeping a directory's times holds them).
+    pub(crate) fn touch_dir(&self, creds: &Creds, path: &Target, change: DirChange, at_ns: i64) -> Result<Reply, Errno> {
         let _g = self.lock_entries(&[path], false)?;
         let id = self.times_id(self.dir_id(creds, path)?);
         let now = self.now_ns();
-        let atime = self.load_dir_times(id)?.map_or(now, |t| t.atime);
-        let mut b = Batch::new();
-        b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&DirTimes { atime, mtime: now, ctime: now }));
-        self.write(b)?;
+        let kept = self.load_dir_times(id)?.unwrap_or(DirTimes { atime: now, mtime: now, ctime: now });
+        if let Some(times) = touched_times(kept, change, at_ns.min(now)) {
+            let mut b = Batch::new();
+            b.put(DIRTIMES, keys::id_key(id).to_vec(), keys::encode(&times));
+            self.write(b)?;
+        }
         Ok(Reply::Unit)
     }
+}
+
+/// A directory's times once `change`, made at `at`, is recorded; `None` if a
+/// later change is recorded already (its ctime is past `at`: a touch that
+/// arrived late, or a setattr made since), which it must not undo.
+pub fn touched_times(kept: DirTimes, change: DirChange, at: i64) -> Option<DirTimes> {
+    if at <= kept.ctime {
+        return None;
+    }
+    Some(match change {
+        DirChange::Names => DirTimes { mtime: at, ctime: at, ..kept },
+        DirChange::Renamed => DirTimes { ctime: at, ..kept },
+    })
 }
 
 #[cfg(test)]
@@ -256,6 +271,15 @@ mod tests {
         assert!(fits_inline(INLINE_LIMIT as u64, u32::MAX));
         assert!(!fits_inline(INLINE_LIMIT as u64 + 1, u32::MAX));
         assert!(!fits_inline((1 << 30) + 1, u32::MAX));
+    }
+
+    #[test]
+    fn a_touch_records_the_time_of_its_change_unless_a_later_one_is_recorded() {
+        let kept = DirTimes { atime: 5, mtime: 10, ctime: 10 };
+        assert_eq!(touched_times(kept, DirChange::Names, 20), Some(DirTimes { atime: 5, mtime: 20, ctime: 20 }));
+        assert_eq!(touched_times(kept, DirChange::Renamed, 20), Some(DirTimes { atime: 5, mtime: 10, ctime: 20 }));
+        assert_eq!(touched_times(kept, DirChange::Names, 10), None, "nothing newer");
+        assert_eq!(touched_times(kept, DirChange::Names, 7), None, "a late touch undoes nothing");
     }
 
     #[test]

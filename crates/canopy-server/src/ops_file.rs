@@ -65,6 +65,9 @@ impl MetaServer {
         };
         let dir = self.dir_owner(parent)?;
         perm::require_dir_write(creds, dir)?;
+        if let NewKind::Special { kind, .. } = &kind {
+            perm::require_may_make(creds, *kind)?;
+        }
         let ino = self.new_id()?;
         let now = self.now_ns();
         let (file_kind, mode, rdev, target, data) = match kind {

@@ -117,6 +117,7 @@ impl MetaServer {
                 if inode.attr.kind == FileKind::Symlink {
                     return Err(Errno::EPERM);
                 }
+                perm::check_hardlink(creds, &inode.attr)?;
                 let ino = inode.attr.ino;
                 inode.attr.nlink += 1;
                 inode.attr.ctime = self.now_ns();
@@ -127,6 +128,7 @@ impl MetaServer {
                 Ok(Reply::Shared { ino, home: me })
             }
             Record::Linked { ino, home } if home == me => {
+                perm::check_hardlink(creds, &self.load_inode(ino)?.attr)?;
                 self.link_delta_into(&mut b, ino, 1)?;
                 record_for(&mut b, COUNTED, txn, ino);
                 self.write(b)?;
@@ -174,9 +176,14 @@ impl MetaServer {
         Ok(Reply::Attr(inode.attr))
     }
 
-    pub(crate) fn inode_link_delta(&self, ino: u64, delta: i32, txn: Option<u64>) -> Result<Reply, Errno> {
+    /// A count added (`delta` > 0) is a link made by `creds`, whose right to
+    /// link the inode is checked here, where the inode is.
+    pub(crate) fn inode_link_delta(&self, creds: &Creds, ino: u64, delta: i32, txn: Option<u64>) -> Result<Reply, Errno> {
         let _g = self.lock_inodes();
         self.mode().refuse_step(txn)?;
+        if delta > 0 {
+            perm::check_hardlink(creds, &self.load_inode(ino)?.attr)?;
+        }
         let mut b = Batch::new();
         let inode = self.link_delta_into(&mut b, ino, delta)?;
         if delta > 0 {

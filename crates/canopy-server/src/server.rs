@@ -196,12 +196,12 @@ impl MetaServer {
             Request::ReadDir { at, after, limit, with_dirs } => {
                 self.read_dir(creds, &*self.admitted(&at)?, after.as_deref(), limit, with_dirs)
             }
-            Request::TouchDir { at } => self.touch_dir(creds, &*self.admitted(&at)?),
+            Request::TouchDir { at, change, at_ns } => self.touch_dir(creds, &*self.admitted(&at)?, change, at_ns),
             Request::LinkShare { at, txn } => self.link_share(creds, &*self.admitted(&at)?, txn),
             Request::LinkInsert { at, ino, home, txn } => self.link_insert(creds, &*self.admitted(&at)?, ino, home, txn),
             Request::InodeStat { ino } => self.inode_stat(ino),
             Request::InodeSetAttr { ino, set } => self.inode_set_attr(creds, ino, &set),
-            Request::InodeLinkDelta { ino, delta, txn } => self.inode_link_delta(ino, delta, txn),
+            Request::InodeLinkDelta { ino, delta, txn } => self.inode_link_delta(creds, ino, delta, txn),
             Request::LinkSettle { ino, txn, undo } => self.link_settle(ino, txn, undo),
             Request::LinkPending { txn } => self.link_pending(txn),
             // Transaction steps and recovery: under the transaction's own locks
@@ -349,7 +349,7 @@ fn generic_at(req: &Request) -> Option<&At> {
         | Request::Readlink { at }
         | Request::Access { at, .. }
         | Request::ReadDir { at, .. }
-        | Request::TouchDir { at }
+        | Request::TouchDir { at, .. }
         | Request::LinkShare { at, .. }
         | Request::LinkInsert { at, .. } => Some(at),
         _ => None,

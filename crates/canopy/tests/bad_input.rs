@@ -288,7 +288,7 @@ async fn internal_requests_need_the_cluster_key() {
         Request::RenameDir { src: "/a".into(), dst: "/b".into(), step: RenameDirStep::Redo { txn: 1 } },
         Request::InodeSetAttr { ino: 5, set: SetAttr::mode(0o777) },
         Request::RenameOutCommit { src: "/f".into(), ino: 5, txn: None },
-        Request::TouchDir { at: "/".into() },
+        Request::TouchDir { at: "/".into(), change: canopy_proto::msg::DirChange::Names, at_ns: 0 },
         Request::Fsck,
         Request::Lock { locks: vec![("/".into(), LockMode::Write)], intent: Intent::Retry { path: "/".into() }, lease_ms: 1, wait_ms: 1 },
         Request::Unlock { txn: 1, ticket: 1 },

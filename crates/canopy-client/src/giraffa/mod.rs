@@ -309,7 +309,7 @@ impl Giraffa {
             }
         };
         let between = self.step(txn, || Step::PrimaryDone(intent));
-        self.link_steps(shared, txn.id, between, insert).await
+        self.link_steps(c, shared, txn.id, between, insert).await
     }
 
     async fn do_rename(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<()> {
@@ -322,6 +322,9 @@ impl Giraffa {
             let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: src.to_string(), dst: dst.to_string() }).await?;
             let r = self.rename_dir(c, src, dst, txn).await;
             self.finish(txn, &r).await;
+            if r.is_ok() && src != dst {
+                self.renamed_dir(c, TouchedDir::Path(dst.clone()), self.row_server(dst)).await;
+            }
             return r;
         }
         match self.rename_file(c, src, dst).await {

@@ -564,14 +564,14 @@ impl IndexFs {
         // The source first: its errors come before the destination's, as on Linux.
         let sp = self.place(c, s).await?;
         let Some((sdir, sname)) = &sp.parent else { return Err(Errno::EBUSY) };
-        let is_dir = match self.subdir(c, sdir, sname, s).await {
-            Ok(_) => true,
-            Err(Errno::ENOTDIR) => false,
+        let moving = match self.subdir(c, sdir, sname, s).await {
+            Ok(l) => Some(l.id),
+            Err(Errno::ENOTDIR) => None,
             Err(e) => return Err(e),
         };
         let dp = self.place(c, d).await?;
         let Some((ddir, dname)) = &dp.parent else { return Err(Errno::EBUSY) };
-        if !is_dir {
+        let Some(moving) = moving else {
             return match self.rename_file(c, &sp, &dp, txn, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await {
                 // Onto a directory: EISDIR before any rights error (the
                 // order `tests/model.rs` states). A server that cannot see the
@@ -581,7 +581,7 @@ impl IndexFs {
                 Err(Errno::EACCES | Errno::EPERM) if self.subdir(c, ddir, dname, d).await.is_ok() => Err(Errno::EISDIR),
                 renamed => renamed,
             };
-        }
+        };
         if d.is_within(s) {
             return Err(Errno::EINVAL);
         }
@@ -619,15 +619,19 @@ impl IndexFs {
         self.forget(ddir.id, dname);
         match (result, replaced) {
             (Ok(Reply::Dir(gone)), _) => {
+                self.renamed_dir(c, TouchedDir::Id(moving), self.home(moving)).await;
                 self.drop_all(gone.id, false, txn.id).await.map_err(|e| after_commit("rename", e))?;
                 Ok(())
             }
             (Ok(_), Some(r)) => {
-                // Renamed onto itself: nothing replaced.
+                // Renamed onto itself: nothing replaced, nothing changed.
                 self.unseal_all(r.id, txn.id).await?;
                 Ok(())
             }
-            (Ok(_), None) => Ok(()),
+            (Ok(_), None) => {
+                self.renamed_dir(c, TouchedDir::Id(moving), self.home(moving)).await;
+                Ok(())
+            }
             (Err(e), Some(r)) => Err(self.unseal_after(r.id, e, txn.id).await),
             (Err(e), None) => Err(e),
         }
@@ -683,7 +687,7 @@ impl IndexFs {
                 dp => Ok(self.rpc_ix(dp.server, c, Request::LinkInsert { at: dp.at, ino, home, txn: Some(txn.id) }).await.map(|_| dp.server)),
             }
         };
-        self.link_steps(shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
+        self.link_steps(c, shared, txn.id, self.step(txn, || Step::PrimaryDone(intent())), insert).await
     }
 
     async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {

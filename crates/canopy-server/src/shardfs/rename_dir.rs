@@ -134,21 +134,28 @@ impl ShardFs {
 
     /// The moved directory `id`'s times, carried by the apply step rather than
     /// migrated (`times`; none from recovery, whose migration moves them):
-    /// its new primary keeps them, or, given none, takes back what `txn`
-    /// parked (an undo); its old one drops them, parked for `txn`
-    /// (`parked.rs`). Answers the transaction it parked them for.
+    /// its new primary keeps them, with the rename's ctime (as ext4 gives a
+    /// renamed directory), or, given none, takes back what `txn` parked (an
+    /// undo); its old one drops them, parked for `txn` (`parked.rs`). Answers
+    /// the transaction it parked them for.
     #[allow(clippy::too_many_arguments)]
     fn move_times(&self, core: &Core, b: &mut Batch, id: u64, times: Option<DirTimes>, txn: Option<u64>, src: &NsPath, dst: &NsPath) -> Result<Option<u64>, Errno> {
         let key = keys::id_key(id).to_vec();
+        let renamed = |t: DirTimes| DirTimes { ctime: core.now_ns(), ..t };
         match (self.is_primary(core, src), self.is_primary(core, dst)) {
             (false, true) => {
                 let times = match (times, txn) {
-                    (Some(t), _) => Some(t),
+                    (Some(t), _) => Some(renamed(t)),
                     (None, Some(txn)) => self.parked.take_back(core, b, txn, id)?,
                     (None, None) => None,
                 };
                 if let Some(t) = times {
                     b.put(DIRTIMES, key, keys::encode(&t));
+                }
+            }
+            (true, true) if times.is_some() => {
+                if let Some(t) = core.load_dir_times(id)?.or(times) {
+                    b.put(DIRTIMES, key, keys::encode(&renamed(t)));
                 }
             }
             (true, false) if times.is_some() => {
