@@ -26,6 +26,7 @@
 //! `canopy-client` stays free of them.
 
 mod discard;
+pub mod fids;
 pub mod diff;
 pub mod export;
 pub mod paths;

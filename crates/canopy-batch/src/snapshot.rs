@@ -11,7 +11,8 @@
 use crate::paths::Rooted;
 use crate::private::{Private, WRITE_BACK_BATCH};
 use canopy_client::batch::{self, path_in, DirFiles};
-use canopy_client::data::{DataRead, FidGen};
+use canopy_client::data::DataRead;
+use crate::fids::CarriedFids;
 use canopy_client::Client;
 use canopy_proto::batch::BatchFile;
 use canopy_proto::msg::{FileData, Inode};
@@ -135,7 +136,7 @@ async fn read_one(cluster: &Client, rooted: &Rooted, path: String) -> Res<Seen> 
 }
 
 /// The inode a copied entry is landed in the private server with.
-fn inode_of(seen: &Seen, fids: &FidGen) -> Inode {
+fn inode_of(seen: &Seen, fids: &CarriedFids) -> Inode {
     let data = seen.data.as_ref().map(|d| match d {
         DataRead::Inline(bytes) => FileData { fid: fids.next(), inline: Some(bytes.clone()) },
         DataRead::Backend { fid, .. } => FileData { fid: *fid, inline: None },
@@ -150,7 +151,7 @@ pub async fn take(cluster: &Client, private: &Private, rooted: &Rooted, dir: &Pa
     let root = private.client.as_user(Creds::root());
     // Directories owner-only until filled, as root; their attributes last.
     let mut files: HashMap<String, Vec<BatchFile>> = HashMap::new();
-    let fids = FidGen::new();
+    let fids = CarriedFids::new();
     for s in &seen {
         match s.attr.kind {
             FileKind::Dir => {

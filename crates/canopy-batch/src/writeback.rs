@@ -15,7 +15,8 @@ use crate::paths::Rooted;
 use crate::private::{Private, WRITE_BACK_BATCH};
 use canopy_client::batch::{self, DirFiles};
 use canopy_client::counters::ClientCounters;
-use canopy_client::data::{DataRead, DataWrite, FidGen};
+use canopy_client::data::{DataRead, DataWrite};
+use crate::fids::CarriedFids;
 use canopy_client::fsck::FsckSummary;
 use canopy_client::Namespace;
 use canopy_posix::perm::{self, Owner};
@@ -50,13 +51,13 @@ pub struct BatchNs {
     pub(crate) rooted: Rooted,
     /// Fresh directories by private path.
     pub(crate) fresh: Mutex<HashMap<String, Fresh>>,
-    fids: FidGen,
+    fids: CarriedFids,
     provisional: AtomicU64,
 }
 
 impl BatchNs {
     pub(crate) fn new(private: Arc<Private>, rooted: Rooted) -> BatchNs {
-        BatchNs { private, rooted, fresh: Mutex::new(HashMap::new()), fids: FidGen::new(), provisional: AtomicU64::new(PROVISIONAL) }
+        BatchNs { private, rooted, fresh: Mutex::new(HashMap::new()), fids: CarriedFids::new(), provisional: AtomicU64::new(PROVISIONAL) }
     }
 
     fn ns(&self) -> &Arc<dyn Namespace> {

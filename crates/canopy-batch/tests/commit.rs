@@ -434,3 +434,42 @@ async fn a_rerun_knows_a_name_it_removed_and_made_again() {
         assert_fsck_clean(&root, mode).await;
     }
 }
+
+/// What a batch carries for a regular file never names back-end contents:
+/// a file landed by a user's batch gets a FID its server issues (bound to its
+/// inode), not the one the private namespace gave it, so a batch cannot
+/// point its files at another user's contents; and contents already in
+/// back-end storage are refused (`EFBIG`), as for a modified base file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_lands_files_under_fids_the_servers_issue() {
+    use canopy_client::batch::{land, open as record, DirFiles};
+    use canopy_client::data::DataWrite;
+    use canopy_proto::batch::BatchFile;
+    use canopy_proto::msg::{FileData, Inode};
+    for mode in ["shardfs", "indexfs"] {
+        let (_cluster, root, me) = job(mode, 0o755).await;
+        root.create("/victim", 0o600).await.unwrap();
+        // The FID the victim's contents spill under (a spill asked for, not made).
+        let DataWrite::Spill { fid: victim, .. } = root.write_data("/victim", 0, b"secret", 0, false).await.unwrap() else { panic!("a spill") };
+        let file = |name: &str, fid, inline: Option<Vec<u8>>| {
+            let size = inline.as_ref().map_or(6, |b| b.len() as u64);
+            let attr = canopy_proto::Attr { ino: 0, kind: FileKind::File, mode: 0o644, uid: USER, gid: USER, size, nlink: 1, rdev: 0, atime: 1, mtime: 1, ctime: 1 };
+            BatchFile { name: name.into(), inode: Inode { attr, target: None, data: Some(FileData { fid, inline }) } }
+        };
+        let batch = 0x5eed;
+        record(&me, batch, "/job").await.unwrap();
+        let files = vec![file("alias", victim, Some(b"mine".to_vec())), file("spilled", canopy_proto::Fid::new(1, 2), None)];
+        let landed = land(&me, batch, &[DirFiles { dir: "/job".into(), files: files.clone() }]).await.unwrap();
+        assert_eq!(landed.made, 1, "{mode}");
+        assert_eq!(landed.rejected, vec![("/job/spilled".to_string(), Errno::EFBIG)], "{mode}");
+        let ino = me.stat("/job/alias").await.unwrap().ino;
+        // Spill it: the FID it spills under is the one the server issued.
+        let DataWrite::Spill { fid, .. } = me.write_data("/job/alias", 0, b"x", 0, false).await.unwrap() else { panic!("a spill") };
+        assert_ne!(fid, victim, "{mode}: landed under the FID the batch carried");
+        assert_eq!(fid.counter(), ino, "{mode}: issued for its inode");
+        // Landing the same files again (a commit run again) makes nothing twice.
+        let again = land(&me, batch, &[DirFiles { dir: "/job".into(), files }]).await.unwrap();
+        assert_eq!((again.made, again.landed_before), (0, 1), "{mode}");
+        assert_fsck_clean(&root, mode).await;
+    }
+}

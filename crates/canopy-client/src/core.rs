@@ -5,7 +5,7 @@
 //! [`ClientCore`]; transactions (`txn.rs`) are methods on it.
 
 use crate::counters::ClientCounters;
-use crate::data::{FidGen, Reclaim};
+use crate::data::{new_client_id, Reclaim};
 use crate::namespace::Res;
 use crate::touches::DirTouches;
 use crate::txn::{Handed, StepHook};
@@ -57,7 +57,8 @@ pub struct ClientCore {
     /// Set when a hook kills this coordinator: it sends nothing more, not even
     /// its unlocks, like a crashed process.
     pub(crate) dead: AtomicBool,
-    pub(crate) fids: FidGen,
+    /// This client instance's id, random: IndexFS's servers keep leases by it.
+    pub(crate) client_id: u64,
     pub(crate) reclaim: Option<Arc<dyn Reclaim>>,
     pub(crate) dir_times: bool,
     /// With directory times on: coalesces the touches of a burst of changes.
@@ -80,7 +81,7 @@ impl ClientCore {
             hook: opts.hook.clone(),
             lease_ms: opts.lease_ms.unwrap_or(LOCK_LEASE_MS),
             dead: AtomicBool::new(false),
-            fids: FidGen::new(),
+            client_id: new_client_id(),
             reclaim: opts.reclaim.clone(),
             dir_times: opts.dir_times,
             touches,

@@ -1,47 +1,16 @@
-//! The client's side of file contents: FIDs for new files, what data requests
-//! answer, and the hook through which freed back-end files are reported.
+//! The client's side of file contents: what data requests answer, and the
+//! hook through which freed back-end files are reported.
 //!
 //! The metadata service never touches back-end storage (seed 003 §IV.G: clients
 //! reach it directly through their own mounts). It only says where contents are:
-//! inline in the metadata, or under a FID in back-end storage.
+//! inline in the metadata, or under a FID in back-end storage, which the
+//! servers issue (`canopy_proto::fid`).
 
 use canopy_proto::{Attr, Fid};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Makes FIDs without coordination: a random 64-bit id for this client instance,
-/// then a counter (seed 003 §IV.E).
-pub struct FidGen {
-    client: u64,
-    next: AtomicU64,
-}
-
-impl FidGen {
-    pub fn new() -> FidGen {
-        FidGen::with_client(random_client_id())
-    }
-
-    /// The random id of the client these FIDs belong to.
-    pub fn client(&self) -> u64 {
-        self.client
-    }
-
-    pub fn with_client(client: u64) -> FidGen {
-        FidGen { client, next: AtomicU64::new(0) }
-    }
-
-    pub fn next(&self) -> Fid {
-        Fid::new(self.client, self.next.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-impl Default for FidGen {
-    fn default() -> FidGen {
-        FidGen::new()
-    }
-}
-
-/// 64 random bits from the kernel; the clock and process id if that fails.
-fn random_client_id() -> u64 {
+/// 64 random bits from the kernel for this client instance's id (IndexFS's
+/// servers keep leases by it); the clock and process id if that fails.
+pub fn new_client_id() -> u64 {
     canopy_rpc::random::u64().unwrap_or_else(|_| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         canopy_proto::placement::mix64(t ^ ((std::process::id() as u64) << 32))
@@ -98,18 +67,4 @@ impl DataWrite {
 /// delete) its contents.
 pub trait Reclaim: Send + Sync + 'static {
     fn freed(&self, fid: Fid);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fids_of_one_client_count_up_and_two_clients_differ() {
-        let a = FidGen::with_client(1);
-        assert_eq!(a.next(), Fid::new(1, 0));
-        assert_eq!(a.next(), Fid::new(1, 1));
-        let (x, y) = (FidGen::new(), FidGen::new());
-        assert_ne!(x.next(), y.next());
-    }
 }

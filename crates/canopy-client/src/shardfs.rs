@@ -751,6 +751,9 @@ impl ShardFs {
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        // What this client owes a directory's times goes first: a late touch
+        // would undo a utimens (`tar` sets a directory's times last).
+        self.send_owed_touch(|| TouchedDir::Path(p.clone())).await;
         match self.single(c, p, Request::SetAttr { at: p.to_string().into(), set: set.clone() }).await {
             Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
                 Reply::Attr(a) => Ok(a),
@@ -843,7 +846,7 @@ impl Namespace for ShardFs {
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let kind = NewKind::File { fid: self.fids.next() };
+            let kind = NewKind::File;
             let reply = self.single(c, &p, Request::Create { at: p.to_string().into(), mode, kind, if_exists }).await?;
             let redirected = matches!(reply, Reply::Redirect { .. });
             let attr = self.attr_or_follow(reply).await?;

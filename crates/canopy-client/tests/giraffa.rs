@@ -72,7 +72,7 @@ async fn a_forged_or_misdirected_proof_is_refused() {
         other => panic!("{other:?}"),
     };
     let create = |name: &str| {
-        let req = Request::Create { at: format!("/ro/{name}").into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(9, 9) }, if_exists: IfExists::Fail };
+        let req = Request::Create { at: format!("/ro/{name}").into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
         postcard::to_stdvec(&req).unwrap()
     };
     let server = Target::Server(giraffa::entries_server(&dir, SERVERS));

@@ -33,8 +33,11 @@
 //!   file, success doing nothing; `EPERM` (sticky) for a replaced name; `ENOTEMPTY`
 //!   for a non-empty replaced directory. A name renamed to itself is a `stat`.
 //! - `link`: the source is resolved, must exist (`ENOENT`) and be a regular file
-//!   (`EPERM` for a directory or a symlink); then the destination is resolved, must
-//!   not exist (`EEXIST`), and its parent needs write+search (`EACCES`).
+//!   (`EPERM` for a directory or a symlink) the caller may link (`EPERM` unless
+//!   root, its owner, or, for a file neither setuid nor executable-setgid, a
+//!   reader and writer of it: Linux's `protected_hardlinks`); then the
+//!   destination is resolved, must not exist (`EEXIST`), and its parent needs
+//!   write+search (`EACCES`).
 //!
 //! Documented limits kept out of the random operations: directory times (not
 //! compared), the sticky bit (its check for hard links homed on another server is
@@ -42,7 +45,7 @@
 //! them as the non-directories they are.
 
 use canopy_client::Client;
-use canopy_proto::attr::{S_ISGID, S_ISVTX};
+use canopy_proto::attr::{S_ISGID, S_ISUID, S_ISVTX};
 use canopy_proto::{Attr, Creds, Errno, FileKind};
 use canopy_server::ModeOptions;
 use canopy_testkit::InProcCluster;
@@ -139,6 +142,17 @@ fn require(c: &Creds, o: &Obj, want: u32) -> Res<()> {
         Ok(())
     } else {
         Err(Errno::EACCES)
+    }
+}
+
+/// Linux's `protected_hardlinks`, for a regular file (the model's only kind
+/// that may be linked).
+fn check_hardlink(c: &Creds, o: &Obj) -> Res<()> {
+    let privileged = o.mode & S_ISUID != 0 || o.mode & (S_ISGID | 0o010) == (S_ISGID | 0o010);
+    if c.is_root() || c.uid == o.uid || (!privileged && allows(c, o, 6)) {
+        Ok(())
+    } else {
+        Err(Errno::EPERM)
     }
 }
 
@@ -338,6 +352,7 @@ impl Model {
         if o.kind != FileKind::File {
             return Err(Errno::EPERM);
         }
+        check_hardlink(c, o)?;
         let (dparent, _) = self.resolve_parent(c, dst)?;
         if self.names.contains_key(dst) {
             return Err(Errno::EEXIST);

@@ -1,9 +1,14 @@
 //! File identifiers (seed 003 §IV.E–G): the name of a file's contents on back-end
 //! storage, fixed at create time and never changed, so a rename never moves data.
 //!
-//! A FID is 128 bits: the 64-bit id of the client instance that created the file
-//! and that client's 64-bit creation counter. A client draws its id at random when
-//! it starts, so FIDs are made without any coordination.
+//! A FID is 128 bits, issued by the metadata server that makes the file, never by
+//! a client: back-end storage is read and written by mounts holding the cluster
+//! key, so a FID a client could choose would let it point its own file at
+//! another user's contents. The high 64 bits are random bits its server drew
+//! once for its store (so two clusters sharing a back-end directory never
+//! collide), the low 64 the inode number it gave the file (unique in the
+//! cluster; a hard link or a rename keeps inode and FID together). The two
+//! halves are called `client` and `counter` below, for where they sit.
 //!
 //! The mapping from FID to a back-end directory and a path in it is deterministic
 //! and the same for every client:

@@ -59,7 +59,8 @@ pub struct Inode {
 /// metadata; seed 003 keeps the rest on back-end storage under a FID).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileData {
-    /// Made by the creating client; names the back-end file once contents spill.
+    /// Issued by the server that made the file (`fid.rs`); names the back-end
+    /// file once contents spill.
     pub fid: Fid,
     /// The contents, while the file is small. Bytes past the end of the vector and
     /// below `attr.size` read as zeros (a truncate that extends stores nothing).
@@ -70,7 +71,8 @@ pub struct FileData {
 /// What `create` makes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NewKind {
-    File { fid: Fid },
+    /// A regular file; its server issues its FID.
+    File,
     Symlink(String),
     /// A FIFO, socket, or character or block device (mknod).
     Special { kind: FileKind, rdev: u64 },
@@ -593,11 +595,11 @@ requests! {
     /// if it still names directory `id`. Idempotent.
     IxRenameDirCommit { src: At, id: u64, client: u64, txn: Option<u64> } = 0x030C,
     /// IndexFS bulk insertion (seed 001): new regular files of mode `mode` in
-    /// directory `dir`, each with its name and the FID its creator made. The
+    /// directory `dir`, named `names` (the server issues their FIDs). The
     /// server checks the caller may write there and that no name is taken, then
     /// ingests the rest as one table; taken or invalid names are answered one
     /// by one in `Reply::Bulk`. At most [`BULK_MAX`] files.
-    IxBulkInsert { dir: u64, files: Vec<(String, Fid)>, mode: u32 } = 0x030D,
+    IxBulkInsert { dir: u64, names: Vec<String>, mode: u32 } = 0x030D,
     /// IndexFS, server to server: one step of a GIGA+ split, on the server of
     /// the new partition `part` of directory `dir`. `entries` and `dirs` are
     /// SST files of the moved key range (empty: none); chunk 0 first clears

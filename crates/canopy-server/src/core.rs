@@ -5,11 +5,11 @@
 use crate::counters::Counters;
 use crate::doorbell::Doorbell;
 use crate::ids::IdAlloc;
-use crate::keys::{self, DIRTIMES, ENTRIES, INODES, META, META_IDENTITY};
+use crate::keys::{self, DIRTIMES, ENTRIES, INODES, META, META_FID_SALT, META_IDENTITY};
 use crate::mutlock::{MutGuard, MutationLocks};
 use canopy_proto::clock::SharedClock;
 use canopy_proto::msg::{DirLookup, DirTimes, Inode, Record};
-use canopy_proto::{Attr, Errno, FileKind};
+use canopy_proto::{Attr, Errno, Fid, FileKind};
 use canopy_store::{Batch, Change, SharedStore, Store};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -47,6 +47,9 @@ pub struct Core {
     /// Rung when the mode queues background work (IndexFS: a directory to
     /// check for a split).
     pub(crate) doorbell: Arc<Doorbell>,
+    /// The high half of every FID this server issues (`canopy_proto::fid`):
+    /// drawn at random once, kept in `meta`.
+    fid_salt: u64,
 }
 
 pub(crate) fn io(e: impl std::fmt::Display) -> Errno {
@@ -66,6 +69,7 @@ impl Core {
         check_identity(&cfg, &*store, mode, fresh)?;
         let ids = IdAlloc::load(cfg.index, &*store)?;
         let entries = count_entries(&*store)?;
+        let fid_salt = load_fid_salt(&*store)?;
         Ok(Core {
             cfg,
             store,
@@ -78,7 +82,14 @@ impl Core {
             entries: AtomicI64::new(entries),
             fresh,
             doorbell: Arc::default(),
+            fid_salt,
         })
+    }
+
+    /// The FID of the file this server makes as inode `ino`: unique in the
+    /// cluster, and never one a client chose.
+    pub(crate) fn fid_of(&self, ino: u64) -> Fid {
+        Fid::new(self.fid_salt, ino)
     }
 
     pub fn index(&self) -> u32 {
@@ -314,4 +325,16 @@ fn check_identity(cfg: &ServerConfig, store: &dyn Store, mode: &str, fresh: bool
             String::from_utf8_lossy(&v)
         )),
     }
+}
+
+/// The store's FID salt, drawn and kept on first use.
+fn load_fid_salt(store: &dyn Store) -> Result<u64, String> {
+    if let Some(v) = store.get(META, META_FID_SALT).map_err(|e| e.to_string())? {
+        return keys::decode::<u64>(&v).ok_or_else(|| "corrupt FID salt".to_string());
+    }
+    let salt = canopy_rpc::random::u64().map_err(|e| format!("random bytes for the FID salt: {e}"))?;
+    let mut b = Batch::new();
+    b.put(META, META_FID_SALT.to_vec(), keys::encode(&salt));
+    store.write(b).map_err(|e| e.to_string())?;
+    Ok(salt)
 }

@@ -48,6 +48,8 @@ pub fn with_entry_cache(store: canopy_store::SharedStore, mib: usize) -> canopy_
 pub const LAYOUT_VERSION: u32 = 1;
 pub const META_IDENTITY: &[u8] = b"identity";
 pub const META_NEXT_ID: &[u8] = b"next_id";
+/// The high half of the FIDs the server issues (u64).
+pub const META_FID_SALT: &[u8] = b"fid_salt";
 /// The mode (`shardfs`, ...) of the server that made the store, as UTF-8.
 pub const META_MODE: &[u8] = b"mode";
 

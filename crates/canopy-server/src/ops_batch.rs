@@ -9,9 +9,21 @@
 //! write it; the name is free; the attributes are the owner's to give), the
 //! accepted ones are written as one sorted table and ingested whole, and the
 //! chunks are forgotten. A server's share so lands at once or not at all, and
-//! is refused file by file. A file already at its name with the same FID was
-//! landed by an earlier apply whose answer was lost: counted as landed, not
-//! made twice, so a commit run again after a crash finishes it.
+//! is refused file by file.
+//!
+//! A regular file lands with a FID this server issues, never the one the batch
+//! carries (a private namespace is its user's to edit, and a FID names
+//! back-end contents that mounts read as root); its contents must be inline
+//! (`EFBIG` otherwise, as for a modified base file: the commit carries inline
+//! contents only). Only root's batches keep the FIDs they carry, contents
+//! already in back-end storage included (root reads every back-end file
+//! anyway; a batch's private server is loaded so with the files of a
+//! snapshot). The FID it carried identifies it across tries instead:
+//! before the table is ingested, `meta` records the inode number each such
+//! file lands as (`LANDED` ‖ batch ‖ carried FID), so a file found at its name
+//! with that inode number was landed by an earlier apply whose answer was
+//! lost: counted as landed, not made twice, and a commit run again after a
+//! crash finishes it. A carried FID given twice lands once.
 
 use crate::core::io;
 use crate::keys::{self, ENTRIES, META};
@@ -21,7 +33,7 @@ use canopy_posix::batch::check_new_file;
 use canopy_proto::batch::{BatchFile, BatchInfo, Rejected, CHUNKS_MAX, CHUNK_MAX, OPEN_MAX};
 use canopy_proto::msg::{At, Record};
 use canopy_proto::path::{check_name, NsPath};
-use canopy_proto::{Creds, Errno, Reply};
+use canopy_proto::{Creds, Errno, Fid, Reply};
 use canopy_store::Batch;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -31,6 +43,8 @@ use std::collections::{BTreeMap, HashSet};
 /// reads a chunk.
 const RECORDS: &[u8] = b"batch-record\0";
 const CHUNKS: &[u8] = b"batch-chunk\0";
+/// The inode number each regular file of a batch lands as, by the FID it carried.
+const LANDED: &[u8] = b"batch-landed\0";
 
 fn record_key(batch: u64) -> Vec<u8> {
     [RECORDS, &batch.to_be_bytes()].concat()
@@ -58,9 +72,23 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     end
 }
 
+fn landed_prefix(batch: u64) -> Vec<u8> {
+    [LANDED, &batch.to_be_bytes()].concat()
+}
+
+fn landed_key(batch: u64, carried: Fid) -> Vec<u8> {
+    [&landed_prefix(batch)[..], &carried.0.to_be_bytes()].concat()
+}
+
 /// A batch's staged chunks, for a range delete.
 fn delete_chunks(b: &mut Batch, batch: u64) {
     let prefix = chunks_prefix(batch);
+    b.delete_range(META, prefix.clone(), prefix_end(&prefix));
+}
+
+/// What a batch recorded of where its files landed, for a range delete.
+fn delete_landed(b: &mut Batch, batch: u64) {
+    let prefix = landed_prefix(batch);
     b.delete_range(META, prefix.clone(), prefix_end(&prefix));
 }
 
@@ -151,15 +179,31 @@ impl MetaServer {
         let _g = self.lock_entries(&targets, false)?;
         let mut pairs = Vec::with_capacity(placed.len());
         let mut seen = HashSet::with_capacity(placed.len());
+        let mut carried = HashSet::new();
         let mut grew: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut markers = Batch::new();
         let mut landed = 0;
         for (target, chunk, i) in &placed {
             let file = &staged[chunk].files[*i as usize];
-            match self.check_staged(creds, target, file) {
+            if file.fid().is_some_and(|fid| !carried.insert(fid)) {
+                rejected.push((*chunk, *i, Errno::EEXIST));
+                continue;
+            }
+            let landed_as = self.landed_as(batch, file)?;
+            match self.check_staged(creds, target, file, landed_as) {
                 Ok(Check::Landed) => landed += 1,
                 Ok(Check::New { parent, key }) if seen.insert(key.clone()) => {
                     let mut inode = file.inode.clone();
-                    inode.attr.ino = self.new_id()?;
+                    inode.attr.ino = match landed_as {
+                        Some(ino) => ino,
+                        None => self.new_id()?,
+                    };
+                    if let (Some(data), Some(fid)) = (inode.data.as_mut(), file.fid()) {
+                        if !creds.is_root() {
+                            data.fid = self.fid_of(inode.attr.ino);
+                        }
+                        markers.put(META, landed_key(batch, fid), keys::encode(&inode.attr.ino));
+                    }
                     pairs.push((key, keys::encode(&Record::Inode(inode))));
                     *grew.entry(parent).or_default() += 1;
                 }
@@ -169,6 +213,9 @@ impl MetaServer {
         }
         let inserted = pairs.len() as u64;
         if inserted > 0 {
+            // Where they land, first: a rerun after a crash before the
+            // ingest makes them anew as these inodes.
+            self.store.write(markers).map_err(io)?;
             pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             crate::tables::ingest_pairs(self, ENTRIES, pairs)?;
             self.added_entries(inserted);
@@ -191,18 +238,30 @@ impl MetaServer {
         let mut b = Batch::new();
         b.delete(META, record_key(batch));
         delete_chunks(&mut b, batch);
+        delete_landed(&mut b, batch);
         self.store.write(b).map_err(io)?;
         Ok(Reply::Unit)
     }
 
-    /// What a staged file's create would meet now.
-    fn check_staged(&self, creds: &Creds, target: &Target, file: &BatchFile) -> Result<Check, Errno> {
+    /// The inode number an earlier apply of `batch` gave `file`, if one did.
+    fn landed_as(&self, batch: u64, file: &BatchFile) -> Result<Option<u64>, Errno> {
+        let Some(fid) = file.fid() else { return Ok(None) };
+        let raw = self.store.get(META, &landed_key(batch, fid)).map_err(io)?;
+        raw.map(|v| keys::decode(&v).ok_or(Errno::EIO)).transpose()
+    }
+
+    /// What a staged file's create would meet now; `landed_as`: the inode
+    /// an earlier apply made of it.
+    fn check_staged(&self, creds: &Creds, target: &Target, file: &BatchFile, landed_as: Option<u64>) -> Result<Check, Errno> {
+        if !creds.is_root() && file.inode.data.as_ref().is_some_and(|d| d.inline.is_none()) {
+            return Err(Errno::EFBIG);
+        }
         match self.locate(creds, target)? {
             Located::Absent { parent, name } => {
                 check_new_file(creds, self.dir_owner(parent)?, &file.inode)?;
                 Ok(Check::New { key: self.entry_key(parent, &name), parent })
             }
-            Located::File { record: Record::Inode(i), .. } if file.fid().is_some() && i.data.as_ref().map(|d| d.fid) == file.fid() => Ok(Check::Landed),
+            Located::File { record: Record::Inode(i), .. } if landed_as == Some(i.attr.ino) => Ok(Check::Landed),
             _ => Err(Errno::EEXIST),
         }
     }
@@ -256,7 +315,7 @@ impl MetaServer {
 enum Check {
     /// Free to make: its directory and its key.
     New { parent: u64, key: Vec<u8> },
-    /// An earlier apply made it (same name, same FID).
+    /// An earlier apply made it (the inode recorded for its carried FID is at its name).
     Landed,
 }
 

@@ -230,17 +230,20 @@ impl MetaServer {
     }
 }
 
-/// A directory's times once `change`, made at `at`, is recorded; `None` if a
-/// later change is recorded already (its ctime is past `at`: a touch that
-/// arrived late, or a setattr made since), which it must not undo.
+/// A directory's times once `change`, made at `at`, is recorded; `None` if
+/// it changes nothing. A touch may arrive after later changes were recorded
+/// (it was owed, or came from another client): it never moves a time back,
+/// and a names change older than the ctime (the directory renamed since)
+/// still gives the mtime its time. (A setattr of the times made since by
+/// another client may so lose to it; a client sends what it owes for a
+/// directory before its own setattr of it.)
 pub fn touched_times(kept: DirTimes, change: DirChange, at: i64) -> Option<DirTimes> {
-    if at <= kept.ctime {
-        return None;
-    }
-    Some(match change {
-        DirChange::Names => DirTimes { mtime: at, ctime: at, ..kept },
-        DirChange::Renamed => DirTimes { ctime: at, ..kept },
-    })
+    let next = match change {
+        DirChange::Names if at > kept.ctime => DirTimes { mtime: at, ctime: at, ..kept },
+        DirChange::Names => DirTimes { mtime: kept.mtime.max(at), ..kept },
+        DirChange::Renamed => DirTimes { ctime: kept.ctime.max(at), ..kept },
+    };
+    (next != kept).then_some(next)
 }
 
 #[cfg(test)]
@@ -280,6 +283,9 @@ mod tests {
         assert_eq!(touched_times(kept, DirChange::Renamed, 20), Some(DirTimes { atime: 5, mtime: 10, ctime: 20 }));
         assert_eq!(touched_times(kept, DirChange::Names, 10), None, "nothing newer");
         assert_eq!(touched_times(kept, DirChange::Names, 7), None, "a late touch undoes nothing");
+        assert_eq!(touched_times(kept, DirChange::Renamed, 7), None);
+        let renamed = DirTimes { atime: 5, mtime: 10, ctime: 30 };
+        assert_eq!(touched_times(renamed, DirChange::Names, 20), Some(DirTimes { atime: 5, mtime: 20, ctime: 30 }), "a change made before a rename still moves the mtime");
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl MetaServer {
         let ino = self.new_id()?;
         let now = self.now_ns();
         let (file_kind, mode, rdev, target, data) = match kind {
-            NewKind::File { fid } => (FileKind::File, mode & 0o7777, 0, None, Some(FileData { fid, inline: Some(Vec::new()) })),
+            NewKind::File => (FileKind::File, mode & 0o7777, 0, None, Some(FileData { fid: self.fid_of(ino), inline: Some(Vec::new()) })),
             NewKind::Symlink(target) => (FileKind::Symlink, 0o777, 0, Some(target), None),
             NewKind::Special { kind, rdev } => (kind, mode & 0o7777, rdev, None, None),
         };

@@ -114,7 +114,7 @@ fn file_times_come_from_the_injected_clock() {
     clock.advance(1_000);
     let s = MetaServer::open_with_clock(ServerConfig { index: 0, servers: 1 }, Arc::new(MemStore::new(ALL_CFS)), clock.clone()).unwrap();
     let root = Creds::root();
-    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
     let Ok(Reply::Attr(a)) = s.handle(&root, create) else { panic!("create") };
     assert_eq!((a.mtime, a.ctime), (1_000_000_000, 1_000_000_000));
     clock.advance(1_500);
@@ -134,7 +134,7 @@ fn a_held_mutation_blocks_only_its_own_directory() {
     let dir = |id: u64| Request::DirSync { path: format!("/d{id}"), want: Some(DirLookup { id, mode: 0o777, uid: 0, gid: 0 }), txn: None };
     s.handle(&root, dir(100)).unwrap();
     s.handle(&root, dir(101)).unwrap();
-    let create = |p: &str| Request::Create { at: p.into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = |p: &str| Request::Create { at: p.into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
     // The hook parks the first mutation of /d100 until released.
     let (parked_tx, parked_rx) = mpsc::channel::<()>();
     let (release_tx, release_rx) = mpsc::channel::<()>();
@@ -195,7 +195,7 @@ fn an_entry_is_reached_by_directory_id_and_name_as_by_path() {
     let Ok(Reply::Attr(sub_stat)) = s.handle(&root, Request::Stat { at: "/top/sub".into() }) else { panic!("stat") };
     assert_eq!(sub, sub_stat, "mkdir answers what a stat then says, times included");
     let entry = |name: &str| At::Entry { dir: sub.ino, name: name.into() };
-    let create = Request::Create { at: entry("f"), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: entry("f"), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
     let Ok(Reply::Attr(made)) = s.handle(&root, create) else { panic!("create by entry") };
     let Ok(Reply::Attr(by_path)) = s.handle(&root, Request::Stat { at: "/top/sub/f".into() }) else { panic!("stat by path") };
     assert_eq!(made, by_path);
@@ -432,7 +432,7 @@ fn a_revoked_transactions_late_steps_change_nothing() {
     use canopy_proto::path::NsPath;
     use canopy_proto::placement::primary;
     let here: Vec<String> = (0..).map(|i| format!("/a/f{i}")).filter(|p| primary(&NsPath::parse(p).unwrap(), 2) == 0).take(2).collect();
-    let create = Request::Create { at: here[0].as_str().into(), mode: 0o644, kind: NewKind::File { fid: canopy_proto::Fid::new(1, 1) }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: here[0].as_str().into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
     s.handle(&root, create).unwrap();
     let (from, to) = (here[0].as_str(), here[1].as_str());
     assert_eq!(s.handle(&root, Request::RenameLocal { src: from.into(), dst: to.into(), txn: Some(4) }), Err(Errno::ESTALE));

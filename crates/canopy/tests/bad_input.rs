@@ -326,7 +326,6 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     let alice = connect(&addr, &user(1000)).await;
     let root = connect(&addr, &admin()).await;
     let dir = DirLookup { id: 77, mode: 0o777, uid: 1000, gid: 1000 };
-    let fid = canopy_proto::Fid::new(1, 1);
     let refused = vec![
         Request::IxLookup { dir: 1, name: "x".into(), depth: 1, client: 1 },
         Request::IxMkdir { dir: 1, name: "x".into(), mode: 0o777, txn: None },
@@ -340,7 +339,7 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
         Request::IxRenameDirOut { src: At::Entry { dir: 1, name: "a".into() }, dst: At::Entry { dir: 1, name: "b".into() } },
         Request::IxRenameDirIn { dst: At::Entry { dir: 1, name: "b".into() }, lookup: dir.clone(), txn: None },
         Request::IxRenameDirCommit { src: At::Entry { dir: 1, name: "a".into() }, id: 77, client: 1, txn: None },
-        Request::IxBulkInsert { dir: 1, files: vec![("f".into(), fid)], mode: 0o644 },
+        Request::IxBulkInsert { dir: 1, names: vec!["f".into()], mode: 0o644 },
         split_in(1, 1, b"x".to_vec()),
         Request::IxReadDir { dir: 1, after: None, limit: 10 },
         Request::IxRenew { items: vec![(1, "x".into(), 1)], client: 1 },
@@ -352,13 +351,13 @@ async fn indexfs_requests_are_bounded_and_need_the_cluster_key() {
     for req in refused {
         assert_eq!(alice.call(&Creds::root(), &req, T).await, Err(Errno::EPERM), "{req:?}");
     }
-    let too_many = (0..canopy_proto::msg::BULK_MAX + 1).map(|_| (String::new(), fid)).collect();
-    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: too_many, mode: 0o644 }, T).await, Err(Errno::EMSGSIZE));
-    let absurd = vec![(String::new(), fid), ("a/b".into(), fid), ("n".repeat(300), fid), ("ok".into(), fid)];
-    let Ok(Reply::Bulk { inserted, rejected }) = root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, files: absurd, mode: 0o644 }, T).await else { panic!("bulk") };
+    let too_many = (0..canopy_proto::msg::BULK_MAX + 1).map(|_| String::new()).collect();
+    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, names: too_many, mode: 0o644 }, T).await, Err(Errno::EMSGSIZE));
+    let absurd = vec![String::new(), "a/b".into(), "n".repeat(300), "ok".into()];
+    let Ok(Reply::Bulk { inserted, rejected }) = root.call(&Creds::root(), &Request::IxBulkInsert { dir: 1, names: absurd, mode: 0o644 }, T).await else { panic!("bulk") };
     assert_eq!(inserted, 1);
     assert_eq!(rejected.iter().map(|(_, e)| *e).collect::<Vec<_>>(), vec![Errno::EINVAL, Errno::EINVAL, Errno::ENAMETOOLONG]);
-    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 999, files: vec![("f".into(), fid)], mode: 0o644 }, T).await, Err(Errno::ENXIO));
+    assert_eq!(root.call(&Creds::root(), &Request::IxBulkInsert { dir: 999, names: vec!["f".into()], mode: 0o644 }, T).await, Err(Errno::ENXIO));
     // Renewals: bounded, and answered one by one.
     let too_many = vec![(1, "x".to_string(), 1); canopy_proto::msg::MAX_RENEW + 1];
     assert_eq!(root.call(&Creds::root(), &Request::IxRenew { items: too_many, client: 1 }, T).await, Err(Errno::EMSGSIZE));
@@ -592,8 +591,7 @@ async fn oversized_offsets_allocate_nothing() {
     let alice = connect(&addr, &user(1000)).await;
     let root = connect(&addr, &admin()).await;
     root.call(&Creds::root(), &Request::DirSetAttr { path: "/".into(), set: SetAttr::mode(0o777), txn: 1 }, T).await.unwrap();
-    let fid = canopy_proto::Fid::new(1, 1);
-    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File { fid }, if_exists: IfExists::Fail };
+    let create = Request::Create { at: "/f".into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
     alice.call(&Creds::root(), &create, T).await.unwrap();
     for offset in [1u64 << 30, u64::MAX - 1] {
         let write = Request::WriteData { at: FileRef::Path("/f".into()), offset, data: vec![1; 16], inline_max: u32::MAX, kill_suid: false };

@@ -268,6 +268,9 @@ impl Giraffa {
     }
 
     async fn do_setattr(&self, c: &Creds, p: &NsPath, set: &SetAttr) -> Res<Attr> {
+        // What this client owes a directory's times goes first: a late touch
+        // would undo a utimens (`tar` sets a directory's times last).
+        self.send_owed_touch(|| TouchedDir::Path(p.clone())).await;
         match self.row_rpc(c, p, Request::SetAttr { at: p.to_string().into(), set: set.clone() }).await {
             Ok(Reply::Redirect { ino, home }) => match self.rpc(home, c, Request::InodeSetAttr { ino, set: set.clone() }).await? {
                 Reply::Attr(a) => Ok(a),
@@ -470,7 +473,7 @@ impl Namespace for Giraffa {
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let r = self.make(c, &p, mode, NewKind::File { fid: self.fids.next() }, if_exists).await;
+            let r = self.make(c, &p, mode, NewKind::File, if_exists).await;
             self.settle(c, &p, r).await
         })
     }

@@ -179,7 +179,7 @@ impl IndexFs {
         let mut split = SplitWait::new();
         loop {
             let server = self.server_of_entry(dir, name);
-            match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.fids.client() }).await {
+            match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.client_id }).await {
                 Err(Errno::EINPROGRESS) => split.pause(&self.counters).await?,
                 // Moved: the bitmap it taught names the server to ask next.
                 Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,
@@ -229,7 +229,7 @@ impl IndexFs {
     async fn lookup_renewing(&self, c: &Creds, server: u32, first: (u64, String, u32), others: Vec<(u64, String, u32)>, now: u64) -> Res<DirLookup> {
         let mut items = vec![first];
         items.extend(others);
-        let answers = match self.rpc_ix(server, c, Request::IxRenew { items: items.clone(), client: self.fids.client() }).await? {
+        let answers = match self.rpc_ix(server, c, Request::IxRenew { items: items.clone(), client: self.client_id }).await? {
             Reply::IxRenewed(a) if a.len() == items.len() => a,
             other => return Err(unexpected(other)),
         };
@@ -385,6 +385,13 @@ impl IndexFs {
         r
     }
 
+    /// Directory `id` was renamed: what this client owes its times first,
+    /// then its new ctime, both on its home.
+    async fn renamed_dir_by_id(&self, c: &Creds, id: u64) {
+        self.send_owed_touch(|| TouchedDir::Id(id)).await;
+        self.renamed_dir(c, TouchedDir::Id(id), self.home(id)).await;
+    }
+
     async fn stat_dir(&self, c: &Creds, id: u64) -> Res<Attr> {
         self.send_owed_touch(|| TouchedDir::Id(id)).await;
         let reply = self.rpc_ix(self.home(id), c, Request::Stat { at: At::Dir(id) }).await?;
@@ -454,7 +461,7 @@ impl IndexFs {
         self.step(txn, || Step::Locked(intent())).await?;
         let place = self.place(c, p).await?;
         let Some((parent, name)) = place.parent else { return Err(Errno::EBUSY) };
-        let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.fids.client(), txn: Some(txn.id) };
+        let check = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: true, client: self.client_id, txn: Some(txn.id) };
         let child = match self.rpc_ix(place.server, c, check).await? {
             Reply::Dir(l) => l,
             other => return Err(unexpected(other)),
@@ -472,7 +479,7 @@ impl IndexFs {
         self.step(txn, || Step::ReplicasDone(intent())).await?;
         // Our own copy goes first: the server then need not wait for our lease.
         self.forget(parent.id, &name);
-        let remove = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.fids.client(), txn: Some(txn.id) };
+        let remove = Request::IxRmdir { dir: parent.id, name: name.clone(), check_only: false, client: self.client_id, txn: Some(txn.id) };
         let r = self.entry_rpc(parent.id, &name, c, remove).await;
         match r {
             Ok(_) => self.last_step(|| Step::PrimaryDone(intent())).await,
@@ -508,7 +515,7 @@ impl IndexFs {
             Some((parent, name)) => self.forget(parent.id, name),
         }
         let (dir, name) = place.parent.as_ref().map_or((0, String::new()), |(parent, name)| (parent.id, name.clone()));
-        let req = Request::IxDirSetAttr { dir, name, set: set.clone(), client: self.fids.client(), txn: Some(txn.id) };
+        let req = Request::IxDirSetAttr { dir, name, set: set.clone(), client: self.client_id, txn: Some(txn.id) };
         // The entry's partition may have split away since `place` (splits take
         // no locks): the request follows it.
         let attr = match self.place_rpc(&place, c, req).await? {
@@ -548,7 +555,11 @@ impl IndexFs {
                     self.locked_as(path_locks(&[p]), Intent::DirSetAttr { path: p.to_string() }, |txn| self.do_dir_setattr(c, p, &lookup, txn)).await?;
                 }
                 match times_part(set) {
-                    Some(times) => self.attr_or_follow(self.rpc_ix(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await,
+                    Some(times) => {
+                        // What this client owes its times first: a late touch would undo a utimens.
+                        self.send_owed_touch(|| TouchedDir::Id(dir)).await;
+                        self.attr_or_follow(self.rpc_ix(self.home(dir), c, Request::SetAttr { at: At::Dir(dir), set: times }).await?).await
+                    }
                     None => self.stat_dir(c, dir).await,
                 }
             }
@@ -597,7 +608,7 @@ impl IndexFs {
             // the source, and to replace the destination.
             if r.id != self.subdir(c, sdir, sname, s).await?.id {
                 self.rpc_ix(sp.server, c, Request::IxRenameDirOut { src: sp.at.clone(), dst: dp.at.clone() }).await?;
-                let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.fids.client(), txn: Some(txn.id) };
+                let check = Request::IxRmdir { dir: ddir.id, name: dname.clone(), check_only: true, client: self.client_id, txn: Some(txn.id) };
                 self.rpc_ix(dp.server, c, check).await?;
             }
             // Recovery must know it: once the destination names the source,
@@ -611,7 +622,7 @@ impl IndexFs {
         self.forget(sdir.id, sname);
         self.forget(ddir.id, dname);
         let result = if sp.server == dp.server {
-            self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.fids.client(), txn: Some(txn.id) }).await
+            self.rpc_ix(sp.server, c, Request::IxRenameDir { src: sp.at.clone(), dst: dp.at.clone(), client: self.client_id, txn: Some(txn.id) }).await
         } else {
             self.rename_dir_between(c, &sp, &dp, txn, &Intent::Rename { src: s.to_string(), dst: d.to_string() }).await
         };
@@ -619,7 +630,7 @@ impl IndexFs {
         self.forget(ddir.id, dname);
         match (result, replaced) {
             (Ok(Reply::Dir(gone)), _) => {
-                self.renamed_dir(c, TouchedDir::Id(moving), self.home(moving)).await;
+                self.renamed_dir_by_id(c, moving).await;
                 self.drop_all(gone.id, false, txn.id).await.map_err(|e| after_commit("rename", e))?;
                 Ok(())
             }
@@ -629,7 +640,7 @@ impl IndexFs {
                 Ok(())
             }
             (Ok(_), None) => {
-                self.renamed_dir(c, TouchedDir::Id(moving), self.home(moving)).await;
+                self.renamed_dir_by_id(c, moving).await;
                 Ok(())
             }
             (Err(e), Some(r)) => Err(self.unseal_after(r.id, e, txn.id).await),
@@ -649,7 +660,7 @@ impl IndexFs {
         let id = lookup.id;
         let inserted = self.rpc_ix(dp.server, c, Request::IxRenameDirIn { dst: dp.at.clone(), lookup, txn: Some(txn.id) }).await?;
         self.step(txn, || Step::PrimaryDone(intent())).await?;
-        let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.fids.client(), txn: Some(txn.id) };
+        let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id, client: self.client_id, txn: Some(txn.id) };
         self.place_rpc(sp, &Creds::root(), commit).await.map_err(|e| after_commit("directory rename", e))?;
         Ok(inserted)
     }
@@ -742,7 +753,7 @@ impl IndexFs {
                     // finish (its other partitions, then its entry).
                     Err(Errno::ENXIO) => {
                         self.drop_all(child.id, true, mine).await?;
-                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.fids.client(), txn: Some(mine) };
+                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.client_id, txn: Some(mine) };
                         self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
                     }
                     Err(e) => Err(e),
@@ -782,7 +793,7 @@ impl IndexFs {
         let Some(src) = unless_absent(self.fresh_lookup(sdir.id, sname).await)? else { return Ok(false) };
         if let Some(dst) = unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
             if dst.id == src.id {
-                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.fids.client(), txn: Some(txn) };
+                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.client_id, txn: Some(txn) };
                 self.place_rpc(sp, &Creds::root(), commit).await?;
             } else {
                 self.unseal_all(dst.id, txn).await?;
@@ -822,11 +833,10 @@ impl IndexFs {
 
     /// One batch of a bulk insertion into `p`: (files made, names refused).
     async fn bulk_batch(&self, c: &Creds, p: &NsPath, names: &[String], mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
-        let files: Vec<(String, canopy_proto::Fid)> = names.iter().map(|n| (n.clone(), self.fids.next())).collect();
         let d = self.optimistic(p, || self.resolve_dir(c, p)).await?;
         // Shares land one by one, so the batch is not sent again whole: a
         // directory gone meanwhile (its bitmap stale) is just gone.
-        self.bulk_shares(c, d.id, files, mode).await.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
+        self.bulk_shares(c, d.id, names.to_vec(), mode).await.map_err(|e| if e == Errno::ENXIO { Errno::ENOENT } else { e })
     }
 
     /// `p`'s parent, resolved as root without the cache (`None`: gone).
@@ -870,8 +880,7 @@ impl Namespace for IndexFs {
     fn create<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32, if_exists: IfExists) -> BoxFuture<'a, Res<Attr>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let fid = self.fids.next();
-            let reply = self.single(c, &p, |at| Request::Create { at, mode, kind: NewKind::File { fid }, if_exists }).await?;
+            let reply = self.single(c, &p, |at| Request::Create { at, mode, kind: NewKind::File, if_exists }).await?;
             let redirected = matches!(reply, Reply::Redirect { .. });
             let attr = self.attr_or_follow(reply).await?;
             if let (true, IfExists::Open { access }) = (redirected, if_exists) {

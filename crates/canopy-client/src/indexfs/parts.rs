@@ -10,7 +10,7 @@ use crate::counters::ClientCounters;
 use crate::namespace::Res;
 use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::{DirLookup, BULK_MAX};
-use canopy_proto::{Creds, DirEntry, Errno, Fid, Reply, Request};
+use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
 use std::collections::BTreeMap;
 
 impl IndexFs {
@@ -203,19 +203,19 @@ impl IndexFs {
     /// regrouped by the bitmap learnt and sent again, and one refused while
     /// its partition's split is unfinished (`EAGAIN`) is sent again after a
     /// pause. Shares land independently, so only the refused ones go again.
-    pub(super) async fn bulk_shares(&self, c: &Creds, dir: u64, files: Vec<(String, Fid)>, mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
-        let mut pending = files;
+    pub(super) async fn bulk_shares(&self, c: &Creds, dir: u64, names: Vec<String>, mode: u32) -> Res<(u64, Vec<(String, Errno)>)> {
+        let mut pending = names;
         let (mut inserted, mut rejected) = (0u64, Vec::new());
         let (mut redirects, mut pause) = (0, BULK_PAUSE_MIN);
         while !pending.is_empty() {
-            let mut shares: BTreeMap<u32, Vec<(String, Fid)>> = BTreeMap::new();
-            for f in pending.drain(..) {
-                shares.entry(self.server_for(dir, &f.0)).or_default().push(f);
+            let mut shares: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+            for name in pending.drain(..) {
+                shares.entry(self.server_for(dir, &name)).or_default().push(name);
             }
-            let requests = shares.into_iter().flat_map(|(s, files)| in_frames(files).into_iter().map(move |f| (s, f)));
-            let sent = requests.map(|(s, files)| async move {
-                let r = self.rpc_ix(s, c, Request::IxBulkInsert { dir, files: files.clone(), mode }).await;
-                (files, r)
+            let requests = shares.into_iter().flat_map(|(s, names)| in_frames(names).into_iter().map(move |n| (s, n)));
+            let sent = requests.map(|(s, names)| async move {
+                let r = self.rpc_ix(s, c, Request::IxBulkInsert { dir, names: names.clone(), mode }).await;
+                (names, r)
             });
             let (mut moved, mut busy) = (false, false);
             for (files, r) in futures::future::join_all(sent).await {
@@ -310,20 +310,20 @@ impl SplitWait {
 const BULK_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(1);
 const BULK_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(8192);
 
-/// What one name adds to a bulk request at most: its length prefix, itself
-/// and its file id (a varint of up to 19 bytes).
+/// What one name adds to a bulk request at most: its length prefix (a varint
+/// of at most 2 bytes for a name of at most 255) and itself.
 fn bulk_bytes(name: &str) -> usize {
-    name.len() + 2 + 19
+    name.len() + 2
 }
 
 /// A share's names in requests of at most [`BULK_REQUEST_BYTES`] and
 /// [`BULK_MAX`] names, so a share of long names, or one sent
 /// before the directory split, still fits in frames.
-fn in_frames(files: Vec<(String, Fid)>) -> Vec<Vec<(String, Fid)>> {
-    let mut out: Vec<Vec<(String, Fid)>> = Vec::new();
+fn in_frames(names: Vec<String>) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
     let mut bytes = 0;
-    for f in files {
-        let b = bulk_bytes(&f.0);
+    for f in names {
+        let b = bulk_bytes(&f);
         let full = out.last().is_none_or(|last| bytes + b > BULK_REQUEST_BYTES || last.len() == BULK_MAX);
         if full {
             out.push(Vec::new());
@@ -368,16 +368,16 @@ mod tests {
 
     #[test]
     fn a_share_is_cut_into_requests_that_fit_a_frame() {
-        let long = |i: usize| (format!("{i:0>250}"), Fid(u128::MAX));
+        let long = |i: usize| format!("{i:0>250}");
         let files: Vec<_> = (0..20_000).map(long).collect();
         let requests = in_frames(files.clone());
         assert!(requests.len() > 1, "20,000 long names do not fit one frame");
         for r in &requests {
-            let frame = canopy_proto::frame::encode_request(&mut bytes::BytesMut::new(), 1, &Creds::root(), &Request::IxBulkInsert { dir: 2, files: r.clone(), mode: 0o644 });
+            let frame = canopy_proto::frame::encode_request(&mut bytes::BytesMut::new(), 1, &Creds::root(), &Request::IxBulkInsert { dir: 2, names: r.clone(), mode: 0o644 });
             assert!(frame.is_ok(), "a request of {} names fits", r.len());
         }
         assert_eq!(requests.concat(), files, "every name once, in order");
-        let short: Vec<_> = (0..450_000).map(|i| (i.to_string(), Fid(i as u128))).collect();
+        let short: Vec<_> = (0..450_000).map(|i| i.to_string()).collect();
         assert!(in_frames(short).iter().all(|r| r.len() <= BULK_MAX));
         assert!(in_frames(Vec::new()).is_empty());
     }

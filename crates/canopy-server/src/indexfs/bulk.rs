@@ -14,7 +14,7 @@ use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::S_ISGID;
 use canopy_proto::msg::{FileData, Inode, Record, BULK_MAX};
 use canopy_proto::path::check_name;
-use canopy_proto::{Attr, Creds, Errno, Fid, FileKind, Reply};
+use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 
 /// Keys looked up together in one batched collision check.
 const CHECK_CHUNK: usize = 4096;
@@ -32,12 +32,12 @@ type Keyed = Vec<(Vec<u8>, usize)>;
 /// Names of a batch refused, by index, with why.
 type Refused = Vec<(usize, Errno)>;
 
-/// The names of `files` a create could make in `dir`, in key order, and the
+/// The names `names` a create could make in `dir`, in key order, and the
 /// others with why. A name given twice is made once, the first time.
-fn screen(dir: u64, files: &[(String, Fid)]) -> (Keyed, Refused) {
+fn screen(dir: u64, names: &[String]) -> (Keyed, Refused) {
     let mut refused = Vec::new();
-    let mut keyed = Vec::with_capacity(files.len());
-    for (i, (name, _)) in files.iter().enumerate() {
+    let mut keyed = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
         match invalid(name) {
             Some(e) => refused.push((i, e)),
             None => keyed.push((ix_key(dir, name), i)),
@@ -73,14 +73,14 @@ fn drop_taken(core: &Core, cf: &'static str, keyed: &mut Keyed, refused: &mut Re
 }
 
 impl IndexFs {
-    pub(crate) fn bulk_insert(&self, core: &Core, creds: &Creds, dir: u64, files: Vec<(String, Fid)>, mode: u32) -> Result<Reply, Errno> {
-        if files.len() > BULK_MAX {
+    pub(crate) fn bulk_insert(&self, core: &Core, creds: &Creds, dir: u64, names: Vec<String>, mode: u32) -> Result<Reply, Errno> {
+        if names.len() > BULK_MAX {
             return Err(Errno::EMSGSIZE);
         }
         let at = Target::Dir(dir);
         let _g = core.lock_stripes(|| vec![dir], false, &[&at]);
         let (parts, known) = self.known_here(core, dir)?;
-        if files.iter().any(|(name, _)| !parts.iter().any(|h| h.part == known.part_of(canopy_proto::giga::name_hash(name)))) {
+        if names.iter().any(|name| !parts.iter().any(|h| h.part == known.part_of(canopy_proto::giga::name_hash(name)))) {
             return Err(Errno::EREMCHG);
         }
         // Sealed by an rmdir, or a split of it stuck: the client retries.
@@ -91,7 +91,7 @@ impl IndexFs {
         let owner = Owner::of_dir(&h.lookup);
         perm::require(creds, owner, true, canopy_proto::attr::access::X)?;
         perm::require_dir_write(creds, owner)?;
-        let (mut keyed, mut refused) = screen(dir, &files);
+        let (mut keyed, mut refused) = screen(dir, &names);
         // A directory with nothing in it has no name to collide with but the
         // batch's own; one without subdirectories, none among them.
         if !core.no_local_entries(dir)? {
@@ -103,10 +103,10 @@ impl IndexFs {
         let now = core.now_ns();
         let gid = if owner.mode & S_ISGID != 0 { owner.gid } else { creds.gid };
         let mut pairs = Vec::with_capacity(keyed.len());
-        for (key, i) in keyed {
+        for (key, _) in keyed {
             let ino = core.new_id()?;
             let attr = Attr { ino, kind: FileKind::File, mode: mode & 0o7777, uid: creds.uid, gid, size: 0, nlink: 1, rdev: 0, atime: now, mtime: now, ctime: now };
-            let record = Record::Inode(Inode { attr, target: None, data: Some(FileData { fid: files[i].1, inline: Some(Vec::new()) }) });
+            let record = Record::Inode(Inode { attr, target: None, data: Some(FileData { fid: core.fid_of(ino), inline: Some(Vec::new()) }) });
             pairs.push((key, keys::encode(&record)));
         }
         let inserted = pairs.len() as u64;
@@ -116,8 +116,8 @@ impl IndexFs {
             self.splits.grew(dir, inserted);
         }
         refused.sort_unstable_by_key(|(i, _)| *i);
-        let mut files = files.into_iter().map(|(name, _)| Some(name)).collect::<Vec<_>>();
-        let rejected = refused.into_iter().map(|(i, e)| (files[i].take().unwrap_or_default(), e)).collect();
+        let mut names = names.into_iter().map(Some).collect::<Vec<_>>();
+        let rejected = refused.into_iter().map(|(i, e)| (names[i].take().unwrap_or_default(), e)).collect();
         Ok(Reply::Bulk { inserted, rejected })
     }
 }
@@ -126,8 +126,8 @@ impl IndexFs {
 mod tests {
     use super::*;
 
-    fn named(names: &[&str]) -> Vec<(String, Fid)> {
-        names.iter().map(|n| (n.to_string(), Fid(0))).collect()
+    fn named(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
     }
 
     #[test]
@@ -141,6 +141,6 @@ mod tests {
         assert!(keyed.windows(2).all(|w| w[0].0 < w[1].0), "keys in order, each once");
         made.sort_unstable();
         assert_eq!(made, vec![0, 2, 7], "the first of each name is made");
-        assert!(keyed.iter().all(|(k, i)| *k == ix_key(7, &files[*i].0)));
+        assert!(keyed.iter().all(|(k, i)| *k == ix_key(7, &files[*i])));
     }
 }

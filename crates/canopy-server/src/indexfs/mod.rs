@@ -396,7 +396,7 @@ impl Mode for IndexFs {
             Request::IxRenameDirOut { src, dst } => self.rename_dir_out(core, creds, &Target::parse(&src)?, &Target::parse(&dst)?),
             Request::IxRenameDirIn { dst, lookup, txn } => self.rename_dir_in(core, creds, &Target::parse(&dst)?, lookup, txn),
             Request::IxRenameDirCommit { src, id, client, txn } => self.rename_dir_commit(core, &Target::parse(&src)?, id, client, txn),
-            Request::IxBulkInsert { dir, files, mode } => self.bulk_insert(core, creds, dir, files, mode),
+            Request::IxBulkInsert { dir, names, mode } => self.bulk_insert(core, creds, dir, names, mode),
             Request::IxSplitIn { dir, part, lookup, parent, depth, subdirs, parts, chunk, last, entries, dirs } => {
                 self.split_in(core, dir, part, lookup, parent, depth, subdirs, parts, chunk, last, &entries, &dirs)
             }
