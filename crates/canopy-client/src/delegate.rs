@@ -152,6 +152,9 @@ impl Namespace for Delegated {
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
         self.direct.repair()
     }
+    fn repair_placement(&self) -> BoxFuture<'_, Res<u64>> {
+        self.direct.repair_placement()
+    }
     fn counters(&self) -> &ClientCounters {
         self.direct.counters()
     }

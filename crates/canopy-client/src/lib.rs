@@ -48,6 +48,7 @@ mod namespace;
 mod recovery;
 mod shardfs;
 mod shardfs_data;
+mod shardfs_repair;
 pub mod sweep;
 pub mod touches;
 pub mod txn;

@@ -68,6 +68,13 @@ pub trait Namespace: Send + Sync + 'static {
     /// Recovers every transaction whose coordinator's lease ran out; returns how
     /// many it recovered.
     fn repair(&self) -> BoxFuture<'_, Res<u64>>;
+    /// Mends what requests that reached a server not holding their entry
+    /// left (ShardFS: entries away from their primary, replicas' tables that
+    /// differ); returns how many objects it moved, dropped or synced. For
+    /// `fsck --repair`, not the sweep: it reads every server whole.
+    fn repair_placement(&self) -> BoxFuture<'_, Res<u64>> {
+        Box::pin(async { Ok(0) })
+    }
     fn counters(&self) -> &ClientCounters;
 
     /// Forgets whatever the client caches of the namespace (IndexFS: its
@@ -293,6 +300,10 @@ impl Client {
 
     pub async fn fsck(&self) -> Res<FsckSummary> {
         self.ns.fsck().await
+    }
+
+    pub async fn repair_placement(&self) -> Res<u64> {
+        self.ns.repair_placement().await
     }
 
     pub async fn repair(&self) -> Res<u64> {

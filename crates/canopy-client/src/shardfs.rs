@@ -976,6 +976,10 @@ impl Namespace for ShardFs {
         Box::pin(self.core.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })))
     }
 
+    fn repair_placement(&self) -> BoxFuture<'_, Res<u64>> {
+        Box::pin(ShardFs::repair_placement(self))
+    }
+
     fn counters(&self) -> &ClientCounters {
         &self.counters
     }

@@ -109,6 +109,16 @@ pub(crate) trait Mode: Send + Sync {
     /// named by directory id (a user key's requests may then name entries so).
     fn checks_ancestors(&self) -> bool;
 
+    /// `ENXIO` unless the entry `at` names belongs on this server (ShardFS:
+    /// this is its path's primary). A single-RPC operation sent elsewhere
+    /// would make an entry no other request finds (a second file of one
+    /// name, a file under a directory's name on one replica), so every mode
+    /// refuses it: the default for a mode whose `locate` already does
+    /// (IndexFS's partitions, Giraffa's regions).
+    fn check_placement(&self, _core: &Core, _at: &Target) -> Result<(), Errno> {
+        Ok(())
+    }
+
     /// `EAGAIN` if `at` may not be served now (ShardFS: a transaction fenced
     /// it off; the client retries under locks). What it answers is held while
     /// the operation runs (ShardFS: a new fence waits for the operations

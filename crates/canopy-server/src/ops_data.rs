@@ -103,7 +103,7 @@ impl MetaServer {
         let (slot, inode) = match (at, Target::of_file(at)?) {
             (FileRef::Ino(ino), _) => (Slot::Shared { ino: *ino }, self.load_inode(*ino)?),
             (_, None) => return Err(Errno::EINVAL),
-            (_, Some(target)) => match self.locate(creds, &target)? {
+            (_, Some(target)) => match self.check_placement(&target).and_then(|_| self.locate(creds, &target))? {
                 Located::Root | Located::Dir { .. } => return Err(Errno::EISDIR),
                 Located::Absent { .. } => return Err(Errno::ENOENT),
                 Located::File { parent, name, record: Record::Inode(i) } => (Slot::Entry { parent, name }, i),

@@ -193,8 +193,9 @@ impl MetaServer {
             Request::SetAttr { at, set } => self.set_attr(creds, &*self.admitted(&at)?, &set),
             Request::Readlink { at } => self.readlink(creds, &*self.admitted(&at)?),
             Request::Access { at, mask } => self.access(creds, &*self.admitted(&at)?, mask),
+            // Every server lists the names it holds (ShardFS fans out).
             Request::ReadDir { at, after, limit, with_dirs } => {
-                self.read_dir(creds, &*self.admitted(&at)?, after.as_deref(), limit, with_dirs)
+                self.read_dir(creds, &*self.admitted_anywhere(&at)?, after.as_deref(), limit, with_dirs)
             }
             Request::TouchDir { at, change, at_ns } => self.touch_dir(creds, &*self.admitted(&at)?, change, at_ns),
             Request::LinkShare { at, txn } => self.link_share(creds, &*self.admitted(&at)?, txn),
@@ -255,10 +256,25 @@ impl MetaServer {
     /// Checks a single-RPC operation's target and asks the mode whether it may
     /// be served now (`EAGAIN`: a ShardFS transaction fenced it off; the client
     /// retries under locks, which waits for that transaction to end).
+    /// The entry must belong here (`Mode::check_placement`).
     fn admitted(&self, at: &At) -> Result<Admitted<'_>, Errno> {
         let target = Target::parse(at)?;
         let _running = self.mode.admit(&target)?;
+        self.mode.check_placement(&self.core, &target)?;
         Ok(Admitted { target, _running })
+    }
+
+    /// [`MetaServer::admitted`] for a request every server answers for
+    /// what it holds of the target.
+    fn admitted_anywhere(&self, at: &At) -> Result<Admitted<'_>, Errno> {
+        let target = Target::parse(at)?;
+        let _running = self.mode.admit(&target)?;
+        Ok(Admitted { target, _running })
+    }
+
+    /// [`Mode::check_placement`], for a data request's file.
+    pub(crate) fn check_placement(&self, at: &Target) -> Result<(), Errno> {
+        self.mode.check_placement(&self.core, at)
     }
 
     /// O(1): counters, the mode's directory count and the entry count kept by
@@ -398,6 +414,15 @@ fn named_entries(req: &Request) -> [Option<Named>; 2] {
     }
 }
 
+/// Whether `req` names a file by inode number: no path leads to it, so no
+/// search permission was checked on the way, and a user key could name any
+/// file's contents. Served to the cluster key only (a client that followed a
+/// `Redirect` from a path it was allowed to reach holds it: the mount, or a
+/// server running a user's operation for it).
+fn names_by_inode(req: &Request) -> bool {
+    matches!(data_file(req), Some(canopy_proto::msg::FileRef::Ino(_)))
+}
+
 /// Whether `req` names its entry by a directory id. A mode that then checks
 /// only that directory (IndexFS trusts the client's cached ancestors) serves
 /// such requests to the cluster key only: a user key could name any directory.
@@ -411,7 +436,8 @@ fn names_by_id(req: &Request) -> bool {
 impl canopy_rpc::Service for MetaServer {
     fn call(&self, peer: &Identity, creds: Creds, req: Request) -> canopy_rpc::Handled {
         let served = |req: &Request| matches!(req, Request::Ping | Request::Stats | Request::Delegate { .. }) || self.mode.serves_users_directly();
-        if !peer.is_cluster() && (!req.user_may_send() || !served(&req) || (names_by_id(&req) && !self.mode.checks_ancestors())) {
+        let unchecked_path = names_by_inode(&req) || (names_by_id(&req) && !self.mode.checks_ancestors());
+        if !peer.is_cluster() && (!req.user_may_send() || !served(&req) || unchecked_path) {
             return canopy_rpc::Handled::Now(Err(Errno::EPERM));
         }
         canopy_rpc::Handled::Now(self.handle(&creds, req))

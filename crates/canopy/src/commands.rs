@@ -490,6 +490,10 @@ pub fn fsck(cluster: Option<&Path>, repair: bool) -> Result<ExitCode, String> {
     let summary = rt.block_on(async {
         let client = connect::client(&c, &key, canopy_proto::Creds::root())?;
         if repair {
+            // Placement first: a misplaced entry can stop a transaction's
+            // recovery, which it runs once the entry is gone.
+            let n = client.repair_placement().await.map_err(|e| format!("fsck: repair: {e}"))?;
+            println!("canopy fsck: moved, dropped or synced {n} objects found away from where they belong");
             let n = client.repair().await.map_err(|e| format!("fsck: repair: {e}"))?;
             println!("canopy fsck: recovered {n} transactions of dead coordinators");
         }

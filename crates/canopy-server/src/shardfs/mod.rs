@@ -143,6 +143,20 @@ impl Mode for ShardFs {
         }
     }
 
+    /// Every entry but the root (replicated like every directory) is its
+    /// path's primary's.
+    fn check_placement(&self, core: &Core, at: &Target) -> Result<(), Errno> {
+        let path = match at {
+            Target::Path(p) => p.clone(),
+            other => self.target_path(other)?,
+        };
+        if path.is_root() || self.is_primary(core, &path) {
+            Ok(())
+        } else {
+            Err(Errno::ENXIO)
+        }
+    }
+
     fn entry_key(&self, dir: u64, name: &str) -> Vec<u8> {
         keys::entry_key(dir, name)
     }
