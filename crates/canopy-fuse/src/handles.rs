@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn freed_contents_go_at_once_or_at_the_last_release() {
         let dir = tempfile::tempdir().unwrap();
-        let h = Handles::new(Backends::new(vec![dir.path().into()]).unwrap());
+        let h = Handles::new(Backends::new(vec![dir.path().into()]).unwrap().0);
         let (fid, other) = (Fid::new(1, 1), Fid::new(1, 2));
         let a = h.open(5, Contents::Inline);
         let b = h.open(5, Contents::Inline);

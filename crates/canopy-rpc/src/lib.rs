@@ -13,6 +13,8 @@
 //!   matched by request id, writes coalesced.
 //! - [`owed`]: one-way requests sent a little late, with the next request to
 //!   the same daemon.
+//! - [`private_dir`]: directories and files only the daemon's user may read
+//!   (stores, back-end directories, logs).
 //! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP
 //!   ([`TcpTransport`]) or in-process ([`InProcTransport`]) behind one trait.
 
@@ -20,6 +22,7 @@ pub mod blocking;
 pub mod conn;
 pub mod handshake;
 pub mod owed;
+pub mod private_dir;
 pub mod random;
 pub mod server;
 pub mod socket;

@@ -198,11 +198,23 @@ fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, 
     Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, proof_key, ..ModeOptions::default() })?))
 }
 
+/// A daemon's store directory is its user's alone (it holds other users'
+/// names and inline contents): everything this process creates from now on
+/// is, and a directory found open to others is closed, saying so.
+fn private_store(dir: &std::path::Path) -> Result<(), String> {
+    canopy_rpc::private_dir::owner_only_umask();
+    let t = canopy_rpc::private_dir::make_private(dir).map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    if let Some(line) = t.report(dir) {
+        eprintln!("canopy: {line}");
+    }
+    Ok(())
+}
+
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
     let addr = cluster.servers.get(args.index as usize).ok_or_else(|| format!("the cluster file has no server {}", args.index))?.clone();
     let opts = args.limits.opts(&cluster)?;
-    std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
+    private_store(&args.data)?;
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
     let meta = metadata_server(&cluster, cfg, args, &opts.key)?;
     // The mode's background work (IndexFS splits) reaches the other servers
@@ -254,7 +266,7 @@ fn open_transactions(cluster: &ClusterFile, key: &keyfile::Loaded) -> Result<Vec
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
     let opts = args.limits.opts(&cluster)?;
-    std::fs::create_dir_all(&args.data).map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
+    private_store(&args.data)?;
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
     let service = LockService::open(store)?;
     let sweep = match args.sweep_ms {

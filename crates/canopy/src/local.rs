@@ -122,7 +122,7 @@ fn listen(addr: &str) -> Result<OwnedFd, String> {
 /// `name.log`, unless its pid file names a live process.
 fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> Result<(), String> {
     let pid_file = dir.join(format!("{name}.pid"));
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
+    let log = canopy_rpc::private_dir::create_file(&dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let fd = listener.as_raw_fd();
     let mut cmd = Command::new(exe);

@@ -137,7 +137,10 @@ pub fn mount(args: &MountArgs, cluster_arg: Option<&Path>) -> Result<ExitCode, S
     let opts = options(args)?;
     let cluster_file = cluster::find(cluster_arg);
     let c = connect::load(cluster_arg)?;
-    let backends = Backends::new(data_dirs(args, &cluster_file)?).map_err(|e| format!("data directory: {e}"))?;
+    let (backends, closed) = Backends::new(data_dirs(args, &cluster_file)?).map_err(|e| format!("data directory: {e}"))?;
+    for line in closed {
+        eprintln!("canopy: {line}");
+    }
     if !args.mountpoint.is_dir() {
         return Err(format!("mount point {} is not a directory", args.mountpoint.display()));
     }
@@ -276,7 +279,7 @@ fn log_path(cluster_file: &Path, mountpoint: &Path) -> PathBuf {
 fn start_background(mountpoint: &Path, cluster_file: &Path) -> Result<ExitCode, String> {
     use std::os::unix::process::CommandExt;
     let log = log_path(cluster_file, mountpoint);
-    let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let out = canopy_rpc::private_dir::create_file(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
