@@ -3,7 +3,7 @@
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use canopy_proto::msg::{At, IfExists, ServerStats};
+use canopy_proto::msg::{At, IfExists, ServerStats, READ_REPLY_MAX};
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -195,8 +195,27 @@ impl Client {
         self.ns.mknod(&self.creds, path, mode, kind, rdev).await
     }
 
+    /// Up to `len` bytes at `offset`: fewer only at the end of the file. A
+    /// server answers at most [`READ_REPLY_MAX`] bytes at once; the rest is
+    /// asked for in turn.
     pub async fn read_data(&self, path: &str, offset: u64, len: u32) -> Res<DataRead> {
-        self.ns.read_data(&self.creds, path, offset, len).await
+        let mut got = Vec::new();
+        loop {
+            let at = offset.saturating_add(got.len() as u64);
+            let ask = (len - got.len() as u32).min(READ_REPLY_MAX);
+            match self.ns.read_data(&self.creds, path, at, ask).await? {
+                DataRead::Inline(bytes) if got.is_empty() && (bytes.len() as u32) < READ_REPLY_MAX => return Ok(DataRead::Inline(bytes)),
+                DataRead::Inline(bytes) => {
+                    let short = (bytes.len() as u32) < ask;
+                    got.extend_from_slice(&bytes);
+                    if short || got.len() as u32 >= len {
+                        return Ok(DataRead::Inline(got));
+                    }
+                }
+                // Spilled meanwhile: what was read inline is no longer the file's.
+                backend => return Ok(backend),
+            }
+        }
     }
 
     /// Writes inline contents; `kill_suid`: the write is made for a process that

@@ -22,6 +22,7 @@ pub mod blocking;
 pub mod conn;
 pub mod handshake;
 pub mod owed;
+pub mod registry;
 pub mod private_dir;
 pub mod random;
 pub mod server;

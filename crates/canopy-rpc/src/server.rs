@@ -8,15 +8,23 @@
 //! response for its id and the connection goes on.
 //!
 //! What one peer can make a daemon hold is bounded: connections (at most
-//! [`ConnLimits::max_conns`]; a new one closes the one idle longest, so a flood of
-//! idle connections cannot lock legitimate clients out), time (a handshake must
+//! [`ConnLimits::max_conns`]; a new one closes one stalled writing to a peer
+//! that does not read, else the one idle longest, so a flood of connections
+//! cannot lock legitimate clients out: `registry.rs`), time (a handshake must
 //! finish in [`HANDSHAKE_TIMEOUT`]; a connection silent for [`ConnLimits::idle`]
-//! with nothing in flight is closed), replies in flight per connection
-//! ([`MAX_IN_FLIGHT`]), and frame size (`frame::MAX_FRAME`, checked before any
-//! allocation). When the process runs out of descriptors, accept backs off and
-//! sheds the connection it cannot serve instead of spinning.
+//! with nothing in flight is closed, and one whose peer does not take a reply
+//! within [`ConnLimits::write_timeout`]), reply bytes (a connection's frames
+//! are answered a pass of at most [`PASS_REPLY_BYTES`] at a time, written
+//! before more is read, so a peer that does not read stops being read; all
+//! connections together hold at most [`ConnLimits::reply_budget`], a pass
+//! waiting for room and a stalled connection closed to make it), replies in
+//! flight per connection ([`MAX_IN_FLIGHT`]), and frame size
+//! (`frame::MAX_FRAME`, checked before any allocation). When the process runs
+//! out of descriptors, accept backs off and sheds the connection it cannot
+//! serve instead of spinning.
 
 use crate::handshake;
+use crate::registry::{ConnState, Registry};
 use crate::socket::{Listener, Stream};
 use crate::{Handled, RpcResult, Service};
 use bytes::BytesMut;
@@ -24,28 +32,38 @@ use canopy_proto::auth::{Identity, Key};
 use canopy_proto::frame::{self, FrameError};
 use canopy_proto::{Creds, Errno, Request};
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests of one connection whose replies are still being worked out (lock
 /// waits); more are answered `EAGAIN`.
 pub const MAX_IN_FLIGHT: usize = 4096;
+/// The replies of one read pass are worked out and written before the next
+/// requests are read, this many bytes at most (by their bound,
+/// `Request::reply_bound`; a pass holds one request at least): what a peer
+/// that asks and does not read can make its connection hold.
+pub const PASS_REPLY_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
     pub max_conns: usize,
     pub idle: Duration,
+    /// A write to a peer that does not take it for this long closes the
+    /// connection.
+    pub write_timeout: Duration,
+    /// Reply bytes the daemon holds at most for all its connections at once
+    /// (by their bounds): a pass waits for room, and a connection stalled
+    /// writing is closed to make it.
+    pub reply_budget: usize,
 }
 
 impl Default for ConnLimits {
     fn default() -> ConnLimits {
-        ConnLimits { max_conns: 4096, idle: Duration::from_secs(300) }
+        ConnLimits { max_conns: 4096, idle: Duration::from_secs(300), write_timeout: Duration::from_secs(30), reply_budget: 64 << 20 }
     }
 }
 
@@ -55,55 +73,37 @@ pub struct ServeOpts {
     pub limits: ConnLimits,
 }
 
-/// One live connection, as the registry sees it.
-struct ConnState {
-    /// Milliseconds since the registry's epoch of the last request or reply.
-    last_active: AtomicU64,
-    in_flight: AtomicUsize,
-    close: Notify,
+/// The daemon's reply budget, in KiB permits.
+#[derive(Clone)]
+struct Budget {
+    kib: Arc<Semaphore>,
+    total: u32,
 }
 
-/// The live connections, so that the one idle longest can be closed to make room.
-struct Registry {
-    epoch: Instant,
-    next: AtomicU64,
-    conns: Mutex<HashMap<u64, Arc<ConnState>>>,
-}
-
-impl Registry {
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+impl Budget {
+    fn new(bytes: usize) -> Budget {
+        let total = (bytes >> 10).clamp(1, u32::MAX as usize) as u32;
+        Budget { kib: Arc::new(Semaphore::new(total as usize)), total }
     }
 
-    /// Registers a new connection, first closing the idlest one if at `max`.
-    fn admit(&self, max: usize) -> (u64, Arc<ConnState>) {
-        let mut conns = self.conns.lock();
-        if conns.len() >= max {
-            let idlest = conns.iter().filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0).min_by_key(|(_, c)| c.last_active.load(Ordering::Acquire));
-            if let Some((id, c)) = idlest.map(|(id, c)| (*id, c.clone())) {
-                c.close.notify_one();
-                conns.remove(&id);
-            }
-        }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let state = Arc::new(ConnState { last_active: AtomicU64::new(self.now()), in_flight: AtomicUsize::new(0), close: Notify::new() });
-        conns.insert(id, state.clone());
-        (id, state)
+    fn permits_for(&self, bytes: usize) -> u32 {
+        (bytes.div_ceil(1024).min(self.total as usize)).max(1) as u32
     }
 
-    fn leave(&self, id: u64) {
-        self.conns.lock().remove(&id);
+    fn try_reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        self.kib.clone().try_acquire_many_owned(self.permits_for(bytes)).ok()
     }
 
-    fn len(&self) -> usize {
-        self.conns.lock().len()
+    async fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        self.kib.clone().acquire_many_owned(self.permits_for(bytes)).await.ok()
     }
 }
 
 /// Serves `service` on every connection `listener` accepts, until the task is dropped.
 pub async fn serve(listener: Listener, service: Arc<dyn Service>, opts: ServeOpts) {
     let opts = Arc::new(opts);
-    let registry = Arc::new(Registry { epoch: Instant::now(), next: AtomicU64::new(1), conns: Mutex::new(HashMap::new()) });
+    let registry = Arc::new(Registry::default());
+    let budget = Budget::new(opts.limits.reply_budget);
     // A descriptor kept in reserve: when accept fails for lack of descriptors,
     // freeing it lets us take the waiting connection and close it at once.
     let mut reserve = std::fs::File::open("/dev/null").ok();
@@ -112,9 +112,10 @@ pub async fn serve(listener: Listener, service: Arc<dyn Service>, opts: ServeOpt
         match listener.accept().await {
             Ok(stream) => {
                 let (id, state) = registry.admit(opts.limits.max_conns);
-                let (svc, opts, registry) = (service.clone(), opts.clone(), registry.clone());
+                let (svc, opts, registry, budget) = (service.clone(), opts.clone(), registry.clone(), budget.clone());
                 tokio::spawn(async move {
-                    serve_conn(stream, svc, &opts, &registry, &state).await;
+                    let conn = ConnCtx { opts: &opts, registry: &registry, state: &state, budget };
+                    serve_conn(stream, svc, conn).await;
                     registry.leave(id);
                 });
             }
@@ -135,59 +136,119 @@ pub async fn serve(listener: Listener, service: Arc<dyn Service>, opts: ServeOpt
     }
 }
 
+/// What serving one connection needs of its daemon.
+struct ConnCtx<'a> {
+    opts: &'a ServeOpts,
+    registry: &'a Registry,
+    state: &'a ConnState,
+    budget: Budget,
+}
+
+impl ConnCtx<'_> {
+    /// Writes `bytes` to the peer, unless it takes longer than the write
+    /// timeout or the connection is told to close meanwhile (then `false`:
+    /// close it). The write counts as a stall while it lasts.
+    async fn write_out<W: AsyncWrite + Unpin>(&self, wr: &mut W, bytes: &[u8]) -> bool {
+        if bytes.is_empty() {
+            return true;
+        }
+        self.registry.writing(self.state, true);
+        let done = tokio::select! {
+            r = tokio::time::timeout(self.opts.limits.write_timeout, wr.write_all(bytes)) => matches!(r, Ok(Ok(()))),
+            _ = self.state.close.notified() => false,
+        };
+        self.registry.writing(self.state, false);
+        done
+    }
+
+    /// Room in the budget for a pass whose replies take `bytes` at most: at
+    /// once, or once a connection stalled writing was closed to make it, or
+    /// when others' writes finish; this connection's own later replies,
+    /// which may hold the room, are written meanwhile. `None`: close it.
+    async fn room_for<W: AsyncWrite + Unpin>(&self, bytes: usize, wr: &mut W, late_rx: &mut mpsc::UnboundedReceiver<Late>) -> Option<OwnedSemaphorePermit> {
+        if let Some(p) = self.budget.try_reserve(bytes) {
+            return Some(p);
+        }
+        self.registry.close_stalled();
+        loop {
+            tokio::select! {
+                p = self.budget.reserve(bytes) => return p,
+                Some(late) = late_rx.recv() => {
+                    if !self.write_late(wr, late).await {
+                        return None;
+                    }
+                }
+                _ = self.state.close.notified() => return None,
+            }
+        }
+    }
+
+    /// Writes a reply worked out later, then gives its room back.
+    async fn write_late<W: AsyncWrite + Unpin>(&self, wr: &mut W, (late, _room): Late) -> bool {
+        self.touch();
+        self.state.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.write_out(wr, &late).await
+    }
+
+    fn touch(&self) {
+        self.state.last_active.store(self.registry.now(), Ordering::Release);
+    }
+}
+
 /// Handles one connection until the peer closes it, breaks the framing, stays
-/// idle too long, or the registry closes it to make room.
-async fn serve_conn(stream: Stream, service: Arc<dyn Service>, opts: &ServeOpts, registry: &Registry, state: &ConnState) {
+/// idle too long, does not take its replies, or the registry closes it to
+/// make room. Whole frames already read are answered, a pass at a time
+/// ([`PASS_REPLY_BYTES`]), before more is read: a peer that does not read
+/// its replies stops being read itself.
+async fn serve_conn(stream: Stream, service: Arc<dyn Service>, cx: ConnCtx<'_>) {
     let (mut rd, mut wr) = stream.into_split();
     let mut both = tokio::io::join(&mut rd, &mut wr);
     let peer = tokio::select! {
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut both, &opts.key)) => match r {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut both, &cx.opts.key)) => match r {
             Ok(Some(peer)) => peer,
             _ => return,
         },
-        _ = state.close.notified() => return,
+        _ = cx.state.close.notified() => return,
     };
-    let (late_tx, mut late_rx) = mpsc::unbounded_channel::<BytesMut>();
+    let (late_tx, mut late_rx) = mpsc::unbounded_channel::<Late>();
     // Buffers start small (an idle connection holds little) and grow with what
     // the peer sends; `trim` gives back what one large frame needed.
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = BytesMut::new();
-    let touch = || state.last_active.store(registry.now(), Ordering::Release);
     loop {
-        let idle = tokio::time::sleep(opts.limits.idle);
+        let pass = take_pass(&mut buf);
+        if !pass.requests.is_empty() || pass.broken.is_some() {
+            let Some(_room) = cx.room_for(pass.reply_bytes, &mut wr, &mut late_rx).await else { break };
+            let answers = answer(&peer, &service, pass.requests).await;
+            let conn = Conn { late_tx: &late_tx, state: cx.state, budget: &cx.budget };
+            conn.encode(answers, &mut out);
+            if let Some(errno) = pass.broken {
+                frame::encode_response(&mut out, 0, 0, &Err(errno));
+            }
+            if !cx.write_out(&mut wr, &out).await || pass.broken.is_some() {
+                break;
+            }
+            out.clear();
+            trim(&mut out);
+            continue;
+        }
+        trim(&mut buf);
         buf.reserve(READ_CHUNK);
+        let idle = tokio::time::sleep(cx.opts.limits.idle);
         tokio::select! {
             read = rd.read_buf(&mut buf) => {
                 if !matches!(read, Ok(n) if n > 0) {
                     break;
                 }
-                touch();
-                let (requests, broken) = take_requests(&mut buf);
-                let answers = answer(&peer, &service, requests).await;
-                let conn = Conn { late_tx: &late_tx, state };
-                conn.encode(answers, &mut out);
-                if let Some(errno) = broken {
-                    frame::encode_response(&mut out, 0, 0, &Err(errno));
-                }
-                if !out.is_empty() && wr.write_all(&out).await.is_err() {
-                    break;
-                }
-                out.clear();
-                trim(&mut buf);
-                trim(&mut out);
-                if broken.is_some() {
-                    break;
-                }
+                cx.touch();
             }
             Some(late) = late_rx.recv() => {
-                touch();
-                state.in_flight.fetch_sub(1, Ordering::AcqRel);
-                if !late.is_empty() && wr.write_all(&late).await.is_err() {
+                if !cx.write_late(&mut wr, late).await {
                     break;
                 }
             }
-            _ = idle, if state.in_flight.load(Ordering::Acquire) == 0 => break,
-            _ = state.close.notified() => break,
+            _ = idle, if cx.state.in_flight.load(Ordering::Acquire) == 0 => break,
+            _ = cx.state.close.notified() => break,
         }
     }
     let _ = wr.shutdown().await;
@@ -209,24 +270,48 @@ fn trim(b: &mut BytesMut) {
 /// could not be decoded.
 type Incoming = (u64, u16, Result<(Creds, Request), Errno>);
 
-/// One request's answer: ready now, or a future (a lock wait).
+/// One request's answer: ready now, or a future (a lock wait) with the bound
+/// on its reply.
 enum Answer {
     Now(u64, u16, RpcResult),
-    Later(u64, u16, BoxFuture<'static, RpcResult>),
+    Later(u64, u16, usize, BoxFuture<'static, RpcResult>),
 }
 
-/// Takes every whole frame out of `buf`. The errno says the framing broke (an
-/// error frame must be sent and the connection closed).
-fn take_requests(buf: &mut BytesMut) -> (Vec<Incoming>, Option<Errno>) {
-    let mut out = Vec::new();
-    loop {
+/// A reply worked out later, and the room it holds in the budget until written.
+type Late = (BytesMut, Option<OwnedSemaphorePermit>);
+
+/// One read pass: the whole frames taken, the bound on their replies, and
+/// whether the framing broke (an error frame must be sent and the
+/// connection closed).
+struct Pass {
+    requests: Vec<Incoming>,
+    reply_bytes: usize,
+    broken: Option<Errno>,
+}
+
+/// Takes whole frames out of `buf` until their replies' bound reaches
+/// [`PASS_REPLY_BYTES`] (one at least); the rest wait for the next pass.
+fn take_pass(buf: &mut BytesMut) -> Pass {
+    let mut pass = Pass { requests: Vec::new(), reply_bytes: 0, broken: None };
+    while pass.reply_bytes < PASS_REPLY_BYTES {
         match frame::parse(buf) {
-            Ok(f) => out.push((f.id, f.op, frame::decode_request(&f))),
-            Err(FrameError::Incomplete) => return (out, None),
-            Err(FrameError::TooLarge(_)) => return (out, Some(Errno::EMSGSIZE)),
-            Err(FrameError::Malformed) => return (out, Some(Errno::EPROTO)),
+            Ok(f) => {
+                let decoded = frame::decode_request(&f);
+                pass.reply_bytes += decoded.as_ref().map_or(64, |(_, req)| req.reply_bound());
+                pass.requests.push((f.id, f.op, decoded));
+            }
+            Err(FrameError::Incomplete) => break,
+            Err(FrameError::TooLarge(_)) => {
+                pass.broken = Some(Errno::EMSGSIZE);
+                break;
+            }
+            Err(FrameError::Malformed) => {
+                pass.broken = Some(Errno::EPROTO);
+                break;
+            }
         }
     }
+    pass
 }
 
 /// Answers one read pass's requests. If the service says any of them may block
@@ -258,7 +343,8 @@ fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): 
         Ok(decoded) => decoded,
         Err(e) => return Answer::Now(id, op, Err(e)),
     };
-    Answer::Later(id, op, Box::pin(crate::call_apart(service.clone(), peer.clone(), peer.acting_as(creds), req)))
+    let bound = req.reply_bound();
+    Answer::Later(id, op, bound, Box::pin(crate::call_apart(service.clone(), peer.clone(), peer.acting_as(creds), req)))
 }
 
 /// Calls the service on each of a pass's requests, inside one
@@ -273,7 +359,7 @@ fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -
         Err(e) => answers
             .into_iter()
             .map(|a| match a {
-                Answer::Now(id, op, _) | Answer::Later(id, op, _) => Answer::Now(id, op, Err(e)),
+                Answer::Now(id, op, _) | Answer::Later(id, op, _, _) => Answer::Now(id, op, Err(e)),
             })
             .collect(),
     }
@@ -282,10 +368,13 @@ fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -
 fn answer_one(peer: &Identity, service: &dyn Service, (id, op, decoded): Incoming) -> Answer {
     match decoded {
         Err(e) => Answer::Now(id, op, Err(e)),
-        Ok((creds, req)) => match service.call(peer, peer.acting_as(creds), req) {
-            Handled::Now(r) => Answer::Now(id, op, r),
-            Handled::Later(f) => Answer::Later(id, op, f),
-        },
+        Ok((creds, req)) => {
+            let bound = req.reply_bound();
+            match service.call(peer, peer.acting_as(creds), req) {
+                Handled::Now(r) => Answer::Now(id, op, r),
+                Handled::Later(f) => Answer::Later(id, op, bound, f),
+            }
+        }
     }
 }
 
@@ -299,29 +388,32 @@ fn encode_answer(out: &mut BytesMut, id: u64, op: u16, result: &RpcResult) {
 
 /// What answering one connection's frames needs.
 struct Conn<'a> {
-    late_tx: &'a mpsc::UnboundedSender<BytesMut>,
+    late_tx: &'a mpsc::UnboundedSender<Late>,
     state: &'a ConnState,
+    budget: &'a Budget,
 }
 
 impl Conn<'_> {
     /// Appends the ready answers to `out` and starts the later ones, whose
-    /// replies come back over the channel; beyond [`MAX_IN_FLIGHT`] of those,
-    /// `EAGAIN`.
+    /// replies come back over the channel, each holding room in the budget
+    /// from before it is worked out until it is written; beyond
+    /// [`MAX_IN_FLIGHT`] of those, `EAGAIN`.
     fn encode(&self, answers: Vec<Answer>, out: &mut BytesMut) {
         for a in answers {
             match a {
                 Answer::Now(id, op, result) => encode_answer(out, id, op, &result),
-                Answer::Later(id, op, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
+                Answer::Later(id, op, _, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
                     encode_answer(out, id, op, &Err(Errno::EAGAIN));
                 }
-                Answer::Later(id, op, fut) => {
+                Answer::Later(id, op, bound, fut) => {
                     self.state.in_flight.fetch_add(1, Ordering::AcqRel);
-                    let tx = self.late_tx.clone();
+                    let (tx, budget) = (self.late_tx.clone(), self.budget.clone());
                     tokio::spawn(async move {
+                        let room = budget.kib.clone().acquire_many_owned(budget.permits_for(bound)).await.ok();
                         // Empty for a one-way request: it still gives its place back.
                         let mut late = BytesMut::new();
                         encode_answer(&mut late, id, op, &fut.await);
-                        let _ = tx.send(late);
+                        let _ = tx.send((late, room));
                     });
                 }
             }

@@ -23,17 +23,17 @@ use crate::server::MetaServer;
 use canopy_posix::perm::{self, Owner};
 use canopy_posix::setattr;
 use canopy_proto::attr::access;
-use canopy_proto::msg::{DirChange, DirTimes, FileRef, Inode, Record, INLINE_LIMIT};
+use canopy_proto::msg::{DirChange, DirTimes, FileRef, Inode, Record, INLINE_LIMIT, READ_REPLY_MAX};
 use canopy_proto::fid::contents_digest;
 use canopy_proto::{Attr, Creds, Errno, FileKind, Reply};
 use canopy_store::Batch;
 
-/// Up to `len` bytes (at most [`INLINE_LIMIT`]) of inline contents at `offset` of
-/// a file `size` bytes long; bytes past the stored ones read as zeros. A file
-/// extended by truncate may be far longer than what is stored, so `len` is
-/// capped, not trusted.
+/// Up to `len` bytes (at most [`READ_REPLY_MAX`]) of inline contents at `offset`
+/// of a file `size` bytes long; bytes past the stored ones read as zeros. A
+/// file extended by truncate may be far longer than what is stored, so `len`
+/// is capped, not trusted.
 pub fn read_inline(stored: &[u8], size: u64, offset: u64, len: u32) -> Vec<u8> {
-    let end = size.min(offset.saturating_add(len.min(INLINE_LIMIT) as u64));
+    let end = size.min(offset.saturating_add(len.min(READ_REPLY_MAX) as u64));
     if offset >= end {
         return Vec::new();
     }
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn reads_are_capped_whatever_the_size() {
         let huge = 1u64 << 40; // an inline file extended by truncate
-        assert_eq!(read_inline(b"ab", huge, 0, u32::MAX).len(), INLINE_LIMIT as usize);
+        assert_eq!(read_inline(b"ab", huge, 0, u32::MAX).len(), READ_REPLY_MAX as usize);
         assert_eq!(read_inline(b"ab", huge, huge - 3, u32::MAX), vec![0u8; 3]);
     }
 

@@ -49,7 +49,7 @@ pub(crate) fn sorted_page(core: &Core, entry_name: &dyn Fn(&[u8]) -> Option<Stri
 }
 
 /// The largest readdir page a server returns.
-pub const MAX_PAGE: u32 = 4096;
+pub use canopy_proto::msg::MAX_PAGE;
 
 impl MetaServer {
     /// The id of the directory `at` names.

@@ -96,7 +96,7 @@ impl LimitArgs {
             return Err(format!("{} is a user key; a daemon needs the cluster key", path.display()));
         }
         let max_conns = self.max_conns.min(descriptors_for_connections());
-        Ok(ServeOpts { key: key.key, limits: ConnLimits { max_conns, idle: Duration::from_secs(self.idle_secs) } })
+        Ok(ServeOpts { key: key.key, limits: ConnLimits { max_conns, idle: Duration::from_secs(self.idle_secs), ..ConnLimits::default() } })
     }
 }
 

@@ -576,7 +576,7 @@ async fn a_connection_flood_leaves_room_for_legitimate_clients() {
 /// limit; one whose handshake never finishes is closed too.
 #[tokio::test]
 async fn idle_connections_are_closed() {
-    let addr = start_with(ConnLimits { max_conns: 64, idle: Duration::from_millis(300) }).await;
+    let addr = start_with(ConnLimits { max_conns: 64, idle: Duration::from_millis(300), ..ConnLimits::default() }).await;
     let mut quiet = raw(&addr).await;
     assert!(closed(&mut quiet).await, "an idle connection stays open");
     still_serves(&addr).await;
