@@ -19,7 +19,9 @@
 //! 2. server → client: `u16 status ‖ server_nonce ‖ MAC(key, "server" ‖ transcript)`,
 //!    so the client knows it talks to a holder of the cluster key;
 //! 3. client → server: `MAC(key, "client" ‖ transcript)`;
-//! 4. server → client: `u16 status`.
+//! 4. server → client: `u16 status`, and if it is `OK`, `u32` the server's idle
+//!    limit in milliseconds (a connection with nothing to do for that long is
+//!    closed; a client retires one idle for half of it first).
 //!
 //! The transcript is `client_nonce ‖ server_nonce ‖ postcard(identity)`; fresh
 //! nonces on both sides make every proof good for one connection only. Pure: the

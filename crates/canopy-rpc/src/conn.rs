@@ -38,6 +38,11 @@ pub struct Connection {
     pending: Pending,
     next_id: AtomicU64,
     broken: Arc<AtomicBool>,
+    /// How long the server keeps a connection with nothing to do.
+    server_idle: Duration,
+    opened: Instant,
+    /// Milliseconds from `opened` to the last request sent.
+    last_sent: AtomicU64,
 }
 
 impl Connection {
@@ -49,10 +54,10 @@ impl Connection {
             Ok(Err(_)) => return Err(Errno::ECONNREFUSED),
             Err(_) => return Err(Errno::ETIMEDOUT),
         };
-        match tokio::time::timeout(timeout, handshake::connect(&mut tokio::io::join(&mut rd, &mut wr), me, addr)).await {
+        let server_idle = match tokio::time::timeout(timeout, handshake::connect(&mut tokio::io::join(&mut rd, &mut wr), me, addr)).await {
             Ok(r) => r?,
             Err(_) => return Err(Errno::ETIMEDOUT),
-        }
+        };
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
         let out = Arc::new(Outbox { sock: wr, queued: Mutex::default(), more: Notify::new(), drained: Notify::new(), gather: AtomicBool::new(false), closing: AtomicBool::new(false), broken: broken.clone() });
@@ -67,11 +72,28 @@ impl Connection {
             }
         });
         tokio::spawn(watch_deadlines(Arc::downgrade(&pending), broken.clone(), tick_for(timeout)));
-        Ok(Connection { out, pending, next_id: AtomicU64::new(1), broken })
+        Ok(Connection { out, pending, next_id: AtomicU64::new(1), broken, server_idle, opened: Instant::now(), last_sent: AtomicU64::new(0) })
     }
 
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+    }
+
+    /// Whether a new request should go on a new connection instead: this one
+    /// broke, or it has been quiet for half the server's idle limit, so the
+    /// server may close it before the request arrives (or while it is on
+    /// its way). A connection with answers still awaited is not quiet.
+    pub fn is_stale(&self) -> bool {
+        if self.is_broken() {
+            return true;
+        }
+        let quiet = self.opened.elapsed().saturating_sub(Duration::from_millis(self.last_sent.load(Ordering::Acquire)));
+        quiet >= self.server_idle / 2 && self.pending.lock().is_empty()
+    }
+
+    /// A request goes out now: the connection is not quiet.
+    fn note_sent(&self) {
+        self.last_sent.store(self.opened.elapsed().as_millis() as u64, Ordering::Release);
     }
 
     /// Sends one request without waiting for its response, as one-way
@@ -92,6 +114,7 @@ impl Connection {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
+        self.note_sent();
         let alone = self.pending.lock().is_empty();
         with_frame(before, frame::ONE_WAY, creds, req, |frame| self.out.send(frame, alone))
     }
@@ -102,6 +125,7 @@ impl Connection {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
+        self.note_sent();
         let alone = self.pending.lock().is_empty();
         self.out.send(frames, alone)
     }
@@ -131,6 +155,7 @@ impl Connection {
         if self.is_broken() {
             return Err(Errno::ECONNREFUSED);
         }
+        self.note_sent();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, wait) = oneshot::channel();
         let deadline = Instant::now().checked_add(timeout);

@@ -18,8 +18,10 @@ pub struct ClientAuth {
 }
 
 /// Server side: the identity the peer proved, or `None` (the peer was told why
-/// where the protocol allows, and must be dropped).
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, cluster: &Key) -> Option<Identity> {
+/// where the protocol allows, and must be dropped). A peer that proved itself
+/// is told `idle`: how long the server keeps a connection with nothing to
+/// do, so a client retires one before the server closes it under a request.
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, cluster: &Key, idle: std::time::Duration) -> Option<Identity> {
     let mut hello = [0u8; frame::HANDSHAKE_LEN];
     s.read_exact(&mut hello).await.ok()?;
     let (answer, ok) = frame::answer_handshake(&hello);
@@ -41,7 +43,11 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, cluster: &Key)
     s.read_exact(&mut theirs).await.ok()?;
     let good = auth::verify(&key, Side::Client, &hello, &server_nonce, &theirs);
     let status = if good { auth::OK } else { auth::DENIED };
-    s.write_all(&status.to_be_bytes()).await.ok()?;
+    let mut last = status.to_be_bytes().to_vec();
+    if good {
+        last.extend_from_slice(&idle_ms(idle).to_be_bytes());
+    }
+    s.write_all(&last).await.ok()?;
     good.then_some(hello.identity)
 }
 
@@ -50,10 +56,15 @@ async fn refuse<S: AsyncWrite + Unpin>(s: &mut S, status: u16) -> Option<Identit
     None
 }
 
-/// Client side. `EPROTO`: not a Canopy daemon of this protocol version (said on
-/// stderr); `EACCES`: the daemon refused our key, or could not prove it holds the
-/// cluster key itself.
-pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, me: &ClientAuth, addr: &str) -> Result<(), Errno> {
+/// An idle limit as the handshake carries it: milliseconds, at least one.
+fn idle_ms(idle: std::time::Duration) -> u32 {
+    idle.as_millis().clamp(1, u32::MAX as u128) as u32
+}
+
+/// Client side: the server's idle limit ([`accept`]). `EPROTO`: not a Canopy
+/// daemon of this protocol version (said on stderr); `EACCES`: the daemon
+/// refused our key, or could not prove it holds the cluster key itself.
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, me: &ClientAuth, addr: &str) -> Result<std::time::Duration, Errno> {
     let lost = |_| Errno::ENOTCONN;
     let hello = Hello { identity: me.identity.clone(), client_nonce: random::nonce().map_err(|_| Errno::EIO)? };
     let mut first = frame::handshake().to_vec();
@@ -83,5 +94,7 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, me: &ClientAu
         eprintln!("canopy: {addr} refused our key");
         return Err(Errno::EACCES);
     }
-    Ok(())
+    let mut idle = [0u8; 4];
+    s.read_exact(&mut idle).await.map_err(lost)?;
+    Ok(std::time::Duration::from_millis(u32::from_be_bytes(idle).max(1) as u64))
 }

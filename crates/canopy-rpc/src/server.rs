@@ -204,7 +204,7 @@ async fn serve_conn(stream: Stream, service: Arc<dyn Service>, cx: ConnCtx<'_>) 
     let (mut rd, mut wr) = stream.into_split();
     let mut both = tokio::io::join(&mut rd, &mut wr);
     let peer = tokio::select! {
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut both, &cx.opts.key)) => match r {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::accept(&mut both, &cx.opts.key, cx.opts.limits.idle)) => match r {
             Ok(Some(peer)) => peer,
             _ => return,
         },

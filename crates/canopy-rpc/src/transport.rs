@@ -55,7 +55,8 @@ fn unknown_target() -> RpcResult {
     Err(Errno::EINVAL)
 }
 
-/// One TCP endpoint, connected lazily and reconnected after a failure.
+/// One TCP endpoint, connected lazily, and again after a failure or once
+/// quiet long enough that the server may close it ([`Connection::is_stale`]).
 struct Endpoint {
     addr: String,
     conn: tokio::sync::Mutex<Option<Arc<Connection>>>,
@@ -65,7 +66,7 @@ impl Endpoint {
     async fn connection(&self, me: &ClientAuth, timeout: Duration) -> Result<Arc<Connection>, Errno> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
-            if !c.is_broken() {
+            if !c.is_stale() {
                 return Ok(c.clone());
             }
         }
@@ -216,7 +217,17 @@ impl Transport for TcpTransport {
                 _ => self.timeout,
             };
             let c = self.connection(target).await?;
-            self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout))?.await
+            let sent = match self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout)) {
+                // Found broken before anything was written (the server closed
+                // it meanwhile): certainly never sent, so sent again once, on
+                // a new connection.
+                Err(Errno::ECONNREFUSED) => {
+                    let c = self.connection(target).await?;
+                    self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout))?
+                }
+                r => r?,
+            };
+            sent.await
         })
     }
 

@@ -18,7 +18,7 @@ async fn silent_peer() -> (String, ClientAuth, tokio::task::JoinHandle<()>) {
     let server_key = key.clone();
     let peer = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
-        canopy_rpc::handshake::accept(&mut s, &server_key).await.unwrap();
+        canopy_rpc::handshake::accept(&mut s, &server_key, std::time::Duration::from_secs(300)).await.unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(s);
     });

@@ -173,7 +173,7 @@ async fn a_post_ends_when_written_not_when_queued() {
     let (server_key, (accepted, stuck)) = (key.clone(), tokio::sync::oneshot::channel::<tokio::net::TcpStream>());
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
-        canopy_rpc::handshake::accept(&mut s, &server_key).await.unwrap();
+        canopy_rpc::handshake::accept(&mut s, &server_key, std::time::Duration::from_secs(300)).await.unwrap();
         let _ = accepted.send(s);
     });
     let me = ClientAuth { identity: Identity::Cluster, key };

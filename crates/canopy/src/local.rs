@@ -49,6 +49,23 @@ pub struct UpArgs {
     /// about half).
     #[arg(long)]
     pub tcp: bool,
+    /// Seconds a daemon keeps a connection with nothing to do (default 300);
+    /// clients retire theirs after half of it.
+    #[arg(long)]
+    pub idle_secs: Option<u64>,
+}
+
+/// What the daemons `start` spawns are told beside their cluster.
+pub struct DaemonFlags<'a> {
+    pub durability: &'a str,
+    pub idle_secs: Option<u64>,
+}
+
+impl DaemonFlags<'_> {
+    /// The flags both kinds of daemon take.
+    fn common(&self) -> Vec<String> {
+        self.idle_secs.map(|s| vec!["--idle-secs".to_string(), s.to_string()]).unwrap_or_default()
+    }
 }
 
 #[derive(Args)]
@@ -146,16 +163,17 @@ fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> R
 
 /// Starts every daemon of the cluster in `dir` that is not running, on the
 /// sockets in `listeners` or, for a known cluster, on its addresses.
-pub fn start(dir: &Path, c: &ClusterFile, durability: &str, mut listeners: Listeners) -> Result<usize, String> {
+pub fn start(dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
     let file = dir.join("cluster.json").display().to_string();
     let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
     for (i, addr) in c.servers.iter().enumerate() {
         let data = dir.join(format!("server-{i}")).display().to_string();
-        let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", durability];
-        daemons.push((format!("server-{i}"), addr, args.map(String::from).to_vec()));
+        let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability];
+        daemons.push((format!("server-{i}"), addr, [args.map(String::from).to_vec(), flags.common()].concat()));
     }
     let data = dir.join("lockd").display().to_string();
-    daemons.push(("lockd".into(), &c.lockd, ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec()));
+    let args = ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec();
+    daemons.push(("lockd".into(), &c.lockd, [args, flags.common()].concat()));
     let mut started = 0;
     for (name, addr, args) in daemons {
         if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
@@ -332,7 +350,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
-    let started = start(&dir, &c, &args.durability, listeners)?;
+    let started = start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
         "canopy: {} servers and a lock service up ({started} started); cluster file {}",
@@ -521,7 +539,7 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
     ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
-    start(tmp.path(), &c, durability, listeners)?;
+    start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
     let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
     stop(tmp.path())?;
     result

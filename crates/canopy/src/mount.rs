@@ -129,7 +129,7 @@ fn data_dirs(args: &MountArgs, cluster_file: &Path) -> Result<Vec<PathBuf>, Stri
         return Ok(args.data.clone());
     }
     let dir = cluster_file.parent().unwrap_or(Path::new(".")).join("data");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    canopy_rpc::private_dir::make_private(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     Ok(vec![dir])
 }
 
