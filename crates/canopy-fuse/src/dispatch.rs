@@ -92,6 +92,11 @@ impl CanopyFs {
         &self.core.opts
     }
 
+    /// Where the session's channel back to the kernel goes once mounted.
+    pub(crate) fn notifier_slot(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
+        self.core.notifier.clone()
+    }
+
     /// How long this mount's handlers have taken, by kind of request.
     pub fn times(&self) -> Arc<RequestTimes> {
         self.times.clone()

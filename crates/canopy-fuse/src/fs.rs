@@ -62,6 +62,8 @@ pub(crate) struct Core {
     /// Whether the log has said why a uid-0 caller was refused (`creds`).
     told_unprivileged_root: AtomicBool,
     pub(crate) opts: MountOptions,
+    /// The session's channel back to the kernel, once it is mounted.
+    pub(crate) notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 #[derive(Default)]
@@ -89,7 +91,17 @@ impl Core {
     pub(crate) fn new(rt: tokio::runtime::Handle, client: Client, handles: Arc<Handles>, opts: MountOptions) -> Core {
         let dir_attrs = Mutex::new(DirAttrs::new(opts.attr_ttl));
         let fresh = Mutex::new(FreshDirs::new(opts.entry_ttl));
-        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, fresh, clock: SystemClock::shared(), processes: ProcessCache::default(), told_unprivileged_root: AtomicBool::new(false), opts }
+        let notifier = Arc::default();
+        Core { rt, client, nodes: Mutex::new(Nodes::new()), handles, dirs: Mutex::new(DirHandles::default()), dir_attrs, fresh, clock: SystemClock::shared(), processes: ProcessCache::default(), told_unprivileged_root: AtomicBool::new(false), opts, notifier }
+    }
+
+    /// Tells the kernel to drop what it caches of `ino`'s attributes (not its
+    /// pages): the servers changed them beside what the kernel asked for.
+    fn kernel_forgets_attrs(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            // Nothing to undo if it fails: the attribute timeout still ends it.
+            let _ = n.inval_inode(ino, -1, 0);
+        }
     }
 
     /// Waits here for a client call: for handlers that run off the runtime
@@ -691,8 +703,16 @@ impl Core {
         answer!(reply, self.read_at(ino.0, fh.0, offset, size), |data| reply.data(&data))
     }
 
+    /// A write by a caller that may not keep setuid and setgid may clear them
+    /// at the servers (`FUSE_HANDLE_KILLPRIV`), which the kernel cannot know:
+    /// it is told to ask again, so a stat right after shows the bits gone.
     pub(crate) fn write(&self, req: &Caller, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
-        answer!(reply, self.write_at(ino.0, fh.0, offset, data, !self.privileged(req)), |n| reply.written(n))
+        let kill_suid = !self.privileged(req);
+        let written = self.write_at(ino.0, fh.0, offset, data, kill_suid);
+        if kill_suid && written.is_ok() {
+            self.kernel_forgets_attrs(ino);
+        }
+        answer!(reply, written, |n| reply.written(n))
     }
 
     pub(crate) fn release(&self, fh: FileHandle, reply: ReplyEmpty) {

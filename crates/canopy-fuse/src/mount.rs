@@ -16,7 +16,10 @@ pub fn serve(fs: CanopyFs, mountpoint: &Path) -> io::Result<()> {
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = opts.threads > 1;
-    fuser::Session::new(fs, mountpoint, &config)?.run()
+    let notifier = fs.notifier_slot();
+    let session = fuser::Session::new(fs, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
+    session.run()
 }
 
 /// True if a Canopy file system is mounted at `mountpoint` (per /proc/self/mountinfo).
