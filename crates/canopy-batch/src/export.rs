@@ -2,10 +2,16 @@
 //! server's store (ShardFS's layout, `canopy_server::keys`): every directory
 //! with its lookup state, parents before children, and every file by
 //! directory.
+//!
+//! The store is in its user's own directory, so what it holds is read as that
+//! user's word: an entry whose name is no plain name (`..`, one with a `/`)
+//! would name a path outside the batch's root once joined to it, and is
+//! refused with everything below it (`EXDEV`).
 
 use canopy_client::batch::path_in;
 use canopy_proto::batch::BatchFile;
 use canopy_proto::msg::{DirLookup, Record};
+use canopy_proto::path::check_name;
 use canopy_proto::Errno;
 use canopy_server::keys::{self, DIRS, ENTRIES};
 use canopy_server::ROOT_ID;
@@ -44,6 +50,11 @@ fn pairs<T: serde::de::DeserializeOwned>(store: &dyn Store, cf: &'static str) ->
     Ok(out)
 }
 
+/// A name a private entry may have: one component, neither `.` nor `..`.
+fn plain(name: &str) -> bool {
+    check_name(name).is_ok() && name != "." && name != ".."
+}
+
 pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
     let mut children: HashMap<u64, Vec<(String, DirLookup)>> = HashMap::new();
     for (parent, name, lookup) in pairs::<DirLookup>(store, DIRS)? {
@@ -60,6 +71,10 @@ pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
             let dir = path_of[&id].clone();
             for (name, lookup) in children.remove(&id).unwrap_or_default() {
                 let p = path_in(&dir, &name);
+                if !plain(&name) {
+                    tree.refused.push((p, Errno::EXDEV));
+                    continue;
+                }
                 path_of.insert(lookup.id, p.clone());
                 next.push(lookup.id);
                 tree.dirs.push((p, lookup));
@@ -68,7 +83,12 @@ pub fn read(store: &dyn Store) -> Result<Tree, Errno> {
         level = next;
     }
     for (parent, name, record) in pairs::<Record>(store, ENTRIES)? {
-        let dir = path_of.get(&parent).ok_or(Errno::EIO)?;
+        // Below a refused directory: refused with it.
+        let Some(dir) = path_of.get(&parent) else { continue };
+        if !plain(&name) {
+            tree.refused.push((path_in(dir, &name), Errno::EXDEV));
+            continue;
+        }
         match record {
             Record::Inode(inode) => tree.files.entry(dir.clone()).or_default().push(BatchFile { name, inode }),
             Record::Linked { ino, .. } => {

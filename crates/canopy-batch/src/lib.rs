@@ -97,7 +97,7 @@ pub struct OpenBatch {
 
 impl OpenBatch {
     fn open_at(dir: PathBuf, meta: BatchMeta) -> Res<OpenBatch> {
-        let private = Arc::new(Private::open(&dir.join("store"), meta.owner.clone())?);
+        let private = Arc::new(Private::open(&dir.join("store"), &dir.join("locks"), meta.owner.clone())?);
         let ns = Arc::new(BatchNs::new(private.clone(), Rooted::new(&meta.root)?));
         Ok(OpenBatch { meta, dir, private, ns })
     }

@@ -473,3 +473,64 @@ async fn a_batch_lands_files_under_fids_the_servers_issue() {
         assert_fsck_clean(&root, mode).await;
     }
 }
+
+/// Each `canopy batch exec` opens the private namespace anew: a mkdir in a
+/// later one gets an id of its own (its transaction number is not handed out
+/// again), so it is made, and both directories land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_made_in_separate_openings_of_a_batch_each_land() {
+    let (_cluster, root, me) = job("shardfs", 0o755).await;
+    let base = tempfile::tempdir().unwrap();
+    let id = begin(&me, "/job", base.path()).await.unwrap().meta.id;
+    for name in ["a", "b", "c"] {
+        let b = open(base.path(), id).unwrap();
+        b.client().mkdir(&format!("/job/{name}"), 0o755).await.unwrap();
+    }
+    let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+    assert_eq!((report.dirs_made, report.rejected.len()), (3, 0), "{:?}", report.rejected);
+    assert_eq!(root.readdir("/job").await.unwrap().len(), 3);
+    assert_fsck_clean(&root, "").await;
+}
+
+/// A private namespace is its user's to edit (its store is in their own
+/// directory): an entry named `..` there would join to a path outside the
+/// batch's root. The commit lands nothing outside the root, and lists what
+/// it refused; a server refuses a file staged outside the batch's root too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_lands_outside_the_batchs_root() {
+    use canopy_client::batch::{land, open as record, DirFiles};
+    use canopy_proto::msg::{DirLookup, FileData, Inode, Record};
+    use canopy_server::keys;
+    use canopy_store::Batch;
+    let (_cluster, root, me) = job("shardfs", 0o755).await;
+    user_dir(&root, "/other", 0o777).await;
+    let base = tempfile::tempdir().unwrap();
+    let b = begin(&me, "/job", base.path()).await.unwrap();
+    b.client().mkdir("/job/ok", 0o755).await.unwrap();
+    let attr = canopy_proto::Attr { ino: 77, kind: FileKind::File, mode: 0o644, uid: USER, gid: USER, size: 0, nlink: 1, rdev: 0, atime: 1, mtime: 1, ctime: 1 };
+    let file = Record::Inode(Inode { attr, target: None, data: Some(FileData { fid: canopy_proto::Fid::new(3, 3), inline: Some(Vec::new()) }) });
+    let up = DirLookup { id: canopy_proto::msg::dir_id_of_txn(1 << 40).unwrap(), mode: 0o777, uid: USER, gid: USER };
+    let mut w = Batch::new();
+    // `/job/../other/planted`, and `/job/../escaped` as a file.
+    w.put(keys::DIRS, keys::entry_key(canopy_server::ROOT_ID, ".."), keys::encode(&up));
+    w.put(keys::ENTRIES, keys::entry_key(up.id, "planted"), keys::encode(&file));
+    w.put(keys::ENTRIES, keys::entry_key(canopy_server::ROOT_ID, ".."), keys::encode(&file));
+    let id = b.meta.id;
+    drop(b);
+    // Written into the private store as its user could, between two openings.
+    let store = canopy_store::RocksStore::open(&base.path().join(canopy_batch::id_text(id)).join("store"), keys::ALL_CFS, canopy_store::Durability::Wal).unwrap();
+    canopy_store::Store::write(&store, w).unwrap();
+    drop(store);
+    let report = commit(open(base.path(), id).unwrap(), &me).await.unwrap();
+    assert!(report.rejected.iter().any(|(_, e)| *e == Errno::EXDEV), "listed: {:?}", report.rejected);
+    assert!(root.readdir("/other").await.unwrap().is_empty(), "landed outside the root");
+    assert_eq!(root.readdir("/").await.unwrap().len(), 2, "/job and /other only");
+    assert_eq!(root.readdir("/job").await.unwrap().len(), 1);
+    // The servers too: a file staged in a directory outside the batch's root.
+    record(&me, 0xbad, "/job").await.unwrap();
+    let Record::Inode(inode) = file else { unreachable!() };
+    let staged = DirFiles { dir: "/other".into(), files: vec![canopy_proto::batch::BatchFile { name: "f".into(), inode }] };
+    let landed = land(&me, 0xbad, &[staged]).await.unwrap();
+    assert_eq!(landed.rejected, vec![("/other/f".to_string(), Errno::EXDEV)]);
+    assert_fsck_clean(&root, "").await;
+}

@@ -162,14 +162,15 @@ impl MetaServer {
     }
 
     pub(crate) fn batch_apply(&self, creds: &Creds, batch: u64) -> Result<Reply, Errno> {
-        self.batch_owned(creds, batch)?;
+        let rec = self.batch_owned(creds, batch)?;
         let staged = self.staged(batch)?;
         let mut placed: Vec<Placed> = Vec::new();
         let mut rejected: Vec<Rejected> = Vec::new();
+        let root = NsPath::parse(&rec.root)?;
         for (chunk, s) in &staged {
             let dir = Target::parse(&s.dir)?;
             for (i, f) in s.files.iter().enumerate() {
-                match file_target(&dir, &f.name) {
+                match file_target(&dir, &f.name).and_then(|t| within(&root, t)) {
                     Ok(t) => placed.push((t, *chunk, i as u32)),
                     Err(e) => rejected.push((*chunk, i as u32, e)),
                 }
@@ -317,6 +318,16 @@ enum Check {
     New { parent: u64, key: Vec<u8> },
     /// An earlier apply made it (the inode recorded for its carried FID is at its name).
     Landed,
+}
+
+/// `target`, if it is below the batch's root `root` (`EXDEV` otherwise), as
+/// far as this server can tell: a directory named by id (IndexFS) it cannot
+/// place, and the committing client checks those.
+fn within(root: &NsPath, target: Target) -> Result<Target, Errno> {
+    match &target {
+        Target::Path(p) if p == root || !p.is_within(root) => Err(Errno::EXDEV),
+        _ => Ok(target),
+    }
 }
 
 /// The entry named `name` in the chunk's directory `dir`.
