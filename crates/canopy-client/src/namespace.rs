@@ -3,7 +3,7 @@
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
-use canopy_proto::msg::{At, IfExists, ServerStats, READ_REPLY_MAX};
+use canopy_proto::msg::{At, IfExists, ServerStats, INLINE_LIMIT, READ_REPLY_MAX};
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr, TimeSet};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -195,10 +195,12 @@ impl Client {
         self.ns.mknod(&self.creds, path, mode, kind, rdev).await
     }
 
-    /// Up to `len` bytes at `offset`: fewer only at the end of the file. A
-    /// server answers at most [`READ_REPLY_MAX`] bytes at once; the rest is
-    /// asked for in turn.
+    /// Up to `len` bytes at `offset`, at most [`INLINE_LIMIT`] (the most a
+    /// file keeps inline): fewer only at the end of the file. A server
+    /// answers at most [`READ_REPLY_MAX`] bytes at once; the rest is asked
+    /// for in turn.
     pub async fn read_data(&self, path: &str, offset: u64, len: u32) -> Res<DataRead> {
+        let len = len.min(INLINE_LIMIT);
         let mut got = Vec::new();
         loop {
             let at = offset.saturating_add(got.len() as u64);
