@@ -528,8 +528,13 @@ fn an_idle_mount_works_past_the_servers_idle_limit() {
         fs::create_dir(mnt.join("a")).unwrap();
         std::thread::sleep(Duration::from_secs(5));
         fs::create_dir(mnt.join("b")).unwrap();
-        for i in 0..4 {
-            assert!(fs::metadata(mnt.join(format!("missing{i}"))).is_err());
+        // Names on every server: each reaches a connection left idle.
+        for i in 0..16 {
+            let missing = fs::metadata(mnt.join(format!("missing{i}")));
+            assert_eq!(missing.map(|_| ()).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOENT)), "{mode}: missing{i}");
+        }
+        for i in 0..16 {
+            fs::write(mnt.join(format!("b/f{i}")), b"x").unwrap();
         }
         let mut names: Vec<String> = fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
