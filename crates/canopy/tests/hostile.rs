@@ -61,6 +61,12 @@ impl Cluster {
         self.home.path().join("cluster")
     }
 
+    /// `/pub`, a directory every user may write (mode 0777).
+    fn public(&self) {
+        self.ok(&["mkdir", "-p", "/pub"]);
+        self.ok(&["chmod", "777", "/pub"]);
+    }
+
     fn ok(&self, args: &[&str]) -> String {
         common::canopy_ok(&self.dir(), args)
     }
@@ -123,22 +129,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Runs `f` on a thread acting as `uid` for file system access (its fsuid
-/// and fsgid; no supplementary groups): the kernel and the mount see that user.
-fn as_user<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        // SAFETY: plain syscalls on this thread's own credentials.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()), 0);
-            libc::syscall(libc::SYS_setfsgid, uid);
-            libc::syscall(libc::SYS_setfsuid, uid);
-        }
-        f()
-    })
-    .join()
-    .unwrap()
-}
-
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -163,7 +153,7 @@ fn a_users_file_never_reaches_another_users_contents() {
     c.ok(&["chmod", "777", "/pub"]);
     let victim = mnt.join("alice/secret");
     let (v, s) = (victim.clone(), secret.clone());
-    as_user(ALICE, move || fs::write(&v, &s).unwrap());
+    common::as_user(ALICE, move || fs::write(&v, &s).unwrap());
     let rt = rt();
     let root = c.cluster_key();
     let victim_fid = rt.block_on(async {
@@ -190,12 +180,12 @@ fn a_users_file_never_reaches_another_users_contents() {
         conn.call(&Creds::root(), &extend, T).await.unwrap();
     });
     let m = mnt.join("pub/mine");
-    let read = as_user(MALLORY, move || fs::read(&m).unwrap_or_default());
+    let read = common::as_user(MALLORY, move || fs::read(&m).unwrap_or_default());
     assert!(read.iter().all(|b| *b == 0), "his file reads the victim's bytes");
     let m = mnt.join("pub/mine");
-    as_user(MALLORY, move || fs::remove_file(&m).unwrap());
+    common::as_user(MALLORY, move || fs::remove_file(&m).unwrap());
     let v = victim.clone();
-    assert_eq!(as_user(ALICE, move || fs::read(&v).unwrap()), secret, "the victim's contents are intact");
+    assert_eq!(common::as_user(ALICE, move || fs::read(&v).unwrap()), secret, "the victim's contents are intact");
 }
 
 /// Defect 2: a file's contents by inode number, which skips the search
@@ -268,8 +258,7 @@ fn stores_and_back_ends_are_readable_by_their_owner_only() {
 fn a_create_sent_to_the_wrong_server_is_refused() {
     for mode in ["shardfs", "indexfs", "giraffa"] {
         let c = Cluster::up(mode, &[]);
-        c.ok(&["mkdir", "/pub"]);
-        c.ok(&["chmod", "777", "/pub"]);
+        c.public();
         let (root, mallory) = (c.cluster_key(), c.user_key(MALLORY));
         let rt = rt();
         rt.block_on(async {
@@ -303,8 +292,7 @@ fn a_create_sent_to_the_wrong_server_is_refused() {
 #[test]
 fn device_nodes_need_root() {
     let c = Cluster::up("shardfs", &[]);
-    c.ok(&["mkdir", "/pub"]);
-    c.ok(&["chmod", "777", "/pub"]);
+    c.public();
     let mallory = c.user_key(MALLORY);
     let rt = rt();
     rt.block_on(async {
@@ -350,8 +338,7 @@ fn reads(path: &str, n: u64, len: u32) -> BytesMut {
 
 /// Mallory's sparse inline file of 1 GiB on server `i` (a truncate stores nothing).
 fn sparse_file(c: &Cluster, rt: &tokio::runtime::Runtime, mallory: &ClientAuth, i: usize) -> String {
-    c.ok(&["mkdir", "-p", "/pub"]);
-    c.ok(&["chmod", "777", "/pub"]);
+    c.public();
     let path = name_on("/pub", i);
     rt.block_on(async {
         let conn = c.conn(i, mallory).await;
@@ -476,8 +463,7 @@ fn directories_made_by_separate_batch_execs_land() {
 #[test]
 fn a_chown_clears_setuid_of_special_files() {
     let c = Cluster::up("shardfs", &[]);
-    c.ok(&["mkdir", "/pub"]);
-    c.ok(&["chmod", "777", "/pub"]);
+    c.public();
     let mallory = c.user_key(MALLORY);
     let rt = rt();
     rt.block_on(async {

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::as_user;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -78,27 +79,6 @@ fn up_shared() -> Mounted {
     let m = up();
     fs::set_permissions(m.home.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     m
-}
-
-/// Runs `f` on a new thread acting as `uid` (gid the same, no supplementary
-/// groups) for file system access. The raw syscalls change only that thread's
-/// credentials (glibc's wrappers would change every thread's), and a non-zero
-/// fsuid drops root's file capabilities, so the kernel and the mount both see
-/// an ordinary user.
-fn as_user<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        // SAFETY: plain syscalls on this thread's own credentials; no memory is passed
-        // but a null list of zero groups.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()), 0);
-            libc::syscall(libc::SYS_setfsgid, uid);
-            libc::syscall(libc::SYS_setfsuid, uid);
-            assert_eq!(libc::syscall(libc::SYS_setfsuid, -1i32 as u32) as u32, uid, "fsuid set");
-        }
-        f()
-    })
-    .join()
-    .unwrap()
 }
 
 fn sh(dir: &Path, script: &str) -> String {
