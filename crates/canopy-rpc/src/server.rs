@@ -25,7 +25,7 @@
 
 use crate::handshake;
 use crate::registry::{ConnState, Registry};
-use crate::socket::{Listener, Stream};
+use crate::socket::{Listener, Stream, WriteHalf};
 use crate::{Handled, RpcResult, Service};
 use bytes::BytesMut;
 use canopy_proto::auth::{Identity, Key};
@@ -35,7 +35,7 @@ use futures::future::BoxFuture;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,14 +147,23 @@ struct ConnCtx<'a> {
 impl ConnCtx<'_> {
     /// Writes `bytes` to the peer, unless it takes longer than the write
     /// timeout or the connection is told to close meanwhile (then `false`:
-    /// close it). The write counts as a stall while it lasts.
-    async fn write_out<W: AsyncWrite + Unpin>(&self, wr: &mut W, bytes: &[u8]) -> bool {
-        if bytes.is_empty() {
+    /// close it). What the socket takes at once goes without a timer; a
+    /// write that must wait counts as a stall while it lasts.
+    async fn write_out(&self, wr: &mut WriteHalf, bytes: &[u8]) -> bool {
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match wr.try_write(&bytes[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return false,
+            }
+        }
+        if sent == bytes.len() {
             return true;
         }
         self.registry.writing(self.state, true);
         let done = tokio::select! {
-            r = tokio::time::timeout(self.opts.limits.write_timeout, wr.write_all(bytes)) => matches!(r, Ok(Ok(()))),
+            r = tokio::time::timeout(self.opts.limits.write_timeout, wr.write_all(&bytes[sent..])) => matches!(r, Ok(Ok(()))),
             _ = self.state.close.notified() => false,
         };
         self.registry.writing(self.state, false);
@@ -165,7 +174,7 @@ impl ConnCtx<'_> {
     /// once, or once a connection stalled writing was closed to make it, or
     /// when others' writes finish; this connection's own later replies,
     /// which may hold the room, are written meanwhile. `None`: close it.
-    async fn room_for<W: AsyncWrite + Unpin>(&self, bytes: usize, wr: &mut W, late_rx: &mut mpsc::UnboundedReceiver<Late>) -> Option<OwnedSemaphorePermit> {
+    async fn room_for(&self, bytes: usize, wr: &mut WriteHalf, late_rx: &mut mpsc::UnboundedReceiver<Late>) -> Option<OwnedSemaphorePermit> {
         if let Some(p) = self.budget.try_reserve(bytes) {
             return Some(p);
         }
@@ -184,7 +193,7 @@ impl ConnCtx<'_> {
     }
 
     /// Writes a reply worked out later, then gives its room back.
-    async fn write_late<W: AsyncWrite + Unpin>(&self, wr: &mut W, (late, _room): Late) -> bool {
+    async fn write_late(&self, wr: &mut WriteHalf, (late, _room): Late) -> bool {
         self.touch();
         self.state.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.write_out(wr, &late).await

@@ -146,11 +146,15 @@ impl Mode for ShardFs {
     /// Every entry but the root (replicated like every directory) is its
     /// path's primary's.
     fn check_placement(&self, core: &Core, at: &Target) -> Result<(), Errno> {
+        let named;
         let path = match at {
-            Target::Path(p) => p.clone(),
-            other => self.target_path(other)?,
+            Target::Path(p) => p,
+            other => {
+                named = self.target_path(other)?;
+                &named
+            }
         };
-        if path.is_root() || self.is_primary(core, &path) {
+        if path.is_root() || self.is_primary(core, path) {
             Ok(())
         } else {
             Err(Errno::ENXIO)
