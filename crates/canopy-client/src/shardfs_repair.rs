@@ -1,6 +1,6 @@
 //! ShardFS's part of `fsck --repair` beyond recovering transactions: what
 //! single-RPC requests sent to a server that was not their entry's primary
-//! left behind, on a cluster whose servers did not yet refuse them.
+//! left behind, on a cluster whose servers took them.
 //!
 //! Such a request could leave a file entry away from its primary (found by
 //! no stat, listed by readdir), a second file of a name its primary also

@@ -3,11 +3,11 @@
 //!
 //! Why: with directory times on, every create, unlink, mkdir or rmdir posts a
 //! `TouchDir` to the server of the parent's attributes, so a burst of creates
-//! in one directory woke that server once per create for an update the next
-//! one repeats (15% of a 2-thread create's time through a ShardFS mount). Now
-//! the first change in a quiet directory is still posted at once; a change
-//! within the window after a touch was sent is owed instead, and the owed
-//! touches are sent together at the end of the window by a task on the
+//! in one directory would wake that server once per create for an update the
+//! next one repeats (15% of a 2-thread create's time through a ShardFS
+//! mount). So the first change in a quiet directory is posted at once; a
+//! change within the window after a touch was sent is owed instead, and the
+//! owed touches are sent together at the end of the window by a task on the
 //! client's runtime. Every mode's client does this ([`ClientCore::touched`]):
 //! ShardFS and Giraffa name a directory by its path, IndexFS by its id.
 //!
@@ -220,7 +220,7 @@ impl DirTouches {
     /// Coalesces touches, sending the owed ones through `t` from a task on the
     /// current Tokio runtime, each counted in `counters` (those of the client
     /// that starts the book: a mount's clients share their first one's).
-    /// `None` (each touch sent at once, as before) outside a runtime, or on a
+    /// `None` (each touch sent at once, none owed) outside a runtime, or on a
     /// current-thread one: its tasks run only while its owner drives it, so an
     /// owed touch could wait for the next call.
     pub(crate) fn start(t: Arc<dyn Transport>, counters: Arc<ClientCounters>) -> Option<Arc<DirTouches>> {

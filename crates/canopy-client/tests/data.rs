@@ -1,5 +1,5 @@
-//! File contents in the metadata (commit cdf5c0d): inline data and its reference
-//! model, truncate, the spill handshake, FIDs across renames, reclaim of back-end
+//! File contents in the metadata: inline data and its reference model,
+//! truncate, the spill handshake, FIDs across renames, reclaim of back-end
 //! contents, hard-linked contents, special files (mknod) and directory times.
 //!
 //! Every case runs against the in-process cluster over memory stores and over
@@ -1118,7 +1118,7 @@ async fn dir_times_off_by_default(kit: &Kit) {
 
 /// A write, extend or truncate by a process that may not keep setuid and setgid
 /// clears them (setgid only when group-executable), as write(2) does: the FUSE
-/// mount now leaves this to the servers (FUSE_HANDLE_KILLPRIV) instead of the
+/// mount leaves this to the servers (FUSE_HANDLE_KILLPRIV) rather than to the
 /// kernel's chmod, which a non-owner may not send. Root keeps them, unless it
 /// writes for an unprivileged process (`kill_suid`, the mount's case).
 async fn data_changes_clear_setuid_as_write_does(kit: &Kit) {
@@ -1169,8 +1169,8 @@ fn as_uid(c: &Client, uid: u32) -> Client {
 
 /// Data requests are checked like opens: read permission for `read_data`, write
 /// permission for `write_data`, `spilled` and `extend`; root passes (the FUSE
-/// mount checks at open and sends them as root). They used to check nothing:
-/// any client read and overwrote another user's 0600 file.
+/// mount checks at open and sends them as root). Unchecked, any client could
+/// read and overwrite another user's 0600 file.
 async fn data_requests_check_permission(kit: &Kit) {
     let c = kit.client();
     let (alice, bob) = (as_uid(&c, 1000), as_uid(&c, 2000));

@@ -227,8 +227,9 @@ async fn a_recovery_longer_than_its_lease_keeps_it() {
 
 /// A rename onto a directory that is not empty (`ENOTEMPTY`) whose
 /// coordinator dies once it holds its locks: recovery undoes nothing it did
-/// not do, so the destination keeps every row below it (recovery once deleted
-/// them, and its subdirectories' rows, as if they were the rename's copies).
+/// not do, so the destination keeps every row below it (recovery must not
+/// delete them, nor its subdirectories' rows, as if they were the rename's
+/// copies).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_that_died_before_removing_its_destination_leaves_it_whole() {
     for (src, dst) in [("/a/sub", "/b"), ("/a", "/b")] {
@@ -247,9 +248,9 @@ async fn a_rename_that_died_before_removing_its_destination_leaves_it_whole() {
 /// A directory rename refused because a server is down (`ECONNREFUSED`:
 /// certain, nothing changed) leaves nothing frozen on the servers that are
 /// up. Each server in turn is down for one attempt; those the rename reaches
-/// before its freeze fail it earlier. Before the fix, a freeze that one
-/// server refused returned at once and left the others frozen for a minute:
-/// every create in the directory was refused (`EAGAIN`) until then.
+/// before its freeze fail it earlier. A freeze that one server refuses must
+/// not return at once and leave the others frozen for a minute, every create
+/// in the directory refused (`EAGAIN`) until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_rename_refused_by_a_down_server_leaves_nothing_frozen() {
     let cluster = cluster();
@@ -279,9 +280,10 @@ async fn a_directory_rename_refused_by_a_down_server_leaves_nothing_frozen() {
 /// down since it took the freeze: the thaw cannot reach that server, which
 /// goes on holding the frozen rows (across a restart too) for the freeze's
 /// lapse. The rename is left to recovery (EIO, not unlocked), which freezes
-/// and thaws every server once they all answer. Before the fix the rename
-/// answered ECONNREFUSED and unlocked, and the server refused writes below
-/// the directory for a minute (`scripts/chaos` on Giraffa found one stuck).
+/// and thaws every server once they all answer. The rename must not answer
+/// ECONNREFUSED and unlock, which would leave the server refusing writes
+/// below the directory for a minute (a stuck server `scripts/chaos` on
+/// Giraffa can produce).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
     let cluster = cluster();
@@ -320,8 +322,8 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
 
 /// A directory rename whose freeze is refused when renewed, after the copy
 /// (a certain failure, before the commit point): the copies are taken back
-/// and the rename answers that errno. Before the fix they stayed under the
-/// destination's prefix, and a directory made there later showed them.
+/// and the rename answers that errno. They must not stay under the
+/// destination's prefix, where a directory made there later would show them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back() {
     let cluster = cluster();
@@ -445,7 +447,8 @@ async fn a_directory_of_large_inline_files_is_renamed_with_their_contents() {
 
 /// A directory chmod waits out the live proofs of the old permissions only
 /// when it takes a right from someone: `cp -a` widens each directory it
-/// made once it has filled it, and waited 250 ms per directory for nothing.
+/// made once it has filled it, and must not wait 250 ms per directory for
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chmod_waits_out_old_proofs_only_when_it_narrows() {
     let cluster = cluster();
@@ -530,8 +533,9 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
 /// answer lost: the insert refused before it applied, or applied and its
 /// server then down) answers `EIO` and is left to recovery, which keeps the
 /// count it added only if the name was made: the file's link count equals
-/// its names either way and fsck is clean. Before, Giraffa's link took no
-/// transaction, so a count whose name was never made stayed one too high.
+/// its names either way and fsck is clean. Giraffa's link takes a
+/// transaction so that a count whose name was never made does not stay one
+/// too high.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made() {
     let server = |p: &str| giraffa::row_server(&NsPath::parse(p).unwrap(), SERVERS);
@@ -564,9 +568,9 @@ async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made()
 /// A directory rename whose lock request is handed a dead coordinator's
 /// committed rename recovers it first; when that recovery is taken over in
 /// turn (its freeze held on its way until its lease ran out and the next
-/// recoverer finished), the rename asks for its locks again and is done.
-/// Before, its recovery's refused step (`ECANCELED`, which a recovery's
-/// steps report as `EIO`) failed the caller's rename with `EIO`.
+/// recoverer finished), the rename asks for its locks again and is done: the
+/// recovery's refused step (`ECANCELED`, which a recovery's steps report as
+/// `EIO`) does not fail the caller's rename.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_whose_recovery_was_taken_over_is_done() {
     let cluster = cluster();

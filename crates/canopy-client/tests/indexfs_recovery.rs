@@ -235,9 +235,9 @@ async fn after_rename_over(dst: &str) -> Tree {
 
 /// A rename onto an empty directory on another server, its coordinator dead
 /// after the insert (the commit point): recovery drops the source and the
-/// directory the rename replaced, which no name leads to any more. Before
-/// the rename's intent named it, its sealed header was left for good (fsck:
-/// a directory without a name).
+/// directory the rename replaced, which no name leads to any more. The
+/// rename's intent names that directory, so its sealed header is not left
+/// for good (fsck: a directory without a name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_committed_over_a_directory_drops_it_in_recovery() {
     let (cluster, _, after) = died_after_the_insert_over_a_directory().await;
@@ -312,7 +312,7 @@ async fn a_rename_over_a_directory_whose_commit_answer_was_lost_drops_it_in_reco
 /// A link whose coordinator died after it counted the new name and before it
 /// made it: recovery takes the count back, so the file keeps the count of its
 /// names and fsck is clean; for an inode the link shares first, and for one
-/// already shared and homed on another server. Before, the count stayed one
+/// already shared and homed on another server. The count must not stay one
 /// too high.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
@@ -340,10 +340,10 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
 /// A coordinator's step held on its way until its lease ran out and another
 /// client recovered its transaction is refused when it arrives: recovery
 /// revoked the transaction before it read. Each case names the step held
-/// and what it did before: a mkdir's entry (a directory named with no
-/// header, which fsck reports), an rmdir's seal (the directory left sealed,
-/// refusing new names for good, though no transaction holds it), and a
-/// rename's insert at the destination (one directory under two names).
+/// and what it would do if it landed: a mkdir's entry (a directory named
+/// with no header, which fsck reports), an rmdir's seal (the directory left
+/// sealed, refusing new names for good, though no transaction holds it), and
+/// a rename's insert at the destination (one directory under two names).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
     let away = away().await;
@@ -378,7 +378,7 @@ async fn a_dead_coordinators_late_step_is_refused_after_recovery() {
 /// A file rename between servers whose coordinator's last step (dropping
 /// the source) arrives after recovery finished it and the file was renamed
 /// back to its first name is refused (as `recovery.rs` checks for ShardFS):
-/// before, it removed that name, leaving the file with none.
+/// it must not remove that name, which would leave the file with none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     let dst = format!("{}/f0", away().await);

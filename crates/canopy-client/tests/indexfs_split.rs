@@ -223,8 +223,8 @@ async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
 /// model's and Linux's order) also when a split moved the directory since the
 /// renaming client placed it: the client then sends both names to the one
 /// server it thinks holds them, which no longer holds the destination and
-/// checks the caller's rights first. The model test found it on a splitting
-/// cluster about one run in six; here it is made to happen.
+/// checks the caller's rights first. The model test meets this on a
+/// splitting cluster about one run in six; here it is made to happen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_renamed_onto_a_directory_a_split_moved_is_eisdir_before_rights() {
     let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
@@ -290,8 +290,8 @@ async fn stuck_split(cluster: &InProcCluster, c: &Client, stuck: &Arc<AtomicBool
 }
 
 /// A split that failed once (a slow peer) and is waiting for its retry: the
-/// names it moves are waited out, not failed with `EAGAIN` (the bench's
-/// bulk phase used to find a few of 3000 files it could not stat).
+/// names it moves are waited out, not failed with `EAGAIN` (which would
+/// leave the bench's bulk phase a few of 3000 files it cannot stat).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_whose_split_awaits_a_retry_is_served_once_it_moves() {
     let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
@@ -429,8 +429,9 @@ async fn a_split_survives_either_server_dying_at_each_step() {
     }
 }
 
-/// An idle server's background thread sleeps until work is queued for it: it
-/// used to look every 20 ms, 50 wake-ups a second per server in every mode.
+/// An idle server's background thread sleeps until work is queued for it,
+/// rather than looking every 20 ms (50 wake-ups a second per server in every
+/// mode).
 /// A growing directory still rings for its split at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_server_does_not_wake_for_background_work() {

@@ -283,9 +283,9 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
 /// the recoverer's own id) leaves the transaction to the next, which revokes
 /// the dead recoverer's id as well as the original. The held `Adopt`,
 /// arriving after the next recoverer finished the migration and a chmod
-/// changed the file, is refused, so the chmod stays. Before, the lock
-/// service handed the next recoverer only the original id to revoke, and the
-/// late copy put the file's old record back (its old mode).
+/// changed the file, is refused, so the chmod stays. Were only the original
+/// id revoked, the late copy would put the file's old record back (its old
+/// mode).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
@@ -321,8 +321,8 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
 /// to a replica held on its way) leaves the transaction to the next. The held
 /// step, arriving after the next recoverer finished and the directory was
 /// removed, is refused: it names the dead recoverer's id, which the next one
-/// revoked. Before, it named no transaction, and made the removed directory
-/// again on that replica alone.
+/// revoked. A step that named no transaction would make the removed
+/// directory again on that replica alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_sync_makes_nothing() {
     let cluster = InProcCluster::memory(SERVERS);
@@ -344,8 +344,8 @@ async fn a_dead_recoverers_late_sync_makes_nothing() {
 /// (its apply on a server the coordinator's apply failed on, held on its
 /// way) leaves the transaction to the next. The held step, arriving after
 /// the next recoverer finished and the directory was renamed back, is
-/// refused: the transaction's fence is down. Before, it named no
-/// transaction, and moved the directory on that server alone.
+/// refused: the transaction's fence is down. A step that named no
+/// transaction would move the directory on that server alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_apply_moves_nothing() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
@@ -379,7 +379,7 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
 /// it first; when that recovery is taken over in turn (its step to a
 /// replica held on its way until its lease ran out and the next recoverer
 /// finished), the mkdir asks for its locks again and answers for itself:
-/// `EEXIST`, since the recovered mkdir made the name. Before, it passed on
+/// `EEXIST`, since the recovered mkdir made the name. It does not pass on
 /// its recovery's `ESTALE`, which is not about the caller's path at all
 /// (the kernel takes it for a stale handle and retries the lookup).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,8 +445,8 @@ async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'
 /// with the transaction on the inode's home), so the file keeps the count of
 /// the names it has and fsck is clean; for a file whose inode the link
 /// shares first, and for one shared already and homed on another server
-/// (counted there). Before, the count stayed one too high, which fsck
-/// reported and nothing repaired. (A link whose name was made and whose
+/// (counted there). The count must not stay one too high: fsck reports
+/// that, and nothing repairs it. (A link whose name was made and whose
 /// answer was lost keeps its count: `uncertain.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
@@ -477,9 +477,9 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
 
 /// A file rename between servers whose coordinator's last step (dropping
 /// the source) arrives after recovery finished the rename and the file was
-/// renamed back to its first name is refused: recovery revoked it. Before,
-/// it removed that name (it still named the same inode), leaving the file
-/// with none.
+/// renamed back to its first name is refused: recovery revoked it. Let
+/// through, it would remove that name (it still names the same inode),
+/// leaving the file with none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);

@@ -780,7 +780,7 @@ async fn permission_checks(c: Client) {
 }
 
 /// O_CREAT without O_EXCL on a name that exists opens that file only after the
-/// checks open(2) makes; it used to hand anyone the file, unchecked.
+/// checks open(2) makes; it never hands anyone the file unchecked.
 async fn open_create_of_an_existing_file(c: Client) {
     let (al, bo) = (c.as_user(alice()), c.as_user(bob()));
     c.mkdir("/oc", 0o777).await.unwrap();

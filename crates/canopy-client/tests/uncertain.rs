@@ -278,9 +278,9 @@ async fn a_fence_outlives_a_restart_of_its_server() {
 
 /// A link whose name was inserted but whose answer was lost: the coordinator
 /// cannot know whether the name exists, so it answers `EIO` and leaves the
-/// count as if it does. Taking it back (as it once did) left the inode
-/// counting one name too few, freed when the other name went while this
-/// one still referred to it. Every server is tried as the one that dies.
+/// count as if it does. Taking it back would leave the inode counting one
+/// name too few, freed when the other name goes while this one still
+/// refers to it. Every server is tried as the one that dies.
 async fn a_link_whose_insert_answer_is_lost_keeps_its_count(mode: &'static str) {
     for server in 0..SERVERS {
         let cluster = InProcCluster::memory_mode(mode, SERVERS);
@@ -345,8 +345,8 @@ async fn a_link_whose_insert_was_never_sent_takes_its_count_back() {
 
 /// A link whose insert was refused and whose count could then not be taken
 /// back (the inode's home down) is left to recovery (`EIO`), which takes the
-/// count back once the home is up. Before, the link answered the insert's
-/// errno and unlocked, and the count stayed one too high for good.
+/// count back once the home is up. Answering the insert's errno and
+/// unlocking would leave the count one too high for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_that_cannot_take_its_count_back_leaves_it_to_recovery() {
     let cluster = InProcCluster::memory(SERVERS);
@@ -502,8 +502,8 @@ async fn a_file_renames_insert_that_arrives_after_recovery_makes_no_second_name(
 /// A directory rename's migration step (`Adopt`, a moved file's record at
 /// its new primary) arrives only after recovery finished the migration and a
 /// chmod changed the file there: it is refused, so the chmod stays and the
-/// coordinator leaves the outcome to recovery. Before, the late copy put the
-/// file's old record back (its old mode).
+/// coordinator leaves the outcome to recovery. Let through, the late copy
+/// would put the file's old record back (its old mode).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_step_that_arrives_after_recovery_overwrites_nothing() {
     let cluster = InProcCluster::memory(SERVERS);

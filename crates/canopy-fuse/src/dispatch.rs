@@ -45,11 +45,11 @@ use std::time::{Instant, SystemTime};
 /// still finishing its handler after its reply when the caller's next
 /// request arrived), each paying the shared runtime's wake-ups: 2-thread
 /// creates through the mount 7,209/s with 2 (11,301 handed off of 20,000
-/// creates), 9,291/s with 4 (173). With 128 callers creating files, once a
-/// held directory's GETATTR no longer took a place (`Filesystem::getattr`
-/// below), 7 (all 8 default threads but one) against 4, five runs each
-/// alternating: the mount's CPU 2.11-2.36 s against 2.51-2.78 s per 40,000
-/// creates, 15,261-16,623/s against 14,129-15,768/s.
+/// creates), 9,291/s with 4 (173). With 128 callers creating files (a held
+/// directory's GETATTR taking no place: `Filesystem::getattr` below), 7 (all
+/// 8 default threads but one) against 4, five runs each alternating: the
+/// mount's CPU 2.11-2.36 s against 2.51-2.78 s per 40,000 creates,
+/// 15,261-16,623/s against 14,129-15,768/s.
 const IN_PLACE_MAX: usize = 7;
 
 pub struct CanopyFs {

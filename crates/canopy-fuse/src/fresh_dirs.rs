@@ -41,8 +41,8 @@
 //!
 //! The names made are kept as keyed 64-bit hashes, not as text: a few bytes
 //! each, so a mount building a large tree keeps its directories' knowledge
-//! (the text of 32K names was the bound before, and a 40,000-file tree's last
-//! 7,000 creates each had their LOOKUP sent to a server). Two names with one
+//! (kept as text, 32K names would be the bound, and a 40,000-file tree's last
+//! 7,000 creates would each have their LOOKUP sent to a server). Two names with one
 //! hash only ever cost a round trip: a name whose hash is held is asked of a
 //! server, never answered absent, and a listed name taken for one made here
 //! keeps a directory that, like any, is answered from only up to the entry

@@ -229,7 +229,7 @@ impl Core {
             return blocking(|| self.truncate_orphan(ino.0, fh, set.size));
         };
         // ftruncate on a descriptor open for writing needs no write permission
-        // now, so it runs as root, telling the server whether the caller may keep
+        // beyond the open's, so it runs as root, telling the server whether the caller may keep
         // setuid and setgid.
         let only_size = set.size.is_some() && SetAttr { size: None, ..set.clone() } == SetAttr::default();
         let (who, set) = if fh.is_some() && only_size {

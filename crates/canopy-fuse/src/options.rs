@@ -53,15 +53,15 @@ impl Default for MountOptions {
 }
 
 /// FUSE threads for a host of `cpus` CPUs unless told: two per CPU, at
-/// least 4 and at most 8. On 2 CPUs, 4 threads against 8 (alternating, one
-/// sitting): 2-thread creates 11,912-12,385/s against 10,433-10,775/s, stats
+/// least 4 and at most 8. On 2 CPUs, 4 threads against 8 (the two builds
+/// alternating): 2-thread creates 11,912-12,385/s against 10,433-10,775/s, stats
 /// 74,772-84,812/s against 67,776-72,108/s, mkdirs 4,414-4,508/s against
 /// 3,655-4,038/s, and 128-thread creates faster in 5 of 6 pairs. Each thread
 /// has its own runtime and connections, and the kernel hands requests to the
 /// threads waiting in turn, so threads beyond what the CPUs run keep more
 /// state cold and more connections for the daemons to serve
-/// (docs/performance.md, twenty-ninth sitting). Hosts with more CPUs keep the
-/// 8 measured before.
+/// (docs/performance.md, "The mount's threads"). Hosts with more CPUs get 8,
+/// the most measured to help.
 pub fn threads_for(cpus: usize) -> usize {
     (2 * cpus).clamp(4, 8)
 }
@@ -79,7 +79,7 @@ pub fn default_threads() -> usize {
 /// the kernel's own check makes after every create, mkdir, unlink or rename in
 /// a directory, since each invalidates the directory's attributes it checks
 /// against. Through the mount, creates 1.17 to 1.33 times as fast with 2
-/// threads and 1.39 times with 128 (docs/performance.md, sixteenth sitting).
+/// threads and 1.39 times with 128 (docs/performance.md, "Permission checks in the kernel").
 pub fn kernel_checks_by_default(allow_other: bool) -> bool {
     allow_other
 }

@@ -47,6 +47,10 @@ pub const MAGIC: &[u8; 4] = b"CNPY";
 /// Version 12: IndexFS's directory transactions' steps name their
 /// transaction, refused once recovery revoked it, as does a file rename's
 /// `RenameOutCommit` in every mode.
+/// Version 13: servers issue FIDs (`NewKind::File` and `IxBulkInsert` carry
+/// none); `TouchDir` says what changed and when; the handshake's last message
+/// carries the server's idle limit; a `ReadData` answers at most
+/// `msg::READ_REPLY_MAX` bytes.
 pub const VERSION: u16 = 13;
 /// The id of a request the server does not answer. A post's answer was read
 /// and dropped by its sender: a reply written, a reader woken and a read

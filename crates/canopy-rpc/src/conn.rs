@@ -257,7 +257,7 @@ impl Queue {
 /// runtime, so those tasks are the writer's neighbours. A frame from a
 /// thread of its own (a FUSE thread's runtime) gains nothing by the wait,
 /// which costs an extra poll for I/O. Measured in `docs/performance.md`
-/// (thirty-second sitting).
+/// ("Gathering frames before a write").
 fn on_pooled_runtime() -> bool {
     tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }

@@ -14,9 +14,12 @@
 //!   [`giraffa`] the table-partitioned baseline of seed 000 §3.2.
 //!
 //! The operations read and write the [`canopy_store::Store`] through the key
-//! layouts in [`keys`]. Hard rule: no I/O but the store; a request never panics
-//! the server. It never depends on the lock service, the client or anything
-//! above them; it names `canopy-rpc` only to implement its `Service` trait.
+//! layouts in [`keys`]. Hard rule: no I/O but the store, its table files
+//! (`tables`) and, for background work (an IndexFS split), calls to other
+//! servers through the `Transport` it is given ([`MetaServer::start_background`]);
+//! a request never panics the server. It never depends on the lock service,
+//! the client or anything above them; it names `canopy-rpc` for its `Service`
+//! trait, that peer `Transport` and the kernel's random bytes.
 
 pub mod core;
 pub mod counters;

@@ -57,7 +57,7 @@ enum LogWrites {
 /// (`scripts/build-production`); otherwise it links the library in
 /// `ROCKSDB_LIB_DIR` (`.cargo/config.toml`: Debian's, which is built with
 /// assertions on and makes a create about a third dearer:
-/// docs/performance.md, twenty-ninth sitting).
+/// docs/performance.md, "RocksDB builds").
 pub fn rocksdb_build() -> &'static str {
     let asked = option_env!("ROCKSDB_COMPILE").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if asked || option_env!("ROCKSDB_LIB_DIR").is_none() {

@@ -11,13 +11,14 @@
 //!
 //! It is the one crate that assembles servers, the lock service and clients
 //! without the `canopy` binary, so the client library need not link the server
-//! or RocksDB to be tested: crates use it as a dev-dependency only (the client's
+//! or RocksDB to be tested: crates use it as a dev-dependency (the client's
 //! own integration tests too; that dev-dependency cycle is fine, as they link the
-//! same `canopy-client`).
+//! same `canopy-client`), and `canopy-eval` for its simulated clusters.
 //!
 //! Hard rule: nothing but tests and simulations depends on this crate; no
-//! `[dependencies]` entry of another crate may name it, and it holds no logic a
-//! running cluster needs (delegation and the sweep stay in `canopy-client`).
+//! `[dependencies]` entry of another crate but `canopy-eval` may name it, and
+//! it holds no logic a running cluster needs (delegation and the sweep stay in
+//! `canopy-client`).
 
 mod checks;
 mod cluster;

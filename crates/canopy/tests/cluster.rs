@@ -211,9 +211,9 @@ fn an_acknowledged_unlock_survives_sigkill_of_the_lock_service() {
 /// took the lock for `mkdir /a/x`, applied it on one replica (fenced) and
 /// died before its commit point heard of it; the replica is then killed and
 /// restarted. A file made below `/a/x` there must wait for recovery, which
-/// rolls the directory back (its primary never had it): before the restart
-/// learnt the open transactions, the file landed in a directory that then
-/// vanished.
+/// rolls the directory back (its primary never had it): a restart that did
+/// not learn the open transactions would let the file land in a directory
+/// that then vanishes.
 #[test]
 fn a_restarted_server_fences_what_open_transactions_lock() {
     use canopy_proto::msg::{dir_id_of_txn, Intent, LockMode};
@@ -258,9 +258,9 @@ fn a_restarted_server_fences_what_open_transactions_lock() {
 /// A Giraffa server restarted on its own serves creates and mkdirs as
 /// before: directory proofs cross servers (the directory's row on one, its
 /// entries on another), so their expiry must be on a clock the servers share,
-/// not on the monotonic clock each process starts afresh. Before the fix,
-/// once the others had run for more than a proof's life, every proof between
-/// the restarted server and another was stale (ESTALE) for good. 32
+/// not on the monotonic clock each process starts afresh. On that clock,
+/// once the others have run for more than a proof's life, every proof between
+/// the restarted server and another is stale (ESTALE) for good. 32
 /// directories put entries on every server but with odds of 0.75^32.
 #[test]
 fn a_giraffa_server_restarted_alone_still_takes_proofs() {
@@ -271,7 +271,7 @@ fn a_giraffa_server_restarted_alone_still_takes_proofs() {
     let run = |v: Vec<String>| c.ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
     run(args("mkdir", ""));
     // The others' clocks must be more than a proof's life ahead of the
-    // restarted server's for the old bug to show.
+    // restarted server's for proofs on a per-process clock to go stale.
     std::thread::sleep(std::time::Duration::from_millis(3 * PROOF_LIFE_MS));
     kill_server(&c, 0);
     assert!(c.ok(&["up"]).contains("(1 started)"));

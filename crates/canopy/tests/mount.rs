@@ -431,10 +431,11 @@ fn a_path_max_relative_path_below_a_subdirectory() {
 #[test]
 fn create_without_excl_of_someone_elses_file_is_checked() {
     // The kernel sends CREATE (not LOOKUP + OPEN) when it believes the name is
-    // absent; if the file appears in between, the server used to hand it out with
-    // no permission check and the kernel, thinking it created the file, checked
-    // nothing either. Alice creates and removes a 0600 file on one mount while Bob
-    // opens the name O_CREAT|O_RDWR on another: Bob must never hold Alice's file.
+    // absent; if the file appears in between, the server must check permission
+    // before it hands the file out, since the kernel, thinking it created the
+    // file, checks nothing. Alice creates and removes a 0600 file on one mount
+    // while Bob opens the name O_CREAT|O_RDWR on another: Bob must never hold
+    // Alice's file.
     use std::os::unix::fs::OpenOptionsExt;
     let mut m = up_shared();
     let a = m.mount("a", &["--allow-other"]);
@@ -472,8 +473,9 @@ fn create_without_excl_of_someone_elses_file_is_checked() {
 
 /// The kernel's caches are shared by every user: with the default
 /// `default_permissions` the kernel checks each user's access to what it holds.
-/// Without it, Bob was served Alice's private attributes that root had looked up,
-/// and opened her FIFO (no open request reaches the mount for one).
+/// Without it, Bob would be served Alice's private attributes that root had
+/// looked up, and could open her FIFO (no open request reaches the mount for
+/// one).
 #[test]
 fn the_kernel_checks_permissions_on_what_it_caches() {
     let mut m = up_shared();
@@ -504,8 +506,8 @@ fn the_kernel_checks_permissions_on_what_it_caches() {
 }
 
 /// `readdirplus` answers attributes the kernel then serves for the attribute
-/// timeout; they used to be fetched as root, so a user who may list a directory
-/// but not search it (r without x) saw everything inside. Tested without
+/// timeout; they are not fetched as root, or a user who may list a directory
+/// but not search it (r without x) would see everything inside. Tested without
 /// `default_permissions`, where nothing else stands in the way.
 #[test]
 fn readdirplus_stats_children_as_the_caller() {
@@ -656,8 +658,9 @@ fn capabilities_held_in_another_user_namespace_do_not_count() {
 }
 
 /// execve(2) needs execute permission alone: a mode-0711 program runs for
-/// every user. The mount used to check read permission for the open the
-/// kernel makes of a program, as for open(2) for reading, and refused it.
+/// every user. The mount does not check read permission for the open the
+/// kernel makes of a program as for open(2) for reading, which would refuse
+/// it.
 #[test]
 fn a_program_runs_with_execute_permission_alone() {
     use std::os::unix::process::CommandExt;
@@ -675,8 +678,8 @@ fn a_program_runs_with_execute_permission_alone() {
 }
 
 /// A write by a non-owner to a setuid/setgid file succeeds and clears the bits,
-/// as on a local file system. The kernel used to ask for that with a chmod sent
-/// as the writer, which the server refused (EPERM): the write failed.
+/// as on a local file system. Left to the kernel, the clearing would be a chmod
+/// sent as the writer, which the server refuses (EPERM), failing the write.
 #[test]
 fn a_write_by_a_non_owner_clears_setuid_and_setgid() {
     use std::io::Write;
@@ -712,7 +715,7 @@ fn a_write_by_a_non_owner_clears_setuid_and_setgid() {
     assert_eq!(fs::read(&f).unwrap(), b"#!/bin/sh\necho\n# root\n");
 }
 
-/// Data requests are now checked against the file on the servers; the mount
+/// Data requests are checked against the file on the servers; the mount
 /// checks at open and sends them as root, so what open(2) allows still works:
 /// writing through a descriptor of a file created read-only, or chmodded since.
 #[test]
@@ -795,8 +798,8 @@ fn an_unreachable_cluster_is_eio_to_programs() {
 /// A directory whose files carry more inline contents than one frame can hold
 /// on each server (600 files of 60 KB, about 9 MB per server) is renamed
 /// whole, and every file reads back: migration is batched by bytes as well as
-/// by count (with 1,024 such files per batch it failed `EIO`, left to
-/// recovery, which failed the same way).
+/// by count (with 1,024 such files per batch it would fail `EIO`, left to
+/// recovery, which would fail the same way).
 #[test]
 fn renaming_a_directory_of_inline_files_larger_than_a_frame() {
     let mut m = up();

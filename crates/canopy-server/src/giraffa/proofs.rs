@@ -19,7 +19,8 @@
 //! server's wall clock (`Clock::wall_ms`). A proof's expiry is checked by
 //! another server, so it must be on a clock the servers share: on each
 //! process's monotonic clock, which starts afresh with the process, a server
-//! restarted alone found every proof of the others stale, and they its own.
+//! restarted alone would find every proof of the others stale, and they its
+//! own.
 
 use canopy_proto::auth::Key;
 use canopy_proto::giraffa::{DirProof, PROOF_LIFE_MS};
