@@ -1,0 +1,116 @@
+//! Recovery of an IndexFS transaction whose coordinator died, from the
+//! durable state its steps left.
+
+use super::*;
+
+impl IndexFs {
+    /// Recovers a dead coordinator's transaction from what the servers hold,
+    /// once they refuse its late steps (`revoke`), with steps of its own
+    /// (`txn`), which the next recoverer revokes in turn if this one dies.
+    pub(super) async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
+        let root = Creds::root();
+        if !matches!(intent, Intent::Retry { .. }) {
+            self.revoke(handed).await?;
+        }
+        let mine = txn.id;
+        match intent {
+            Intent::Link { .. } => self.recover_link(handed.was).await,
+            Intent::Mkdir { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                let name = p.name().unwrap_or_default();
+                let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+                let depth = p.components().count() as u32;
+                self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth, txn: Some(mine) }).await?;
+                Ok(())
+            }
+            Intent::Rmdir { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                let name = p.name().unwrap_or_default();
+                let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+                match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
+                    // The header is still there: undo (unseal).
+                    Ok(_) => self.unseal_all(child.id, mine).await,
+                    // Dropped on its home: the directory was empty and sealed;
+                    // finish (its other partitions, then its entry).
+                    Err(Errno::ENXIO) => {
+                        self.drop_all(child.id, true, mine).await?;
+                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.client_id, txn: Some(mine) };
+                        self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Intent::DirSetAttr { path } => {
+                let p = NsPath::parse(path)?;
+                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+                match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
+                    Some(l) => self.header_set_all(&l, mine).await,
+                    None => Ok(()),
+                }
+            }
+            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
+                let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+                self.cache().clear();
+                // A parent gone: neither name holds anything to finish.
+                let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
+                let was_dir = self.recover_dir_rename(&sp, &dp, mine).await?;
+                match intent {
+                    Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced, mine).await,
+                    _ if was_dir => Ok(()),
+                    _ => self.recover_file_rename(&sp, &dp, mine).await,
+                }
+            }
+            Intent::Retry { .. } => Ok(()),
+        }
+    }
+
+    /// A directory rename between servers that died after its insert (the
+    /// commit point) left one directory under both names: drop the source.
+    /// One that died before it may have sealed a directory it was to replace:
+    /// unseal it. False if the source is no directory (a file rename, or
+    /// nothing to do).
+    pub(super) async fn recover_dir_rename(&self, sp: &Place, dp: &Place, txn: u64) -> Res<bool> {
+        let (Some((sdir, sname)), Some((ddir, dname))) = (&sp.parent, &dp.parent) else { return Ok(false) };
+        let Some(src) = unless_absent(self.fresh_lookup(sdir.id, sname).await)? else { return Ok(false) };
+        if let Some(dst) = unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
+            if dst.id == src.id {
+                let commit = Request::IxRenameDirCommit { src: sp.at.clone(), id: src.id, client: self.client_id, txn: Some(txn) };
+                self.place_rpc(sp, &Creds::root(), commit).await?;
+            } else {
+                self.unseal_all(dst.id, txn).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The directory a rename was to replace, once the rename itself is
+    /// recovered: still named by the destination, the rename did not commit
+    /// and it is unsealed (if it was sealed); named no more, the rename
+    /// committed (it was sealed, and empty, before the insert) and its
+    /// partitions go, on every server since no bitmap is left to say where.
+    pub(super) async fn recover_replaced(&self, dp: &Place, replaced: u64, txn: u64) -> Res<()> {
+        let Some((ddir, dname)) = &dp.parent else { return Ok(()) };
+        match unless_absent(self.fresh_lookup(ddir.id, dname).await)? {
+            Some(l) if l.id == replaced => self.unseal_all(replaced, txn).await,
+            _ => self.drop_all(replaced, true, txn).await,
+        }
+    }
+
+    /// A file rename that died between inserting the destination and dropping
+    /// the source left one inode under both names: drop the source.
+    pub(super) async fn recover_file_rename(&self, sp: &Place, dp: &Place, txn: u64) -> Res<()> {
+        if let (Some(a), Some(b)) = (self.ino_at(sp).await?, self.ino_at(dp).await?) {
+            if a == b {
+                self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino: a, txn: Some(txn) }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The inode number of the file at `place`, if a server says there is one.
+    pub(super) async fn ino_at(&self, place: &Place) -> Res<Option<u64>> {
+        file_ino(self.place_rpc(place, &Creds::root(), Request::RecoveryStat { at: place.at.clone() }).await)
+    }
+}
