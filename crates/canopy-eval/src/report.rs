@@ -211,13 +211,19 @@ fn giraffa_note(r: &Results) -> &'static str {
     }
 }
 
+/// The four lessons' verdicts, for those the results hold both ShardFS and
+/// IndexFS for.
 pub fn lessons(r: &Results) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let (s, i) = ("shardfs", "indexfs");
-    if !(has(r, s) && has(r, i)) {
-        return out;
+    if !(has(r, "shardfs") && has(r, "indexfs")) {
+        return Vec::new();
     }
-    // Lesson 1: creates.
+    let (lo, hi) = (r.profile.scaling.first().copied().unwrap_or(8), r.profile.scaling.last().copied().unwrap_or(128));
+    [Some(lesson1(r)), Some(lesson2(r)), lesson3(r, lo, hi), lesson4(r, lo, hi)].into_iter().flatten().collect()
+}
+
+/// Lesson 1, creates (Figure 6a).
+fn lesson1(r: &Results) -> Verdict {
+    let (s, i) = ("shardfs", "indexfs");
     let mut checks = Vec::new();
     let mut ev = String::new();
     for t in TREES {
@@ -231,8 +237,12 @@ pub fn lessons(r: &Results) -> Vec<Verdict> {
         }
     }
     let giraffa_rule = if has(r, GIRAFFA) { " and Giraffa's load is more uneven than ShardFS's" } else { "" };
-    out.push(Verdict { lesson: LESSON1, verdict: verdict(&checks), evidence: format!("Figure 6a: {ev}Confirmed if ShardFS creates at least as fast on every tree{giraffa_rule}.{}", giraffa_note(r)) });
-    // Lesson 2: stats.
+    Verdict { lesson: LESSON1, verdict: verdict(&checks), evidence: format!("Figure 6a: {ev}Confirmed if ShardFS creates at least as fast on every tree{giraffa_rule}.{}", giraffa_note(r)) }
+}
+
+/// Lesson 2, stats (Figures 6b and 6c).
+fn lesson2(r: &Results) -> Verdict {
+    let (s, i) = ("shardfs", "indexfs");
     let mut checks = Vec::new();
     let mut ev = String::new();
     for phase in ["stat-uniform", "stat-zipfian"] {
@@ -256,17 +266,21 @@ pub fn lessons(r: &Results) -> Vec<Verdict> {
         }
     }
     let giraffa_rule = if has(r, GIRAFFA) { ", and Giraffa's stats, one RPC too, load the servers more unevenly than ShardFS's" } else { "" };
-    out.push(Verdict {
+    Verdict {
         lesson: LESSON2,
         verdict: verdict(&checks),
         evidence: format!("Figures 6b and 6c: {ev}Confirmed if ShardFS's stats are always exactly one RPC and IndexFS's cost more until its cache warms{giraffa_rule}.{}", giraffa_note(r)),
-    });
-    // Lesson 3: strong scaling.
-    let (lo, hi) = (r.profile.scaling.first().copied().unwrap_or(8), r.profile.scaling.last().copied().unwrap_or(128));
-    if let (Some(s_lo), Some(s_hi), Some(i_lo), Some(i_hi)) = (f7(r, s, "strong", lo), f7(r, s, "strong", hi), f7(r, i, "strong", lo), f7(r, i, "strong", hi)) {
+    }
+}
+
+/// Lesson 3, strong scaling (Figure 7a), from `lo` to `hi` servers.
+fn lesson3(r: &Results, lo: u32, hi: u32) -> Option<Verdict> {
+    let (s, i) = ("shardfs", "indexfs");
+    let (Some(s_lo), Some(s_hi), Some(i_lo), Some(i_hi)) = (f7(r, s, "strong", lo), f7(r, s, "strong", hi), f7(r, i, "strong", lo), f7(r, i, "strong", hi)) else { return None };
+    {
         let eff = |a: &Fig7Row, b: &Fig7Row| b.ops_per_sec_per_server / a.ops_per_sec_per_server.max(1e-9);
         let checks = [i_hi.load_cov > i_lo.load_cov, s_hi.rpc_amplification > s_lo.rpc_amplification, eff(s_lo, s_hi) < 1.0];
-        out.push(Verdict {
+        Some(Verdict {
             lesson: LESSON3,
             verdict: verdict(&checks),
             evidence: format!(
@@ -282,12 +296,17 @@ pub fn lessons(r: &Results) -> Vec<Verdict> {
                 eff(s_lo, s_hi),
                 eff(i_lo, i_hi)
             ),
-        });
+        })
     }
-    // Lesson 4: weak scaling.
-    if let (Some(s_lo), Some(s_hi), Some(i_lo), Some(i_hi)) = (f7(r, s, "weak", lo), f7(r, s, "weak", hi), f7(r, i, "weak", lo), f7(r, i, "weak", hi)) {
+}
+
+/// Lesson 4, weak scaling (Figure 7b), from `lo` to `hi` servers.
+fn lesson4(r: &Results, lo: u32, hi: u32) -> Option<Verdict> {
+    let (s, i) = ("shardfs", "indexfs");
+    let (Some(s_lo), Some(s_hi), Some(i_lo), Some(i_hi)) = (f7(r, s, "weak", lo), f7(r, s, "weak", hi), f7(r, i, "weak", lo), f7(r, i, "weak", hi)) else { return None };
+    {
         let (es, ei) = (weak_efficiency(s_lo, s_hi), weak_efficiency(i_lo, i_hi));
-        out.push(Verdict {
+        Some(Verdict {
             lesson: LESSON4,
             verdict: verdict(&[es >= 0.9, es >= ei]),
             evidence: format!(
@@ -302,9 +321,8 @@ pub fn lessons(r: &Results) -> Vec<Verdict> {
                     ""
                 }
             ),
-        });
+        })
     }
-    out
 }
 
 /// Throughput per server at the larger size over that at the smaller.

@@ -202,134 +202,190 @@ pub fn run(cmd: NsCmd, cluster: Option<&Path>, who: &Who) -> Result<ExitCode, St
 
 /// Runs the command; false if any part of it failed (already reported).
 pub async fn dispatch(client: &Client, cmd: NsCmd) -> Result<bool, String> {
-    let mut ok = true;
     match cmd {
-        NsCmd::Mkdir { parents, mode, paths } => {
-            let mode = parse_mode(&mode)?;
-            for p in paths.iter().map(|p| norm(p)) {
-                let r = if parents { mkdir_parents(client, &p, mode).await } else { client.mkdir(&p, mode).await.map(|_| ()) };
-                if let Err(e) = r {
-                    complain("cannot create directory", &p, e);
-                    ok = false;
-                }
-            }
-        }
-        NsCmd::Ls { long, directory, paths } => {
-            let paths = if paths.is_empty() { vec!["/".to_string()] } else { paths };
-            let many = paths.len() > 1;
-            for p in paths.iter().map(|p| norm(p)) {
-                if let Err(e) = ls(client, &p, long, directory, many).await {
-                    complain("cannot access", &p, e);
-                    ok = false;
-                }
-            }
-        }
-        NsCmd::Stat { paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
-                match client.stat(&p).await {
-                    Ok(a) => print_stat(&p, &a),
-                    Err(e) => {
-                        complain("cannot stat", &p, e);
-                        ok = false;
-                    }
-                }
-            }
-        }
-        NsCmd::Touch { paths } => {
-            for raw in &paths {
-                let p = norm(raw);
-                if names_a_directory(raw) {
-                    if let Err((what, e)) = touch_directory(client, &p).await {
-                        complain(what, raw, e);
-                        ok = false;
-                    }
-                    continue;
-                }
-                let r = match client.create(&p, 0o644).await {
-                    Err(Errno::EEXIST) => client.utimens(&p, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()),
-                    other => other.map(|_| ()),
-                };
-                if let Err(e) = r {
-                    complain("cannot touch", &p, e);
-                    ok = false;
-                }
-            }
-        }
-        NsCmd::Rm { recursive, force, dir, no_preserve_root, paths, .. } => {
-            for raw in &paths {
-                if let Some(refusal) = rm_refusal(raw, recursive, dir, !no_preserve_root) {
-                    report_refusal(raw, refusal);
-                    ok = false;
-                    continue;
-                }
-                let p = norm(raw);
-                match remove(client, &p, recursive, dir).await {
-                    Err(Errno::ENOENT) if force => {}
-                    Err(e) => {
-                        complain("cannot remove", &p, e);
-                        ok = false;
-                    }
-                    Ok(()) => {}
-                }
-            }
-        }
-        NsCmd::Rmdir { paths } => {
-            for p in paths.iter().map(|p| norm(p)) {
-                if let Err(e) = client.rmdir(&p).await {
-                    complain("failed to remove", &p, e);
-                    ok = false;
-                }
-            }
-        }
-        NsCmd::Mv { src, dst } => {
-            let (src, mut dst) = (norm(&src), norm(&dst));
-            if let Ok(a) = client.stat(&dst).await {
-                if a.kind == FileKind::Dir && src != dst {
-                    let name = src.rsplit('/').next().unwrap_or_default();
-                    dst = if dst == "/" { format!("/{name}") } else { format!("{dst}/{name}") };
-                }
-            }
-            if let Err(e) = client.rename(&src, &dst).await {
-                eprintln!("canopy: cannot move '{src}' to '{dst}': {e}");
-                ok = false;
-            }
-        }
-        NsCmd::Chmod { mode, paths } => {
-            let mode = parse_mode(&mode)?;
-            for p in paths.iter().map(|p| norm(p)) {
-                ok &= report_change("changing permissions of", &p, client.chmod(&p, mode).await);
-            }
-        }
-        NsCmd::Chown { owner, paths } => {
-            let (uid, gid) = parse_owner(&owner)?;
-            for p in paths.iter().map(|p| norm(p)) {
-                ok &= report_change("changing ownership of", &p, client.chown(&p, uid, gid).await);
-            }
-        }
-        NsCmd::Ln { symbolic, target, link } => {
-            let link = norm(&link);
-            let r = if symbolic { client.symlink(&target, &link).await } else { client.link(&norm(&target), &link).await };
-            if let Err(e) = r {
-                if symbolic {
-                    eprintln!("canopy: failed to create symbolic link '{link}': {e}");
-                } else {
-                    eprintln!("canopy: failed to create hard link '{link}' => '{}': {e}", norm(&target));
-                }
-                ok = false;
-            }
-        }
-        NsCmd::Tree { path } => {
-            let root = norm(path.as_deref().unwrap_or("/"));
-            println!("{root}");
-            let mut counts = (0u64, 0u64);
-            if let Err(e) = tree(client, &root, String::new(), &mut counts).await {
-                complain("cannot access", &root, e);
-                ok = false;
-            }
-            println!("\n{} directories, {} files", counts.0, counts.1);
+        NsCmd::Mkdir { parents, mode, paths } => mkdir(client, parents, &mode, &paths).await,
+        NsCmd::Ls { long, directory, paths } => Ok(ls_all(client, long, directory, paths).await),
+        NsCmd::Stat { paths } => Ok(stat_all(client, &paths).await),
+        NsCmd::Touch { paths } => Ok(touch(client, &paths).await),
+        NsCmd::Rm { recursive, force, dir, no_preserve_root, paths, .. } => Ok(rm(client, &paths, RmFlags { recursive, force, dir, preserve_root: !no_preserve_root }).await),
+        NsCmd::Rmdir { paths } => Ok(rmdir(client, &paths).await),
+        NsCmd::Mv { src, dst } => Ok(mv(client, &src, &dst).await),
+        NsCmd::Chmod { mode, paths } => chmod(client, &mode, &paths).await,
+        NsCmd::Chown { owner, paths } => chown(client, &owner, &paths).await,
+        NsCmd::Ln { symbolic, target, link } => Ok(ln(client, symbolic, &target, &link).await),
+        NsCmd::Tree { path } => Ok(tree_cmd(client, path.as_deref()).await),
+    }
+}
+
+/// `mkdir [-p] [-m MODE] PATH...`
+async fn mkdir(client: &Client, parents: bool, mode: &str, paths: &[String]) -> Result<bool, String> {
+    let mode = parse_mode(mode)?;
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        let r = if parents { mkdir_parents(client, &p, mode).await } else { client.mkdir(&p, mode).await.map(|_| ()) };
+        if let Err(e) = r {
+            complain("cannot create directory", &p, e);
+            ok = false;
         }
     }
     Ok(ok)
+}
+
+/// `ls [-l] [-d] [PATH...]`, `/` if none.
+async fn ls_all(client: &Client, long: bool, directory: bool, paths: Vec<String>) -> bool {
+    let paths = if paths.is_empty() { vec!["/".to_string()] } else { paths };
+    let many = paths.len() > 1;
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        if let Err(e) = ls(client, &p, long, directory, many).await {
+            complain("cannot access", &p, e);
+            ok = false;
+        }
+    }
+    ok
+}
+
+async fn stat_all(client: &Client, paths: &[String]) -> bool {
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        match client.stat(&p).await {
+            Ok(a) => print_stat(&p, &a),
+            Err(e) => {
+                complain("cannot stat", &p, e);
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+/// `touch PATH...`: creates, or sets an existing file's times to now.
+async fn touch(client: &Client, paths: &[String]) -> bool {
+    let mut ok = true;
+    for raw in paths {
+        let p = norm(raw);
+        if names_a_directory(raw) {
+            if let Err((what, e)) = touch_directory(client, &p).await {
+                complain(what, raw, e);
+                ok = false;
+            }
+            continue;
+        }
+        let r = match client.create(&p, 0o644).await {
+            Err(Errno::EEXIST) => client.utimens(&p, Some(TimeSet::Now), Some(TimeSet::Now)).await.map(|_| ()),
+            other => other.map(|_| ()),
+        };
+        if let Err(e) = r {
+            complain("cannot touch", &p, e);
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// What `rm` was asked to do beside its paths.
+struct RmFlags {
+    recursive: bool,
+    force: bool,
+    dir: bool,
+    preserve_root: bool,
+}
+
+/// `rm [-r] [-f] [-d] PATH...`, with coreutils' failsafes.
+async fn rm(client: &Client, paths: &[String], f: RmFlags) -> bool {
+    let mut ok = true;
+    for raw in paths {
+        if let Some(refusal) = rm_refusal(raw, f.recursive, f.dir, f.preserve_root) {
+            report_refusal(raw, refusal);
+            ok = false;
+            continue;
+        }
+        let p = norm(raw);
+        match remove(client, &p, f.recursive, f.dir).await {
+            Err(Errno::ENOENT) if f.force => {}
+            Err(e) => {
+                complain("cannot remove", &p, e);
+                ok = false;
+            }
+            Ok(()) => {}
+        }
+    }
+    ok
+}
+
+async fn rmdir(client: &Client, paths: &[String]) -> bool {
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        if let Err(e) = client.rmdir(&p).await {
+            complain("failed to remove", &p, e);
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// `mv SRC DST`: into DST if it is a directory.
+async fn mv(client: &Client, src: &str, dst: &str) -> bool {
+    let (src, mut dst) = (norm(src), norm(dst));
+    if let Ok(a) = client.stat(&dst).await {
+        if a.kind == FileKind::Dir && src != dst {
+            let name = src.rsplit('/').next().unwrap_or_default();
+            dst = if dst == "/" { format!("/{name}") } else { format!("{dst}/{name}") };
+        }
+    }
+    if let Err(e) = client.rename(&src, &dst).await {
+        eprintln!("canopy: cannot move '{src}' to '{dst}': {e}");
+        return false;
+    }
+    true
+}
+
+async fn chmod(client: &Client, mode: &str, paths: &[String]) -> Result<bool, String> {
+    let mode = parse_mode(mode)?;
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        ok &= report_change("changing permissions of", &p, client.chmod(&p, mode).await);
+    }
+    Ok(ok)
+}
+
+async fn chown(client: &Client, owner: &str, paths: &[String]) -> Result<bool, String> {
+    let (uid, gid) = parse_owner(owner)?;
+    let mut ok = true;
+    for p in paths.iter().map(|p| norm(p)) {
+        ok &= report_change("changing ownership of", &p, client.chown(&p, uid, gid).await);
+    }
+    Ok(ok)
+}
+
+/// `ln [-s] TARGET LINK`.
+async fn ln(client: &Client, symbolic: bool, target: &str, link: &str) -> bool {
+    let link = norm(link);
+    let r = if symbolic { client.symlink(target, &link).await } else { client.link(&norm(target), &link).await };
+    match r {
+        Ok(_) => true,
+        Err(e) if symbolic => {
+            eprintln!("canopy: failed to create symbolic link '{link}': {e}");
+            false
+        }
+        Err(e) => {
+            eprintln!("canopy: failed to create hard link '{link}' => '{}': {e}", norm(target));
+            false
+        }
+    }
+}
+
+/// `tree [PATH]`, with tree(1)'s counts at the end.
+async fn tree_cmd(client: &Client, path: Option<&str>) -> bool {
+    let root = norm(path.unwrap_or("/"));
+    println!("{root}");
+    let mut counts = (0u64, 0u64);
+    let r = tree(client, &root, String::new(), &mut counts).await;
+    if let Err(e) = &r {
+        complain("cannot access", &root, *e);
+    }
+    println!("\n{} directories, {} files", counts.0, counts.1);
+    r.is_ok()
 }
 
 /// Reports a failed chmod/chown as coreutils does: a path that cannot be reached

@@ -19,6 +19,19 @@ use canopy_proto::msg::{DirTimes, RenameDirStep};
 use canopy_proto::{Creds, Errno, Reply};
 use canopy_store::Batch;
 
+/// A directory rename as this server sees it once both names resolved: the
+/// source's parent, name and id, the destination's parent and name, the
+/// directory it replaces, and the moved directory's lookup state.
+struct Renaming {
+    sp: u64,
+    sname: String,
+    sid: u64,
+    dp: u64,
+    dname: String,
+    replaced: Option<u64>,
+    moved: canopy_proto::msg::DirLookup,
+}
+
 impl ShardFs {
     pub(crate) fn rename_dir(&self, core: &Core, creds: &Creds, src: &NsPath, dst: &NsPath, step: RenameDirStep) -> Result<Reply, Errno> {
         if src.is_root() || dst.is_root() {
@@ -36,54 +49,15 @@ impl ShardFs {
             RenameDirStep::Apply { txn, .. } => self.refuse_revoked(txn)?,
             RenameDirStep::Undo { .. } | RenameDirStep::Redo { .. } => {}
         }
-        let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
-            Located::Dir { parent, name, id } => (parent, name, id),
-            // The client checks before it knows what it renames: a file is
-            // renamed as one, under the fences just put up.
-            Located::File { .. } if matches!(step, RenameDirStep::Check { .. }) => return Ok(Reply::RenameOfFile),
-            Located::File { .. } => return Err(Errno::ENOTDIR),
-            _ => return Err(Errno::ENOENT),
+        let r = match self.resolve_rename(core, creds, src, dst, &step)? {
+            Ok(r) => r,
+            Err(answer) => return Ok(answer),
         };
-        let dst_at = self.locate_path(core, creds, dst)?;
-        // Only once both paths resolved (a missing or non-directory ancestor of the
-        // destination reports first, as on Linux).
-        if dst.is_within(src) && dst != src {
-            return Err(Errno::EINVAL);
-        }
-        let (dp, dname, replaced) = match dst_at {
-            Located::Dir { id, .. } if id == sid => return Ok(Reply::Unit),
-            Located::Dir { parent, name, id } => (parent, name, Some(id)),
-            Located::File { .. } => return Err(Errno::ENOTDIR),
-            Located::Absent { parent, name } => (parent, name, None),
-            Located::Root => return Err(Errno::EBUSY),
-        };
-        let sdir = self.dir_owner(sp)?;
-        let ddir = self.dir_owner(dp)?;
-        let moved = self.dir_lookup(sid)?;
-        perm::require_dir_write(creds, sdir)?;
-        perm::require_dir_write(creds, ddir)?;
-        perm::check_sticky(creds, sdir, moved.uid)?;
-        if sp != dp {
-            // Its ".." changes: POSIX asks for write permission on the moved directory.
-            perm::require(creds, perm::Owner::of_dir(&moved), true, access::W)?;
-        }
-        if let Some(did) = replaced {
-            let victim = self.dir_lookup(did)?;
-            perm::check_sticky(creds, ddir, victim.uid)?;
-            if self.has_subdirs(did) || !core.no_local_entries(did)? {
-                return Err(Errno::ENOTEMPTY);
-            }
-        }
-        // Objects are named and placed by their full path: one made longer than
-        // NS_PATH_MAX could be neither reached nor migrated.
-        let grows = dst.as_str().len().saturating_sub(src.as_str().len());
-        if grows > 0 && self.longest_below(core, sid)? + grows > NS_PATH_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
+        self.check_rename(core, creds, src, dst, &r)?;
         // `txn`: whose parked times move; `fenced`: whose fence must be up.
         let (times, unfence, txn, fenced) = match step {
             RenameDirStep::Check { .. } => {
-                return Ok(Reply::RenameChecked { below: self.anything_below(core, sid)?, times: core.load_dir_times(sid)? });
+                return Ok(Reply::RenameChecked { below: self.anything_below(core, r.sid)?, times: core.load_dir_times(r.sid)? });
             }
             RenameDirStep::Apply { times, unfence, txn } => (times, unfence, txn, txn),
             RenameDirStep::Undo { txn } => (None, None, Some(txn), Some(txn)),
@@ -95,16 +69,85 @@ impl ShardFs {
         if fenced.is_some_and(|t| !self.fences.is_up(t)) {
             return Err(Errno::ESTALE);
         }
+        self.apply_rename(core, &r, times, txn, src, dst)?;
+        let below = self.anything_below(core, r.sid)?;
+        if let (Some(txn), false) = (unfence, below) {
+            self.fences.unfence(txn);
+        }
+        Ok(Reply::RenameChecked { below, times: None })
+    }
+
+    /// Both names of a directory rename, resolved here; `Err(answer)` when
+    /// the step ends before anything is checked (a source that is a file,
+    /// met by the check step; a destination that already names the moved
+    /// directory).
+    fn resolve_rename(&self, core: &Core, creds: &Creds, src: &NsPath, dst: &NsPath, step: &RenameDirStep) -> Result<Result<Renaming, Reply>, Errno> {
+        let (sp, sname, sid) = match self.locate_path(core, creds, src)? {
+            Located::Dir { parent, name, id } => (parent, name, id),
+            // The client checks before it knows what it renames: a file is
+            // renamed as one, under the fences just put up.
+            Located::File { .. } if matches!(step, RenameDirStep::Check { .. }) => return Ok(Err(Reply::RenameOfFile)),
+            Located::File { .. } => return Err(Errno::ENOTDIR),
+            _ => return Err(Errno::ENOENT),
+        };
+        let dst_at = self.locate_path(core, creds, dst)?;
+        // Only once both paths resolved (a missing or non-directory ancestor of the
+        // destination reports first, as on Linux).
+        if dst.is_within(src) && dst != src {
+            return Err(Errno::EINVAL);
+        }
+        let (dp, dname, replaced) = match dst_at {
+            Located::Dir { id, .. } if id == sid => return Ok(Err(Reply::Unit)),
+            Located::Dir { parent, name, id } => (parent, name, Some(id)),
+            Located::File { .. } => return Err(Errno::ENOTDIR),
+            Located::Absent { parent, name } => (parent, name, None),
+            Located::Root => return Err(Errno::EBUSY),
+        };
+        let moved = self.dir_lookup(sid)?;
+        Ok(Ok(Renaming { sp, sname, sid, dp, dname, replaced, moved }))
+    }
+
+    /// The caller's rights to the rename, an empty directory it replaces,
+    /// and the length of every path it makes.
+    fn check_rename(&self, core: &Core, creds: &Creds, src: &NsPath, dst: &NsPath, r: &Renaming) -> Result<(), Errno> {
+        let sdir = self.dir_owner(r.sp)?;
+        let ddir = self.dir_owner(r.dp)?;
+        perm::require_dir_write(creds, sdir)?;
+        perm::require_dir_write(creds, ddir)?;
+        perm::check_sticky(creds, sdir, r.moved.uid)?;
+        if r.sp != r.dp {
+            // Its ".." changes: POSIX asks for write permission on the moved directory.
+            perm::require(creds, perm::Owner::of_dir(&r.moved), true, access::W)?;
+        }
+        if let Some(did) = r.replaced {
+            let victim = self.dir_lookup(did)?;
+            perm::check_sticky(creds, ddir, victim.uid)?;
+            if self.has_subdirs(did) || !core.no_local_entries(did)? {
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
+        // Objects are named and placed by their full path: one made longer than
+        // NS_PATH_MAX could be neither reached nor migrated.
+        let grows = dst.as_str().len().saturating_sub(src.as_str().len());
+        if grows > 0 && self.longest_below(core, r.sid)? + grows > NS_PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok(())
+    }
+
+    /// Writes the rename here (the moved directory's times as
+    /// [`ShardFs::move_times`] says) and makes the table follow.
+    fn apply_rename(&self, core: &Core, r: &Renaming, times: Option<DirTimes>, txn: Option<u64>, src: &NsPath, dst: &NsPath) -> Result<(), Errno> {
         let mut b = Batch::new();
-        b.delete(DIRS, keys::entry_key(sp, &sname));
-        if let Some(did) = replaced {
+        b.delete(DIRS, keys::entry_key(r.sp, &r.sname));
+        if let Some(did) = r.replaced {
             b.delete(DIRTIMES, keys::id_key(did).to_vec());
         }
-        b.put(DIRS, keys::entry_key(dp, &dname), keys::encode(&moved));
-        let parked = self.move_times(core, &mut b, sid, times, txn, src, dst)?;
+        b.put(DIRS, keys::entry_key(r.dp, &r.dname), keys::encode(&r.moved));
+        let parked = self.move_times(core, &mut b, r.sid, times, txn, src, dst)?;
         core.write(b)?;
         if let Some(txn) = parked {
-            self.parked.written(txn, sid);
+            self.parked.written(txn, r.sid);
             // An unfence that lifted the fence since the check above, without
             // the structure lock, may have found nothing parked yet.
             if !self.fences.is_up(txn) {
@@ -112,16 +155,11 @@ impl ShardFs {
             }
         }
         let mut table = self.table.write();
-        if let Some(did) = replaced {
+        if let Some(did) = r.replaced {
             table.remove(did);
         }
-        table.move_dir(sid, dp, &dname);
-        drop(table);
-        let below = self.anything_below(core, sid)?;
-        if let (Some(txn), false) = (unfence, below) {
-            self.fences.unfence(txn);
-        }
-        Ok(Reply::RenameChecked { below, times: None })
+        table.move_dir(r.sid, r.dp, &r.dname);
+        Ok(())
     }
 
     /// Whether this server may hold objects below directory `id` that a
