@@ -54,5 +54,5 @@ impl Private {
 /// A private store; `EBUSY` if another process (or a handle in this one not
 /// yet let go) keeps it open.
 fn open_store(dir: &Path, cfs: &[&'static str]) -> Result<RocksStore, Errno> {
-    RocksStore::open(dir, cfs, Durability::Wal).map_err(|e| if e.to_string().contains("lock") { Errno::EBUSY } else { Errno::EIO })
+    RocksStore::open(dir, cfs, Durability::Wal).map_err(|e| if matches!(e, canopy_store::StoreError::InUse(_)) { Errno::EBUSY } else { Errno::EIO })
 }

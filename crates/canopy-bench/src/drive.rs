@@ -21,9 +21,26 @@ pub(crate) struct Job {
     bar: ProgressBar,
 }
 
-/// One worker's loop over a job; returns its latencies in nanoseconds.
-pub(crate) async fn work<T: Target>(target: &T, job: &Job) -> Vec<u64> {
-    let mut lat = Vec::new();
+/// Latencies in nanoseconds, to three significant figures (HdrHistogram).
+pub type Latencies = hdrhistogram::Histogram<u64>;
+
+/// An empty [`Latencies`].
+pub fn latencies() -> Latencies {
+    Latencies::new(3).expect("3 significant figures is a valid precision")
+}
+
+/// [`Latencies`] of the samples `ns`.
+pub fn latencies_of(ns: &[u64]) -> Latencies {
+    let mut h = latencies();
+    for v in ns {
+        h.record(*v).expect("an auto-resizing histogram takes any value");
+    }
+    h
+}
+
+/// One worker's loop over a job; returns its latencies.
+pub(crate) async fn work<T: Target>(target: &T, job: &Job) -> Latencies {
+    let mut lat = latencies();
     loop {
         let i = job.next.fetch_add(1, Ordering::Relaxed);
         let Some(path) = job.paths.get(i) else { break };
@@ -31,7 +48,7 @@ pub(crate) async fn work<T: Target>(target: &T, job: &Job) -> Vec<u64> {
         if apply(target, job.op, path).await.is_err() {
             job.errors.fetch_add(1, Ordering::Relaxed);
         }
-        lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        lat.saturating_record(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
         if i.is_multiple_of(1024) {
             job.bar.set_position(i as u64);
         }
@@ -40,8 +57,7 @@ pub(crate) async fn work<T: Target>(target: &T, job: &Job) -> Vec<u64> {
 }
 
 pub struct Measured {
-    /// Nanoseconds, sorted.
-    pub latencies: Vec<u64>,
+    pub latencies: Latencies,
     pub errors: u64,
     pub seconds: f64,
 }
@@ -90,11 +106,10 @@ impl<T: Target> Workers<T> {
             Workers::Threads(pool) => pool.run(&job),
         };
         let seconds = start.elapsed().as_secs_f64();
-        let mut latencies = Vec::with_capacity(job.paths.len());
+        let mut latencies = latencies();
         for l in per_worker {
-            latencies.extend(l);
+            latencies.add(l).expect("histograms of one precision add up");
         }
-        latencies.sort_unstable();
         Measured { latencies, errors: job.errors.load(Ordering::Relaxed), seconds }
     }
 
@@ -115,15 +130,14 @@ impl<T: Target> Workers<T> {
         let bar = if progress { ProgressBar::new(step.ops() as u64) } else { ProgressBar::hidden() };
         bar.set_style(ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {per_sec}").expect("valid template").progress_chars("=> "));
         bar.set_message(step.phase.clone().unwrap_or_default());
-        let mut all = Measured { latencies: Vec::with_capacity(step.ops()), errors: 0, seconds: 0.0 };
+        let mut all = Measured { latencies: latencies(), errors: 0, seconds: 0.0 };
         for (op, paths) in &step.batches {
             let m = self.drive(*op, paths.clone(), &bar).await;
-            all.latencies.extend(m.latencies);
+            all.latencies.add(m.latencies).expect("histograms of one precision add up");
             all.errors += m.errors;
             all.seconds += m.seconds;
         }
         bar.finish_and_clear();
-        all.latencies.sort_unstable();
         all
     }
 }

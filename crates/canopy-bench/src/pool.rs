@@ -10,7 +10,7 @@ use std::thread::{self, JoinHandle};
 
 pub struct Pool {
     jobs: Vec<mpsc::Sender<Arc<Job>>>,
-    done: mpsc::Receiver<thread::Result<Vec<u64>>>,
+    done: mpsc::Receiver<thread::Result<crate::drive::Latencies>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -42,7 +42,7 @@ impl Pool {
     }
 
     /// Works on `job` with every thread; returns each one's latencies.
-    pub(crate) fn run(&self, job: &Arc<Job>) -> Vec<Vec<u64>> {
+    pub(crate) fn run(&self, job: &Arc<Job>) -> Vec<crate::drive::Latencies> {
         for tx in &self.jobs {
             tx.send(job.clone()).expect("bench threads outlive their pool");
         }

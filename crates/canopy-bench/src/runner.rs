@@ -142,7 +142,7 @@ async fn bulk_phase(clients: &[Client], workers: &Workers<Client>, dir: &str, fi
     if checked.errors > 0 {
         return Err(format!("{} of the {files} files made by the bulk create in {dir} cannot be stat'ed", checked.errors));
     }
-    let m = crate::drive::Measured { latencies: vec![(seconds * 1e9) as u64], errors: out.rejected.len() as u64, seconds };
+    let m = crate::drive::Measured { latencies: crate::drive::latencies_of(&[(seconds * 1e9) as u64]), errors: out.rejected.len() as u64, seconds };
     let mut phase = PhaseReport::new(BULK_PHASE.into(), files as u64, &m);
     phase.rpc = Some(figures(&sent, files as u64, &received, 0));
     Ok(phase)

@@ -31,16 +31,25 @@ pub use rocks::{rocksdb_build, RocksStore};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "store: {}", self.0)
-    }
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store has no such column family.
+    #[error("store: unknown column family {0}")]
+    UnknownFamily(String),
+    /// Another process, or another handle in this one, has the store open.
+    #[error("store: in use by another process or handle: {0}")]
+    InUse(String),
+    /// A table file to write or ingest is not one: keys out of order, none at
+    /// all, a file of something else, or a name already taken.
+    #[error("store: table: {0}")]
+    Table(String),
+    #[error("store: I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// What the engine (RocksDB) reported otherwise.
+    #[error("store: {0}")]
+    Engine(String),
 }
-
-impl std::error::Error for StoreError {}
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -221,6 +230,16 @@ mod tests {
     use super::*;
 
     const CF: &str = "t";
+
+    #[test]
+    fn errors_say_what_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = RocksStore::open(dir.path(), &[CF], Durability::Wal).unwrap();
+        assert!(matches!(RocksStore::open(dir.path(), &[CF], Durability::Wal), Err(StoreError::InUse(_))), "a second open of one store");
+        assert!(matches!(first.get("nope", b"k"), Err(StoreError::UnknownFamily(f)) if f == "nope"));
+        let mem = MemStore::new(&[CF]);
+        assert!(matches!(mem.get("nope", b"k"), Err(StoreError::UnknownFamily(_))));
+    }
 
     fn exercise(store: &dyn Store) {
         let mut b = Batch::new();

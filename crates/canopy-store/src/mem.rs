@@ -26,7 +26,7 @@ impl MemStore {
 }
 
 fn unknown(cf: &str) -> StoreError {
-    StoreError(format!("unknown column family {cf}"))
+    StoreError::UnknownFamily(cf.to_string())
 }
 
 fn range<'a>(t: &'a Table, prefix: &'a [u8], after: Option<&[u8]>) -> impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)> {
@@ -93,7 +93,7 @@ impl Store for MemStore {
         let mut n = 0u64;
         for (k, v) in pairs {
             if last.as_ref().is_some_and(|l| *l >= k) {
-                return Err(StoreError("table keys must be strictly increasing".into()));
+                return Err(StoreError::Table("table keys must be strictly increasing".into()));
             }
             for part in [&k, &v] {
                 out.extend_from_slice(&(part.len() as u32).to_be_bytes());
@@ -103,7 +103,7 @@ impl Store for MemStore {
             n += 1;
         }
         if n == 0 {
-            return Err(StoreError("a table needs at least one pair".into()));
+            return Err(StoreError::Table("a table needs at least one pair".into()));
         }
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(io)?;
         f.write_all(&out).map_err(io)?;
@@ -122,7 +122,7 @@ impl Store for MemStore {
 }
 
 fn io(e: std::io::Error) -> StoreError {
-    StoreError(e.to_string())
+    StoreError::Io(e)
 }
 
 fn visit(cfs: &HashMap<&'static str, Table>, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
@@ -139,7 +139,7 @@ fn visit(cfs: &HashMap<&'static str, Table>, cf: &'static str, prefix: &[u8], f:
 fn read_table(path: &Path) -> Result<Pairs> {
     let mut bytes = Vec::new();
     std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(io)?;
-    let bad = || StoreError(format!("{} is not a table file of this store", path.display()));
+    let bad = || StoreError::Table(format!("{} is not a table file of this store", path.display()));
     let mut rest = bytes.strip_prefix(&MAGIC[..]).ok_or_else(bad)?;
     let take = |rest: &mut &[u8]| -> Result<Vec<u8>> {
         let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(bad)?;

@@ -68,7 +68,13 @@ pub fn rocksdb_build() -> &'static str {
 }
 
 fn err(e: rocksdb::Error) -> StoreError {
-    StoreError(e.into_string())
+    // RocksDB refuses a second open of one store on its LOCK file.
+    let held = e.kind() == rocksdb::ErrorKind::IOError && e.as_ref().contains("lock");
+    if held {
+        StoreError::InUse(e.into_string())
+    } else {
+        StoreError::Engine(e.into_string())
+    }
 }
 
 impl RocksStore {
@@ -104,7 +110,7 @@ impl RocksStore {
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
-        self.db.cf_handle(name).ok_or_else(|| StoreError(format!("unknown column family {name}")))
+        self.db.cf_handle(name).ok_or_else(|| StoreError::UnknownFamily(name.to_string()))
     }
 }
 
@@ -289,7 +295,7 @@ fn visit(iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), 
 /// One SST file from strictly increasing pairs (SstFileWriter refuses others).
 fn write_sst(path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<u64> {
     if path.exists() {
-        return Err(StoreError(format!("{} exists", path.display())));
+        return Err(StoreError::Table(format!("{} exists", path.display())));
     }
     // The tables' own options: an ingested table gets the Bloom filter too.
     // Uncompressed: it is written once, read soon, and compacted (compressed)
@@ -304,7 +310,7 @@ fn write_sst(path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -
         n += 1;
     }
     if n == 0 {
-        return Err(StoreError("a table needs at least one pair".into()));
+        return Err(StoreError::Table("a table needs at least one pair".into()));
     }
     w.finish().map_err(err)?;
     Ok(n)
