@@ -345,7 +345,7 @@ pub async fn fig8(modes: &[&'static str], p: &Profile, progress: &Progress) -> R
             let o = run(&sim, &work, &format!("{what}: stats with chmods"), progress).await?;
             for (kind, op) in [(Kind::Stat, "stat"), (Kind::Chmod, "chmod")] {
                 let lat = o.latencies.get(&kind).cloned().unwrap_or_default();
-                let q = canopy_bench::report::Latency::of_sorted_ns(&lat);
+                let q = canopy_bench::report::Latency::of(&canopy_bench::drive::latencies_of(&lat));
                 rows.push(Fig8Row {
                     mode: mode.to_string(),
                     config: config.clone(),

@@ -163,16 +163,10 @@ fn lookup_id(name: &str, user: bool) -> Option<u32> {
     if let Ok(n) = name.parse::<u32>() {
         return (n != u32::MAX).then_some(n);
     }
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: getpwnam/getgrnam read the system databases; we copy the id out at once.
-    unsafe {
-        if user {
-            let p = libc::getpwnam(c.as_ptr());
-            (!p.is_null()).then(|| (*p).pw_uid)
-        } else {
-            let g = libc::getgrnam(c.as_ptr());
-            (!g.is_null()).then(|| (*g).gr_gid)
-        }
+    if user {
+        uzers::get_user_by_name(name).map(|u| u.uid())
+    } else {
+        uzers::get_group_by_name(name).map(|g| g.gid())
     }
 }
 
@@ -462,7 +456,7 @@ async fn ls(client: &Client, path: &str, long: bool, directory: bool, header: bo
     let attr = client.stat(path).await?;
     if attr.kind != FileKind::Dir || directory {
         let target = if attr.kind == FileKind::Symlink && long { client.readlink(path).await.ok() } else { None };
-        println!("{}", if long { format::long_line(&attr, path, target.as_deref()) } else { path.to_string() });
+        println!("{}", if long { format::long_line(&attr, &format::SystemNames, path, target.as_deref()) } else { path.to_string() });
         return Ok(());
     }
     if header {
@@ -473,7 +467,7 @@ async fn ls(client: &Client, path: &str, long: bool, directory: bool, header: bo
             let child = join(path, &e.name);
             let a = client.stat(&child).await?;
             let target = if a.kind == FileKind::Symlink { client.readlink(&child).await.ok() } else { None };
-            println!("{}", format::long_line(&a, &e.name, target.as_deref()));
+            println!("{}", format::long_line(&a, &format::SystemNames, &e.name, target.as_deref()));
         } else {
             println!("{}", e.name);
         }

@@ -54,14 +54,34 @@ pub fn time_string(ns: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// Names for user and group ids, as `ls -l` prints them: the system's name
+/// where it has one, else the number (as coreutils does).
+pub trait Names {
+    fn user(&self, uid: u32) -> String;
+    fn group(&self, gid: u32) -> String;
+}
+
+/// The system's user and group databases (passwd and group, through NSS).
+pub struct SystemNames;
+
+impl Names for SystemNames {
+    fn user(&self, uid: u32) -> String {
+        uzers::get_user_by_uid(uid).map_or_else(|| uid.to_string(), |u| u.name().to_string_lossy().into_owned())
+    }
+
+    fn group(&self, gid: u32) -> String {
+        uzers::get_group_by_gid(gid).map_or_else(|| gid.to_string(), |g| g.name().to_string_lossy().into_owned())
+    }
+}
+
 /// One `ls -l` line.
-pub fn long_line(a: &Attr, name: &str, target: Option<&str>) -> String {
+pub fn long_line(a: &Attr, names: &dyn Names, name: &str, target: Option<&str>) -> String {
     let mut line = format!(
-        "{} {:>3} {:>5} {:>5} {:>8} {} {name}",
+        "{} {:>3} {:>8} {:>8} {:>8} {} {name}",
         mode_string(a.kind, a.mode),
         a.nlink,
-        a.uid,
-        a.gid,
+        names.user(a.uid),
+        names.group(a.gid),
         a.size,
         &time_string(a.mtime)[..16]
     );
@@ -89,5 +109,26 @@ mod tests {
         assert_eq!(time_string(0), "1970-01-01 00:00:00");
         assert_eq!(time_string(951_782_400 * 1_000_000_000), "2000-02-29 00:00:00");
         assert_eq!(time_string(1_795_219_200 * 1_000_000_000 + 3_661_000_000_000), "2026-11-21 01:01:01");
+    }
+
+    /// Names some ids and not others, as a system's databases do.
+    struct Known;
+
+    impl Names for Known {
+        fn user(&self, uid: u32) -> String {
+            if uid == 0 { "root".into() } else { uid.to_string() }
+        }
+        fn group(&self, gid: u32) -> String {
+            if gid == 100 { "users".into() } else { gid.to_string() }
+        }
+    }
+
+    #[test]
+    fn a_long_line_names_owners_where_it_can_and_numbers_them_elsewhere() {
+        let a = Attr { ino: 1, kind: FileKind::File, mode: 0o640, uid: 0, gid: 4242, size: 7, nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+        assert_eq!(long_line(&a, &Known, "f", None), "-rw-r-----   1     root     4242        7 1970-01-01 00:00 f");
+        let l = Attr { kind: FileKind::Symlink, mode: 0o777, uid: 4242, gid: 100, ..a };
+        assert_eq!(long_line(&l, &Known, "l", Some("f")), "lrwxrwxrwx   1     4242    users        7 1970-01-01 00:00 l -> f");
+        assert_eq!(SystemNames.user(0), "root", "the system's database");
     }
 }
