@@ -149,7 +149,7 @@ fn replica_and_primary(i: &Intent) -> (u32, u32) {
 }
 
 async fn expected_trees(op: Op) -> (Tree, Tree) {
-    let clean = InProcCluster::memory(SERVERS);
+    let clean = InProcCluster::memory_manual("shardfs", SERVERS);
     let c = clean.client();
     populate(&c).await;
     let before = tree(&c).await;
@@ -160,12 +160,12 @@ async fn expected_trees(op: Op) -> (Tree, Tree) {
 /// A populated cluster where `op`'s coordinator died at `step` and its lease
 /// has run out; a root client of it.
 async fn died_at(op: Op, step: &Step) -> (InProcCluster, Client) {
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     populate(&root).await;
     let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
     assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN), "{op:?} dies at {step:?}");
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     (cluster, root)
 }
 
@@ -204,7 +204,7 @@ async fn every_step_of_every_transaction_recovers_to_all_or_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_conflicting_operation_triggers_recovery() {
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     populate(&root).await;
     let intent = Intent::Mkdir { path: "/a/new".into() };
@@ -214,7 +214,7 @@ async fn the_next_conflicting_operation_triggers_recovery() {
     // Half applied: one replica has it (fenced), not the primary, and the lock
     // service holds the record.
     assert!(!root.fsck().await.unwrap().is_clean());
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     let next = cluster.fresh_client();
     assert_eq!(next.mkdir("/a/new", 0o700).await.map(|a| a.mode & 0o777), Ok(0o700), "rolled back, then made anew");
     assert_eq!(next.counters().snapshot().recoveries, 1);
@@ -224,19 +224,19 @@ async fn the_next_conflicting_operation_triggers_recovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recoverer_that_dies_is_recovered_in_turn() {
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     populate(&root).await;
     let rename = Intent::Rename { src: "/a".into(), dst: "/moved".into() };
     let first = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(rename))), LEASE_MS);
     assert_eq!(first.rename("/a", "/moved").await, Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     // The second client takes the transaction over, then dies before finishing
     // its own mkdir (recovery itself completed; its own transaction did not).
     let mkdir = Intent::Mkdir { path: "/moved/x".into() };
     let second = cluster.client_with_hook(Arc::new(DieAt(Step::Locked(mkdir))), LEASE_MS);
     assert_eq!(second.mkdir("/moved/x", 0o755).await.map(|_| ()), Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1));
     assert_eq!(root.stat("/moved/sub/g3").await.map(|a| a.kind), Ok(FileKind::File));
     assert_fsck_clean(&root, "").await;
@@ -267,7 +267,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
             recovering.abort();
             release.add_permits(1);
             assert!(recovering.await.unwrap_err().is_cancelled());
-            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            cluster.pass(LEASE_MS as u64 + 100).await;
             assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{op:?} at {step:?}");
             assert_eq!(&tree(&root).await, want, "{op:?} died at {step:?}, then its first recoverer");
             assert_fsck_clean(&root, &format!("{op:?} at {step:?}")).await;
@@ -289,7 +289,7 @@ async fn a_recoverer_dead_right_after_its_revoke_leaves_the_transaction_to_the_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     // One file below, whose primary changes with the rename, to a server
@@ -305,7 +305,7 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
     let rename = Intent::Rename { src: "/d".into(), dst: dst.clone() };
     let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(rename))), LEASE_MS);
     assert_eq!(coordinator.rename("/d", &dst).await, Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
 
     let late = after_the_next_recoverer(&cluster, prim(&file), "Adopt", async {
         root.chmod(&file, 0o600).await.unwrap();
@@ -325,7 +325,7 @@ async fn a_dead_recoverers_late_migration_step_overwrites_nothing() {
 /// directory again on that replica alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_sync_makes_nothing() {
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     let replica = mkdir_of_p_d_left_to_recovery(&cluster).await;
     let late = after_the_next_recoverer(&cluster, replica, "DirSync", async {
@@ -349,7 +349,7 @@ async fn a_dead_recoverers_late_sync_makes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_recoverers_late_apply_moves_nothing() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     // Committed, but one server's apply failed: left to recovery, which
@@ -362,7 +362,7 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
     cluster.faults().refuse_next(behind, "RenameDir", Errno::EIO);
     release.add_permits(1);
     assert_eq!(renaming.await.unwrap(), Err(Errno::EIO));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
 
     let late = after_the_next_recoverer(&cluster, behind, "RenameDir", async {
         root.rename("/e", "/d").await.expect("renamed back once recovered");
@@ -384,7 +384,7 @@ async fn a_dead_recoverers_late_apply_moves_nothing() {
 /// (the kernel takes it for a stale handle and retries the lookup).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     let replica = mkdir_of_p_d_left_to_recovery(&cluster).await;
     let second = cluster.client_with_lease(LEASE_MS);
@@ -404,7 +404,7 @@ async fn an_operation_whose_recovery_was_taken_over_answers_for_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_links_late_insert_makes_no_name_and_answers_eio() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     root.create("/d/f", 0o644).await.unwrap();
@@ -424,7 +424,7 @@ async fn mkdir_of_p_d_left_to_recovery(cluster: &InProcCluster) -> u32 {
     let mkdir = Intent::Mkdir { path: "/p/d".into() };
     let coordinator = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(mkdir))), LEASE_MS);
     assert_eq!(coordinator.mkdir("/p/d", 0o755).await.map(drop), Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     let primary_of_d = primary(&NsPath::parse("/p/d").unwrap(), SERVERS);
     (0..SERVERS).find(|s| *s != primary_of_d).unwrap()
 }
@@ -452,7 +452,7 @@ async fn after_the_next_recoverer(cluster: &InProcCluster, server: u32, step: &'
 async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
     for shared_before in [false, true] {
-        let cluster = InProcCluster::memory(SERVERS);
+        let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
         let root = cluster.client();
         root.mkdir("/d", 0o755).await.unwrap();
         root.create("/d/f", 0o644).await.unwrap();
@@ -467,7 +467,7 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
         let at = Step::PrimaryDone(Intent::Link { src: src.clone(), dst: "/d/h".into() });
         let dying = cluster.client_with_hook(Arc::new(DieAt(at)), LEASE_MS);
         assert_eq!(dying.link(&src, "/d/h").await.map(drop), Err(Errno::ENOTCONN));
-        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+        cluster.pass(LEASE_MS as u64 + 100).await;
         assert_eq!(cluster.fresh_client().repair().await, Ok(1));
         assert_eq!(root.stat(&src).await.map(|a| a.nlink), Ok(names), "shared before: {shared_before}");
         assert_eq!(root.stat("/d/h").await.map(drop), Err(Errno::ENOENT));
@@ -483,7 +483,7 @@ async fn a_link_whose_coordinator_died_before_its_name_takes_its_count_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_commit_of_a_file_rename_leaves_a_name_made_since() {
     let prim = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
-    let cluster = InProcCluster::memory(SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let root = cluster.client();
     root.mkdir("/d", 0o755).await.unwrap();
     root.create("/d/f", 0o644).await.unwrap();

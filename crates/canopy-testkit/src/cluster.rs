@@ -15,7 +15,7 @@ use canopy_rpc::Transport;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
 use canopy_proto::auth::Identity;
-use canopy_proto::clock::SystemClock;
+use canopy_proto::clock::{ManualClock, SharedClock, SystemClock};
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
@@ -25,8 +25,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A root client of `mode` over `t`.
-fn root_client(mode: &str, t: Arc<dyn Transport>, opts: NsOptions) -> Client {
+/// A root client of `mode` over `t`, reading time from `clock` unless `opts`
+/// names another.
+fn root_client(mode: &str, t: Arc<dyn Transport>, mut opts: NsOptions, clock: &SharedClock) -> Client {
+    opts.clock.get_or_insert_with(|| clock.clone());
     Client::new(open_namespace(mode, t, opts).expect("a known mode"), Creds::root())
 }
 
@@ -38,6 +40,11 @@ pub struct InProcCluster {
     delegating: Vec<Arc<Delegating>>,
     client: Client,
     mode: &'static str,
+    /// What the servers, the lock service and the clients made here read time
+    /// from: the system's, or a test's manual clock.
+    clock: SharedClock,
+    /// That clock, if it is manual ([`InProcCluster::pass`] moves it).
+    manual: Option<Arc<ManualClock>>,
 }
 
 impl InProcCluster {
@@ -53,8 +60,39 @@ impl InProcCluster {
 
     /// `n` servers of `mode` over in-memory stores, with `opts`.
     pub fn memory_with(mode: &'static str, n: u32, opts: ModeOptions) -> InProcCluster {
+        InProcCluster::memory_on(mode, n, opts, SystemClock::shared())
+    }
+
+    /// `n` servers of `mode` over in-memory stores, all on a manual clock:
+    /// leases run out when the test calls [`InProcCluster::pass`], at once.
+    pub fn memory_manual(mode: &'static str, n: u32) -> InProcCluster {
+        let manual = ManualClock::new();
+        // Directory and file times start at a plausible date, not 1970.
+        manual.advance(1_800_000_000_000);
+        let mut c = InProcCluster::memory_on(mode, n, ModeOptions::default(), manual.clone());
+        c.manual = Some(manual);
+        c
+    }
+
+    /// Lets `ms` milliseconds pass for the cluster: on a manual clock, moved
+    /// at once; on the system's, waited out.
+    pub async fn pass(&self, ms: u64) {
+        match &self.manual {
+            Some(m) => {
+                m.advance(ms);
+                // What was waiting on time looks again.
+                tokio::task::yield_now().await;
+            }
+            None => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
+    /// `n` servers of `mode` over in-memory stores, with `opts`, every part
+    /// reading time from `clock` (a test's `ManualClock`: leases run out when
+    /// the test moves it, not in real time).
+    pub fn memory_on(mode: &'static str, n: u32, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
         let stores = (0..n).map(|_| Arc::new(MemStore::new(ALL_CFS)) as SharedStore).collect();
-        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)), opts)
+        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)), opts, clock)
     }
 
     /// `n` ShardFS servers over RocksDB stores under `dir`.
@@ -72,17 +110,17 @@ impl InProcCluster {
         let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
         // Cached as a daemon's store is, so the tests read through the cache.
         let stores = (0..n).map(|i| with_entry_cache(open(format!("server-{i}"), ALL_CFS), DEFAULT_ENTRY_CACHE_MIB)).collect();
-        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts)
+        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts, SystemClock::shared())
     }
 
-    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore, opts: ModeOptions) -> InProcCluster {
+    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
         let n = stores.len() as u32;
         let open = |i: usize, s: SharedStore| {
             let cfg = ServerConfig { index: i as u32, servers: n };
-            Arc::new(MetaServer::open_with(mode, cfg, s, SystemClock::shared(), opts).expect("open server"))
+            Arc::new(MetaServer::open_with(mode, cfg, s, clock.clone(), opts).expect("open server"))
         };
         let servers: Vec<Arc<MetaServer>> = stores.into_iter().enumerate().map(|(i, s)| open(i, s)).collect();
-        let lock = LockService::open(lock_store).expect("open lock service");
+        let lock = LockService::open_with_clock(lock_store, clock.clone()).expect("open lock service");
         // As `canopy server` does before it serves.
         let open = lock.transactions();
         for s in servers.iter().filter(|s| s.needs_open_transactions()) {
@@ -92,20 +130,20 @@ impl InProcCluster {
         let services: Vec<Arc<dyn Service>> = delegating.iter().map(|s| s.clone() as Arc<dyn Service>).collect();
         let inproc = Arc::new(InProcTransport::new(services, Arc::new(LockDaemon(lock.clone()))));
         for d in &delegating {
-            d.set_client(root_client(mode, inproc.clone(), NsOptions::default()));
+            d.set_client(root_client(mode, inproc.clone(), NsOptions::default(), &clock));
         }
         for s in &servers {
             s.start_background(inproc.clone());
         }
         let transport = Arc::new(FaultyTransport::new(inproc.clone()));
-        let client = root_client(mode, transport.clone(), NsOptions::default());
-        InProcCluster { servers, lock, transport, inproc, delegating, client, mode }
+        let client = root_client(mode, transport.clone(), NsOptions::default(), &clock);
+        InProcCluster { servers, lock, transport, inproc, delegating, client, mode, clock, manual: None }
     }
 
     /// A root client with its own counters that stops at each transaction step
     /// for `hook`, asking for leases of `lease_ms`.
     pub fn client_with_hook(&self, hook: Arc<dyn StepHook>, lease_ms: u32) -> Client {
-        root_client(self.mode, self.transport.clone(), NsOptions { hook: Some(hook), lease_ms: Some(lease_ms), ..NsOptions::default() })
+        root_client(self.mode, self.transport.clone(), NsOptions { hook: Some(hook), lease_ms: Some(lease_ms), ..NsOptions::default() }, &self.clock)
     }
 
     /// A root client with its own counters.
@@ -121,7 +159,7 @@ impl InProcCluster {
 
     /// A root client with its own counters, set up as `opts` says.
     pub fn client_with(&self, opts: NsOptions) -> Client {
-        root_client(self.mode, self.transport.clone(), opts)
+        root_client(self.mode, self.transport.clone(), opts, &self.clock)
     }
 
     /// This cluster's transport (with its faults), for callers that build their
@@ -139,7 +177,7 @@ impl InProcCluster {
     /// whatever they claim, and its operations are delegated to the servers.
     pub fn user_client(&self, creds: Creds) -> Client {
         let t = Arc::new(self.inproc.as_peer(Identity::User(creds.clone())));
-        let ns = open_namespace(self.mode, t, NsOptions { delegate: true, ..NsOptions::default() }).expect("a known mode");
+        let ns = open_namespace(self.mode, t, NsOptions { delegate: true, clock: Some(self.clock.clone()), ..NsOptions::default() }).expect("a known mode");
         Client::new(ns, creds)
     }
 
@@ -176,7 +214,7 @@ impl InProcCluster {
         let (mut held, release) = self.faults().hold_next(server, step);
         let running = tokio::spawn(op);
         tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
-        tokio::time::sleep(Duration::from_millis(lease_ms as u64 + 100)).await;
+        self.pass(lease_ms as u64 + 100).await;
         assert_eq!(self.fresh_client().repair().await, Ok(1), "the next recoverer finishes the transaction");
         meanwhile.await;
         release.add_permits(1);
