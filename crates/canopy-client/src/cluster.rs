@@ -35,6 +35,9 @@ pub struct ClusterFile {
     /// 2000 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_threshold: Option<u64>,
+    /// Giraffa: rows a region holds before it splits; 10,000,000 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_rows: Option<u64>,
     /// Where this file was read from (its key lies beside it); not stored.
     #[serde(skip)]
     pub path: PathBuf,

@@ -150,7 +150,7 @@ mod tests {
             seconds: 1.0,
             ops_per_sec: rpcs as f64,
             rpc: Some(RpcFigures { rpcs, rpc_amplification: 1.0, load_cov: 0.0, retries: 0, lock_waits: 0, cache_hits: 0, cache_misses: 0, lease_waits: 0, redirects: 0, lockd_rpcs }),
-            latency_us: Latency::of_sorted_ns(&[1]),
+            latency_us: Latency::of(&canopy_bench::drive::latencies_of(&[1])),
         };
         let mut report = BenchReport {
             mode: "shardfs".into(),

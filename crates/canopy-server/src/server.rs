@@ -92,14 +92,16 @@ impl MetaServer {
 
     /// [`MetaServer::open_mode`] with the mode's options.
     pub fn open_with(mode: &str, cfg: ServerConfig, store: SharedStore, clock: SharedClock, opts: ModeOptions) -> Result<MetaServer, String> {
+        let unknown = || format!("unknown namespace mode {mode:?}: this server knows {}", MODES.join(", "));
         if !MODES.contains(&mode) {
-            return Err(format!("unknown namespace mode {mode:?}: this server knows {}", MODES.join(", ")));
+            return Err(unknown());
         }
         let core = Core::open(cfg, store, clock, mode)?;
         let mode: Box<dyn Mode> = match mode {
+            "shardfs" => Box::new(crate::shardfs::ShardFs::open(&core)?),
             "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease, opts.split_threshold)?),
             "giraffa" => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(opts.proof_key), opts.region_rows)?),
-            _ => Box::new(crate::shardfs::ShardFs::open(&core)?),
+            _ => return Err(unknown()),
         };
         Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })
     }

@@ -193,9 +193,10 @@ fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, 
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let store = with_entry_cache(store, args.entry_cache_mib);
     let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
+    let region_rows = cluster.region_rows.unwrap_or(canopy_server::giraffa::DEFAULT_REGION_ROWS);
     // Giraffa's directory proofs: every server derives the same key.
     let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
-    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, proof_key, ..ModeOptions::default() })?))
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, region_rows, proof_key })?))
 }
 
 /// A daemon's store directory is its user's alone (it holds other users'

@@ -333,6 +333,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         lockd,
         lease: lease.map(str::to_string),
         split_threshold: tuning.split_threshold,
+        region_rows: None,
         path: file.clone(),
     };
     c.save(&file)?;
