@@ -16,7 +16,7 @@ use canopy_proto::clock::SystemClock;
 use canopy_proto::{Creds, Errno};
 use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::ALL_CFS;
-use canopy_server::{MetaServer, ModeOptions, ServerConfig};
+use canopy_server::{random_proof_key, MetaServer, ModeOptions, ServerConfig};
 use canopy_store::{Durability, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ impl Private {
     pub fn open(dir: &Path, locks: &Path, owner: Creds) -> Result<Private, Errno> {
         let store: SharedStore = Arc::new(open_store(dir, ALL_CFS)?);
         let cfg = ServerConfig { index: 0, servers: 1 };
-        let server = Arc::new(MetaServer::open_with("shardfs", cfg, store.clone(), SystemClock::shared(), ModeOptions::default()).map_err(|_| Errno::EIO)?);
+        let server = Arc::new(MetaServer::open_with(&ModeOptions::Shardfs, cfg, store.clone(), SystemClock::shared(), random_proof_key()).map_err(|_| Errno::EIO)?);
         let lock = LockService::open(Arc::new(open_store(locks, LOCK_CFS)?)).map_err(|_| Errno::EIO)?;
         if server.needs_open_transactions() {
             server.open_transactions(&lock.transactions()).map_err(|_| Errno::EIO)?;

@@ -5,7 +5,7 @@
 
 use crate::plan::Step;
 use crate::pool::Pool;
-use crate::target::{apply, Target};
+use crate::target::{apply, BenchTarget};
 use crate::workload::Op;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -39,7 +39,7 @@ pub fn latencies_of(ns: &[u64]) -> Latencies {
 }
 
 /// One worker's loop over a job; returns its latencies.
-pub(crate) async fn work<T: Target>(target: &T, job: &Job) -> Latencies {
+pub(crate) async fn work<T: BenchTarget>(target: &T, job: &Job) -> Latencies {
     let mut lat = latencies();
     loop {
         let i = job.next.fetch_add(1, Ordering::Relaxed);
@@ -63,7 +63,7 @@ pub struct Measured {
 }
 
 /// Where the workers run.
-pub enum Workers<T: Target> {
+pub enum Workers<T: BenchTarget> {
     /// A tokio task per handle, spawned for each batch (tasks are cheap), for
     /// targets whose operations wait on the network. Driven inside a tokio runtime.
     Tasks(Vec<T>),
@@ -73,7 +73,7 @@ pub enum Workers<T: Target> {
     Threads(Pool),
 }
 
-impl<T: Target> Workers<T> {
+impl<T: BenchTarget> Workers<T> {
     /// A worker per handle in `targets`.
     pub fn tasks(targets: Vec<T>) -> Workers<T> {
         Workers::Tasks(targets)

@@ -3,7 +3,7 @@
 //! the shared worker loop, reports its latencies and waits for the next.
 
 use crate::drive::{work, Job};
-use crate::target::Target;
+use crate::target::BenchTarget;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
@@ -16,7 +16,7 @@ pub struct Pool {
 
 impl Pool {
     /// A thread per handle in `targets`.
-    pub fn new<T: Target>(targets: Vec<T>) -> Result<Pool, String> {
+    pub fn new<T: BenchTarget>(targets: Vec<T>) -> Result<Pool, String> {
         let (done_tx, done) = mpsc::channel();
         let mut pool = Pool { jobs: Vec::new(), done, threads: Vec::new() };
         for (i, target) in targets.into_iter().enumerate() {

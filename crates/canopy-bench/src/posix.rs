@@ -7,7 +7,7 @@ use crate::drive::Workers;
 use crate::plan::plan;
 use crate::report::PhaseReport;
 use crate::runner::BenchConfig;
-use crate::target::Target;
+use crate::target::BenchTarget;
 use crate::workload::Tree;
 use std::fs::{self, DirBuilder, OpenOptions, Permissions};
 use std::io;
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy)]
 pub struct Posix;
 
-impl Target for Posix {
+impl BenchTarget for Posix {
     async fn mkdir(&self, path: &str, mode: u32) -> io::Result<()> {
         DirBuilder::new().mode(mode).create(path)
     }

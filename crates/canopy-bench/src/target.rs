@@ -11,7 +11,7 @@ use std::io;
 
 /// The six operations of the bench's phases. Every worker has its own handle, so
 /// a handle is cheap to clone.
-pub trait Target: Clone + Send + Sync + 'static {
+pub trait BenchTarget: Clone + Send + Sync + 'static {
     fn mkdir(&self, path: &str, mode: u32) -> impl Future<Output = io::Result<()>> + Send;
     /// An exclusive create (`O_CREAT | O_EXCL`): an existing file is an error.
     fn create(&self, path: &str, mode: u32) -> impl Future<Output = io::Result<()>> + Send;
@@ -23,7 +23,7 @@ pub trait Target: Clone + Send + Sync + 'static {
 }
 
 /// Does `op` to `path`.
-pub async fn apply<T: Target>(target: &T, op: Op, path: &str) -> io::Result<()> {
+pub async fn apply<T: BenchTarget>(target: &T, op: Op, path: &str) -> io::Result<()> {
     match op {
         Op::Mkdir => target.mkdir(path, DIR_MODE).await,
         Op::Create => target.create(path, FILE_MODE).await,
@@ -40,7 +40,7 @@ fn os_error(e: Errno) -> io::Error {
 
 // `Client::mkdir(self, ...)` and the like name the client's own (inherent)
 // methods, which Rust picks over the trait's.
-impl Target for Client {
+impl BenchTarget for Client {
     async fn mkdir(&self, path: &str, mode: u32) -> io::Result<()> {
         Client::mkdir(self, path, mode).await.map(drop).map_err(os_error)
     }

@@ -2,6 +2,7 @@
 //! cluster, so the runner's Canopy figures (RPCs, load, retries) stay measured.
 
 use canopy_bench::{run, BenchConfig};
+use canopy_proto::modes::{IndexFsOptions, ModeOptions};
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,8 +79,8 @@ async fn the_rmdir_phase_removes_the_tree_below_its_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bulk_phase_makes_every_file_across_a_splitting_directory() {
-    let opts = canopy_server::ModeOptions { split_threshold: 50, ..Default::default() };
-    let cluster = InProcCluster::memory_with("indexfs", 3, opts);
+    let opts = IndexFsOptions { split_threshold: 50, ..IndexFsOptions::default() };
+    let cluster = InProcCluster::memory_with(3, ModeOptions::Indexfs(opts));
     let clients = vec![cluster.fresh_client(), cluster.fresh_client()];
     let cfg = BenchConfig { clients: 2, inflight: 4, files: 3000, phases: vec!["bulk-create".into()], ..BenchConfig::default() };
     let report = run(clients, &cfg).await.unwrap();

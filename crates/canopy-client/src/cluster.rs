@@ -7,37 +7,23 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The namespace modes this build serves.
-pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
+pub use canopy_proto::modes::{ModeOptions, MODES};
 
 /// `mode` if this build serves it, else an error naming the ones it does.
 pub fn check_mode(mode: &str) -> Result<(), String> {
-    if MODES.contains(&mode) {
-        Ok(())
-    } else {
-        Err(format!("unknown namespace mode {mode:?}: this build knows {}", MODES.join(", ")))
-    }
+    ModeOptions::named(mode).map(|_| ())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterFile {
-    /// Namespace strategy the cluster runs.
-    pub mode: String,
+    /// The namespace mode the cluster runs (the `mode` field) and its options
+    /// (fields beside it; defaults where absent).
+    #[serde(flatten)]
+    pub mode: ModeOptions,
     /// Metadata servers, by index: `host:port`.
     pub servers: Vec<String>,
     /// The lock service: `host:port`.
     pub lockd: String,
-    /// IndexFS: the lookup lease policy (`fixed[:MS]`, `depth[:K_MS]`,
-    /// `rate[:L_MS]`); `fixed:1000` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<String>,
-    /// IndexFS: entries a directory partition holds before it splits (GIGA+);
-    /// 2000 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split_threshold: Option<u64>,
-    /// Giraffa: rows a region holds before it splits; 10,000,000 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region_rows: Option<u64>,
     /// Where this file was read from (its key lies beside it); not stored.
     #[serde(skip)]
     pub path: PathBuf,
@@ -46,9 +32,14 @@ pub struct ClusterFile {
 impl ClusterFile {
     pub fn load(path: &Path) -> Result<ClusterFile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
-        let mut c: ClusterFile = serde_json::from_str(&text).map_err(|e| format!("bad cluster file {}: {e}", path.display()))?;
+        let bad = |e: serde_json::Error| format!("bad cluster file {}: {e}", path.display());
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(bad)?;
+        // An unknown mode is named with the known ones, not as serde's variant.
+        if let Some(mode) = value.get("mode").and_then(|m| m.as_str()) {
+            check_mode(mode).map_err(|e| format!("cluster file {}: {e}", path.display()))?;
+        }
+        let mut c: ClusterFile = serde_json::from_value(value).map_err(bad)?;
         c.path = path.to_path_buf();
-        check_mode(&c.mode).map_err(|e| format!("cluster file {}: {e}", path.display()))?;
         if c.servers.is_empty() {
             return Err(format!("cluster file {} lists no servers", path.display()));
         }
@@ -81,4 +72,38 @@ pub fn find(explicit: Option<&Path>) -> PathBuf {
         return PathBuf::from(p);
     }
     default_dir().join("cluster.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::modes::{GiraffaOptions, IndexFsOptions, LeasePolicy};
+
+    fn read(text: &str) -> Result<ClusterFile, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_modes_options_sit_beside_its_name_with_defaults_where_absent() {
+        let c = read(r#"{"mode": "indexfs", "servers": ["a"], "lockd": "l", "lease": "depth:400"}"#).unwrap();
+        assert_eq!(c.mode, ModeOptions::Indexfs(IndexFsOptions { lease: LeasePolicy::Depth { k_ms: 400 }, ..IndexFsOptions::default() }));
+        let c = read(r#"{"mode": "giraffa", "servers": ["a"], "lockd": "l", "region_rows": 40}"#).unwrap();
+        assert_eq!(c.mode, ModeOptions::Giraffa(GiraffaOptions { region_rows: 40 }));
+        assert_eq!(read(r#"{"mode": "shardfs", "servers": ["a"], "lockd": "l"}"#).unwrap().mode, ModeOptions::Shardfs);
+    }
+
+    #[test]
+    fn a_cluster_file_reads_back_as_written() {
+        let mode = ModeOptions::Indexfs(IndexFsOptions { lease: LeasePolicy::Rate { l_ms: 9 }, split_threshold: 4 });
+        let c = ClusterFile { mode, servers: vec!["a".into(), "b".into()], lockd: "l".into(), path: PathBuf::new() };
+        assert_eq!(read(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn an_unknown_mode_or_a_bad_option_is_refused_by_name() {
+        let err = read(r#"{"mode": "nfs", "servers": ["a"], "lockd": "l"}"#).unwrap_err();
+        assert!(err.contains("nfs") && err.contains("giraffa"), "{err}");
+        let err = read(r#"{"mode": "indexfs", "servers": ["a"], "lockd": "l", "lease": "forever"}"#).unwrap_err();
+        assert!(err.contains("forever"), "{err}");
+    }
 }

@@ -10,7 +10,7 @@ use crate::namespace::Res;
 use crate::touches::DirTouches;
 use crate::txn::{Handed, StepHook};
 use canopy_proto::{Creds, Errno, Reply, Request};
-use canopy_rpc::{Target, Transport};
+use canopy_rpc::{Daemon, Transport};
 use futures::future::join_all;
 use canopy_proto::clock::{SharedClock, SystemClock};
 use std::sync::Mutex;
@@ -99,7 +99,7 @@ impl ClientCore {
             return Err(Errno::ENOTCONN);
         }
         self.counters.sent_to_server(server);
-        self.t.call(Target::Server(server), c, req).await
+        self.t.call(Daemon::Server(server), c, req).await
     }
 
     /// Sends an update whose answer nobody acts on (a replica's unfence)
@@ -111,7 +111,7 @@ impl ClientCore {
         if self.is_dead() {
             return;
         }
-        sent_counted(&self.counters, server, what, self.t.post_soon(Target::Server(server), c, req)).await;
+        sent_counted(&self.counters, server, what, self.t.post_soon(Daemon::Server(server), c, req)).await;
     }
 
     /// The same request (made per server by `req`) to each of `servers`, in parallel.
@@ -146,7 +146,7 @@ impl ClientCore {
 /// Posts `req` to `server` (see [`Transport::post`]), counted as one RPC
 /// sent to it; a failure to send is logged, naming `what`.
 pub(crate) async fn post_counted(t: &dyn Transport, counters: &ClientCounters, server: u32, c: &Creds, req: Request, what: impl FnOnce() -> String) {
-    sent_counted(counters, server, what, t.post(Target::Server(server), c, req)).await;
+    sent_counted(counters, server, what, t.post(Daemon::Server(server), c, req)).await;
 }
 
 /// Counts one RPC sent to `server`, then awaits `send` (a post: only

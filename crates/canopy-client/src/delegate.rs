@@ -20,7 +20,7 @@ use canopy_proto::msg::{IfExists, NsCall, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, FileKind, Reply, Request, SetAttr};
-use canopy_rpc::{Handled, Service, Target, Transport};
+use canopy_rpc::{Handled, Service, Daemon, Transport};
 use futures::future::BoxFuture;
 use std::sync::{Arc, RwLock};
 
@@ -46,7 +46,7 @@ impl Delegated {
         // by any server with the errno the caller would get without delegation.
         let server = self.sticky.unwrap_or_else(|| NsPath::parse(call.path()).map_or(0, |p| placement::primary(&p, self.t.servers())));
         self.direct.counters().sent_to_server(server);
-        self.t.call(Target::Server(server), c, Request::Delegate { call }).await
+        self.t.call(Daemon::Server(server), c, Request::Delegate { call }).await
     }
 
     async fn attr(&self, c: &Creds, call: NsCall) -> Res<Attr> {
@@ -107,7 +107,7 @@ impl Namespace for Delegated {
     fn readlink<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<String>> {
         Box::pin(async move {
             match self.delegate(c, NsCall::Readlink { path: s(path) }).await? {
-                Reply::Target(t) => Ok(t),
+                Reply::LinkTarget(t) => Ok(t),
                 other => Err(unexpected(other)),
             }
         })
@@ -248,7 +248,7 @@ async fn run(c: &Client, call: NsCall) -> Res<Reply> {
         NsCall::Rename { src, dst } => ns.rename(who, &src, &dst).await.map(|_| Reply::Unit)?,
         NsCall::SetAttr { path, set } => attr(ns.setattr(who, &path, &set).await?),
         NsCall::Symlink { target, path } => attr(ns.symlink(who, &target, &path).await?),
-        NsCall::Readlink { path } => Reply::Target(ns.readlink(who, &path).await?),
+        NsCall::Readlink { path } => Reply::LinkTarget(ns.readlink(who, &path).await?),
         NsCall::Link { src, dst } => attr(ns.link(who, &src, &dst).await?),
         NsCall::Access { path, mask } => ns.access(who, &path, mask).await.map(|_| Reply::Unit)?,
         NsCall::ReadData { path, offset, len } => match ns.read_data(who, &path, offset, len).await? {

@@ -2,7 +2,7 @@
 //! the mount, the bench, the test kit) asks for a `Namespace` by mode name and
 //! never names a mode's type.
 
-use crate::cluster;
+use crate::cluster::ModeOptions;
 use crate::core::NsOptions;
 use crate::delegate::Delegated;
 use crate::namespace::Namespace;
@@ -15,12 +15,10 @@ use std::sync::Arc;
 /// The namespace client of mode `mode` over `t`, set up as `opts` says; an
 /// unknown mode is an error naming the known ones.
 pub fn open_namespace(mode: &str, t: Arc<dyn Transport>, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
-    cluster::check_mode(mode)?;
-    let direct: Arc<dyn Namespace> = match mode {
-        "shardfs" => Arc::new(ShardFs::open(t.clone(), &opts)),
-        "indexfs" => Arc::new(IndexFs::open(t.clone(), &opts)),
-        "giraffa" => Arc::new(Giraffa::open(t.clone(), &opts)),
-        other => return Err(format!("mode {other} has no client in this build")),
+    let direct: Arc<dyn Namespace> = match ModeOptions::named(mode)? {
+        ModeOptions::Shardfs => Arc::new(ShardFs::open(t.clone(), &opts)),
+        ModeOptions::Indexfs(_) => Arc::new(IndexFs::open(t.clone(), &opts)),
+        ModeOptions::Giraffa(_) => Arc::new(Giraffa::open(t.clone(), &opts)),
     };
     // IndexFS: every delegated operation of this client to one server, picked
     // at random, so its lookups and its mutations share one cache.

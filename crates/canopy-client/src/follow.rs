@@ -11,7 +11,7 @@ use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
 use canopy_proto::msg::{FsckReport, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Fid, Reply, Request};
-use canopy_rpc::Target;
+use canopy_rpc::Daemon;
 
 /// How a link's steps failed ([`ClientCore::link_steps`]).
 #[derive(Debug)]
@@ -266,7 +266,7 @@ impl ClientCore {
 
     pub(crate) async fn list_txns(&self) -> Res<Vec<canopy_proto::msg::TxnInfo>> {
         self.counters.sent_to_lockd();
-        match self.t.call(Target::Lockd, &Creds::root(), Request::ListTxns).await? {
+        match self.t.call(Daemon::Lockd, &Creds::root(), Request::ListTxns).await? {
             Reply::Txns(t) => Ok(t),
             other => Err(unexpected(other)),
         }

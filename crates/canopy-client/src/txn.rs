@@ -8,7 +8,7 @@ use crate::core::{unexpected, ClientCore};
 use crate::namespace::Res;
 use canopy_proto::msg::{Intent, LockMode};
 use canopy_proto::{Creds, Errno, Reply, Request};
-use canopy_rpc::Target;
+use canopy_rpc::Daemon;
 use futures::future::BoxFuture;
 use std::sync::atomic::Ordering;
 
@@ -201,7 +201,7 @@ impl ClientCore {
             self.counters.sent_to_lockd();
             let req = Request::Lock { locks: locks.clone(), intent: intent.clone(), lease_ms: self.lease_ms, wait_ms: LOCK_WAIT_MS };
             let asked = self.clock.now_ms();
-            match self.t.call(Target::Lockd, &Creds::root(), req).await? {
+            match self.t.call(Daemon::Lockd, &Creds::root(), req).await? {
                 Reply::Locked { txn, ticket, waited } => {
                     if waited {
                         self.counters.waited_for_lock();
@@ -255,7 +255,7 @@ impl ClientCore {
         }
         self.counters.sent_to_lockd();
         let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: 1 };
-        matches!(self.t.call(Target::Lockd, &Creds::root(), req).await, Err(Errno::ESTALE))
+        matches!(self.t.call(Daemon::Lockd, &Creds::root(), req).await, Err(Errno::ESTALE))
     }
 
     /// Replaces `txn`'s intent at the lock service with `intent`, which says
@@ -267,7 +267,7 @@ impl ClientCore {
             return Err(Errno::ENOTCONN);
         }
         self.counters.sent_to_lockd();
-        match self.t.call(Target::Lockd, &Creds::root(), Request::Amend { txn: txn.id, ticket: txn.ticket, intent }).await? {
+        match self.t.call(Daemon::Lockd, &Creds::root(), Request::Amend { txn: txn.id, ticket: txn.ticket, intent }).await? {
             Reply::Unit => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -289,7 +289,7 @@ impl ClientCore {
             return;
         }
         self.counters.sent_to_lockd();
-        if let Err(e) = self.t.post_soon(Target::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
+        if let Err(e) = self.t.post_soon(Daemon::Lockd, &Creds::root(), Request::Unlock { txn: txn.id, ticket: txn.ticket }).await {
             eprintln!("canopy-client: unlock of transaction {} failed: {e}; its lease will expire", txn.id);
         }
     }
@@ -325,7 +325,7 @@ impl ClientCore {
         }
         self.counters.sent_to_lockd();
         let req = Request::Renew { txn: txn.id, ticket: txn.ticket, lease_ms: self.lease_ms };
-        self.t.call(Target::Lockd, &Creds::root(), req).await?;
+        self.t.call(Daemon::Lockd, &Creds::root(), req).await?;
         self.lease_granted(txn.id, now);
         Ok(())
     }
@@ -367,7 +367,7 @@ mod tests {
             1
         }
 
-        fn call<'a>(&'a self, _: Target, _: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+        fn call<'a>(&'a self, _: Daemon, _: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
             let reply = match req {
                 Request::Lock { .. } => Ok(Reply::Locked { txn: 9, ticket: 1, waited: false }),
                 Request::Renew { .. } => {

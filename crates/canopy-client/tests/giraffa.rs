@@ -10,7 +10,7 @@ use canopy_proto::giraffa::{self, DirProof};
 use canopy_proto::msg::{IfExists, Intent, NewKind};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
-use canopy_rpc::Target;
+use canopy_rpc::Daemon;
 use canopy_testkit::hooks::DieAt;
 use canopy_testkit::tree::tree;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
@@ -67,7 +67,7 @@ async fn a_forged_or_misdirected_proof_is_refused() {
     let t = cluster.transport();
     let bob = Creds { uid: 2000, gid: 2000, groups: vec![] };
     let dir = NsPath::parse("/ro").unwrap();
-    let proof = match t.call(Target::Server(giraffa::row_server(&dir, SERVERS)), &bob, Request::GfProof { path: "/ro".into(), adds: true }).await.unwrap() {
+    let proof = match t.call(Daemon::Server(giraffa::row_server(&dir, SERVERS)), &bob, Request::GfProof { path: "/ro".into(), adds: true }).await.unwrap() {
         Reply::GfProof(p) => p,
         other => panic!("{other:?}"),
     };
@@ -75,7 +75,7 @@ async fn a_forged_or_misdirected_proof_is_refused() {
         let req = Request::Create { at: format!("/ro/{name}").into(), mode: 0o644, kind: NewKind::File, if_exists: IfExists::Fail };
         postcard::to_stdvec(&req).unwrap()
     };
-    let server = Target::Server(giraffa::entries_server(&dir, SERVERS));
+    let server = Daemon::Server(giraffa::entries_server(&dir, SERVERS));
     let send = |proof: DirProof, name: &'static str| {
         let t = t.clone();
         let bob = bob.clone();
@@ -87,7 +87,7 @@ async fn a_forged_or_misdirected_proof_is_refused() {
     wider.mode = 0o777;
     assert_eq!(send(wider, "forged").await, Err(Errno::EPERM), "a changed proof");
     let rw = NsPath::parse("/rw").unwrap();
-    let other = match t.call(Target::Server(giraffa::row_server(&rw, SERVERS)), &bob, Request::GfProof { path: "/rw".into(), adds: true }).await.unwrap() {
+    let other = match t.call(Daemon::Server(giraffa::row_server(&rw, SERVERS)), &bob, Request::GfProof { path: "/rw".into(), adds: true }).await.unwrap() {
         Reply::GfProof(p) => p,
         other => panic!("{other:?}"),
     };
@@ -356,8 +356,8 @@ async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back(
 /// unchanged, so every row is still found); one directory alone never splits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_past_its_size_splits_and_every_row_is_still_found() {
-    let opts = canopy_server::ModeOptions { region_rows: 40, ..canopy_server::ModeOptions::default() };
-    let cluster = InProcCluster::memory_with("giraffa", 1, opts);
+    let opts = canopy_proto::modes::ModeOptions::Giraffa(canopy_proto::modes::GiraffaOptions { region_rows: 40 });
+    let cluster = InProcCluster::memory_with(1, opts);
     let c = cluster.fresh_client();
     let counter = |s: &canopy_proto::msg::ServerStats, name: &str| s.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap();
     c.mkdir("/big", 0o755).await.unwrap();

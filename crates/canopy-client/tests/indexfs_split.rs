@@ -10,7 +10,8 @@ use canopy_proto::giga::{self, PartMap};
 use canopy_proto::msg::Intent;
 use canopy_proto::Errno;
 use futures::future::BoxFuture;
-use canopy_server::{ModeOptions, SplitStep};
+use canopy_proto::modes::{IndexFsOptions, ModeOptions};
+use canopy_server::SplitStep;
 use canopy_testkit::InProcCluster;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ const SERVERS: u32 = 4;
 const THRESHOLD: u64 = 40;
 
 fn opts() -> ModeOptions {
-    ModeOptions { split_threshold: THRESHOLD, ..ModeOptions::default() }
+    ModeOptions::Indexfs(IndexFsOptions { split_threshold: THRESHOLD, ..IndexFsOptions::default() })
 }
 
 /// A server counter summed over the cluster.
@@ -57,7 +58,7 @@ async fn assert_fsck_clean(c: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growing_directory_spreads_over_every_server_and_stays_one_directory() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
     let mut want = BTreeSet::new();
@@ -142,7 +143,7 @@ impl StepHook for SplitWhenLocked {
 /// follows the redirect rather than failing with `EREMCHG`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_chmod_follows_its_entry_to_a_split_partition() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
     // A name the first split of partition 0 moves.
@@ -166,7 +167,7 @@ async fn a_directory_chmod_follows_its_entry_to_a_split_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_insertion_reaches_every_partition() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/bulk", 0o755).await.unwrap();
     let first: Vec<String> = (0..500).map(|i| format!("a{i}")).collect();
@@ -187,7 +188,7 @@ async fn bulk_insertion_reaches_every_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/bulk", 0o755).await.unwrap();
     // Every split fails before its first chunk is sent, until released: the
@@ -227,7 +228,7 @@ async fn bulk_insertion_waits_out_a_stuck_split_and_lands_each_name_once() {
 /// splitting cluster about one run in six; here it is made to happen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_renamed_onto_a_directory_a_split_moved_is_eisdir_before_rights() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
     let candidates = candidate_names();
@@ -294,7 +295,7 @@ async fn stuck_split(cluster: &InProcCluster, c: &Client, stuck: &Arc<AtomicBool
 /// leave the bench's bulk phase a few of 3000 files it cannot stat).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_whose_split_awaits_a_retry_is_served_once_it_moves() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     let stuck = Arc::new(AtomicBool::new(true));
     let made = stuck_split(&cluster, &c, &stuck).await;
@@ -322,7 +323,7 @@ async fn a_name_whose_split_awaits_a_retry_is_served_once_it_moves() {
 /// the destination is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_split_stuck_for_good_refuses_its_moving_half_with_eagain() {
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     let stuck = Arc::new(AtomicBool::new(true));
     let made = stuck_split(&cluster, &c, &stuck).await;
@@ -384,7 +385,7 @@ async fn a_split_survives_either_server_dying_at_each_step() {
         let dir = tempfile::tempdir().unwrap();
         let mut made = BTreeSet::new();
         {
-            let cluster = InProcCluster::rocks_with("indexfs", SERVERS, dir.path(), opts());
+            let cluster = InProcCluster::rocks_with(SERVERS, dir.path(), opts());
             let c = cluster.client();
             c.mkdir("/d", 0o755).await.unwrap();
             let fired = arm(&cluster, death);
@@ -412,7 +413,7 @@ async fn a_split_survives_either_server_dying_at_each_step() {
             drop(c);
             cluster.crash();
         }
-        let cluster = InProcCluster::rocks_with("indexfs", SERVERS, dir.path(), opts());
+        let cluster = InProcCluster::rocks_with(SERVERS, dir.path(), opts());
         let c = cluster.client();
         settle(&c).await;
         let listed = names(&c, "/d").await;
@@ -435,8 +436,9 @@ async fn a_split_survives_either_server_dying_at_each_step() {
 /// A growing directory still rings for its split at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_server_does_not_wake_for_background_work() {
-    for mode in ["indexfs", "shardfs"] {
-        let cluster = InProcCluster::memory_with(mode, SERVERS, opts());
+    for opts in [opts(), ModeOptions::Shardfs] {
+        let mode = opts.name();
+        let cluster = InProcCluster::memory_with(SERVERS, opts);
         let c = cluster.client();
         c.mkdir("/d", 0o755).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -445,7 +447,7 @@ async fn an_idle_server_does_not_wake_for_background_work() {
         let idle = counter(&c, "background_wakes").await - before;
         assert!(idle <= SERVERS as u64, "{mode}: {idle} background wake-ups in an idle second");
     }
-    let cluster = InProcCluster::memory_with("indexfs", SERVERS, opts());
+    let cluster = InProcCluster::memory_with(SERVERS, opts());
     let c = cluster.client();
     c.mkdir("/big", 0o755).await.unwrap();
     grow_until_split(&c, "/big").await;

@@ -47,7 +47,7 @@
 use canopy_client::Client;
 use canopy_proto::attr::{S_ISGID, S_ISUID, S_ISVTX};
 use canopy_proto::{Attr, Creds, Errno, FileKind};
-use canopy_server::ModeOptions;
+use canopy_proto::modes::{IndexFsOptions, ModeOptions};
 use canopy_testkit::InProcCluster;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -624,7 +624,7 @@ fn cluster_of(v: Variant) -> InProcCluster {
     match v {
         Variant::ShardFs => InProcCluster::memory_mode("shardfs", 3),
         Variant::IndexFs => InProcCluster::memory_mode("indexfs", 3),
-        Variant::IndexFsSplitting => InProcCluster::memory_with("indexfs", 3, ModeOptions { split_threshold: 2, ..ModeOptions::default() }),
+        Variant::IndexFsSplitting => InProcCluster::memory_with(3, ModeOptions::Indexfs(IndexFsOptions { split_threshold: 2, ..IndexFsOptions::default() })),
     }
 }
 

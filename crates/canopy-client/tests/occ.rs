@@ -9,7 +9,7 @@ use canopy_client::Client;
 use canopy_proto::path::NsPath;
 use canopy_proto::placement::primary;
 use canopy_proto::{Creds, Errno, Request};
-use canopy_rpc::Target;
+use canopy_rpc::Daemon;
 use canopy_testkit::hooks::Gate;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
@@ -180,7 +180,7 @@ async fn a_stale_fence_is_cleared_by_the_retry_under_read_locks() {
     let path = name_where("/d", false);
     let server = primary(&NsPath::parse(&path).unwrap(), SERVERS);
     let fence = Request::Fence { txn: 424_242, paths: vec!["/d".into()] };
-    cluster.transport().call(Target::Server(server), &Creds::root(), fence).await.unwrap();
+    cluster.transport().call(Daemon::Server(server), &Creds::root(), fence).await.unwrap();
     let other = cluster.fresh_client();
     other.create(&path, 0o644).await.unwrap();
     assert_eq!(retries(&other), 1, "one retry, which cleared the fence");
@@ -201,9 +201,9 @@ async fn a_mkdir_the_primary_refuses_is_undone_on_the_replicas_and_unfenced() {
     assert_fsck_clean(&c, "").await;
     let t = cluster.transport();
     for i in 0..SERVERS {
-        let probe = t.call(Target::Server(i), &Creds::root(), Request::DirProbe { path: "/d/f".into() }).await;
+        let probe = t.call(Daemon::Server(i), &Creds::root(), Request::DirProbe { path: "/d/f".into() }).await;
         assert_eq!(probe, Ok(canopy_proto::Reply::Probe(None)), "server {i} kept the directory");
-        let below = t.call(Target::Server(i), &Creds::root(), Request::Stat { at: "/d/f/x".into() }).await;
+        let below = t.call(Daemon::Server(i), &Creds::root(), Request::Stat { at: "/d/f/x".into() }).await;
         assert!(matches!(below, Err(Errno::EREMOTE | Errno::ENOENT | Errno::ENOTDIR | Errno::ENXIO)), "server {i} kept a fence: {below:?}");
     }
     assert_eq!(c.stat("/d/f/x").await.map(|_| ()), Err(Errno::ENOTDIR));

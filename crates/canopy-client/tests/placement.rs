@@ -96,12 +96,12 @@ async fn fsck_repair_mends_what_misplaced_creates_left() {
         }
         store.write(b).unwrap();
     }
-    let cluster = InProcCluster::rocks(n, dir.path());
+    let cluster = InProcCluster::rocks_manual("shardfs", n, dir.path());
     let c = cluster.client();
     // The mkdir meets the file on one replica: committed on its primary,
     // left to recovery, which the file stops too.
     assert_eq!(cluster.client_with_lease(LEASE_MS).mkdir("/d/sub", 0o755).await.map(|_| ()), Err(Errno::EIO));
-    let past_lease = || tokio::time::sleep(std::time::Duration::from_millis(LEASE_MS as u64 + 100));
+    let past_lease = || cluster.pass(LEASE_MS as u64 + 100);
     past_lease().await;
     assert!(cluster.client_with_lease(LEASE_MS).repair().await.is_err(), "recovery alone cannot finish the mkdir");
     past_lease().await;

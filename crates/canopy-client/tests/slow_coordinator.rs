@@ -15,10 +15,19 @@ use canopy_proto::placement::primary;
 use canopy_proto::Errno;
 use canopy_testkit::hooks::Gate;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
-use std::time::Duration;
 
 const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 150;
+
+/// A cluster of `mode`: ShardFS's on a manual clock, so leases run out when
+/// the test says; IndexFS's and Giraffa's on the system clock, whose
+/// servers wait for a lease or a freeze to end by polling it.
+fn cluster_of(mode: &'static str) -> InProcCluster {
+    match mode {
+        "shardfs" => InProcCluster::memory_manual(mode, SERVERS),
+        _ => InProcCluster::memory_mode(mode, SERVERS),
+    }
+}
 
 /// Holds `slow`'s transaction at `at`, lets its lease run out, runs `other`
 /// (which conflicts with it, so it recovers it first), then lets `slow` go
@@ -32,7 +41,7 @@ async fn held_past_its_lease<T: Send + 'static>(
     let (hook, mut reached, release) = Gate::at(at);
     let held = slow(cluster.client_with_hook(hook, LEASE_MS));
     reached.recv().await.expect("the coordinator reached the step");
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 * 2)).await;
+    cluster.pass(LEASE_MS as u64 * 2).await;
     other.await;
     release.add_permits(1);
     held.await.expect("the coordinator's task")
@@ -42,7 +51,7 @@ async fn held_past_its_lease<T: Send + 'static>(
 /// directory and removes it (recovering the held transaction first, which
 /// had applied nothing); the held mkdir, resumed, makes nothing.
 async fn a_held_mkdir_makes_nothing_once_recovered(mode: &'static str) {
-    let cluster = InProcCluster::memory_mode(mode, SERVERS);
+    let cluster = cluster_of(mode);
     let c = cluster.client();
     c.mkdir("/p", 0o755).await.unwrap();
     let other = cluster.fresh_client();
@@ -92,7 +101,7 @@ async fn giraffa_a_held_rename_stops_once_recovered() {
 /// recovers it, and the cluster is consistent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shardfs_a_held_rmdir_whose_lease_ran_out_is_left_to_recovery() {
-    let cluster = InProcCluster::memory_mode("shardfs", SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let c = cluster.client();
     c.mkdir("/p", 0o755).await.unwrap();
     c.mkdir("/p/d", 0o755).await.unwrap();
@@ -112,7 +121,7 @@ async fn shardfs_a_held_rmdir_whose_lease_ran_out_is_left_to_recovery() {
 /// waits for that recovery, which finishes the rename.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shardfs_a_held_file_rename_keeps_its_fences_for_recovery() {
-    let cluster = InProcCluster::memory_mode("shardfs", SERVERS);
+    let cluster = InProcCluster::memory_manual("shardfs", SERVERS);
     let c = cluster.client();
     c.mkdir("/p", 0o755).await.unwrap();
     let on = |p: &str| primary(&NsPath::parse(p).unwrap(), SERVERS);
@@ -134,7 +143,7 @@ async fn shardfs_a_held_file_rename_keeps_its_fences_for_recovery() {
 /// client renames the source (recovering the held transaction first); the
 /// held link, resumed, makes no name and takes its count back.
 async fn a_held_link_makes_no_name_once_recovered(mode: &'static str) {
-    let cluster = InProcCluster::memory_mode(mode, SERVERS);
+    let cluster = cluster_of(mode);
     let c = cluster.client();
     c.mkdir("/d", 0o755).await.unwrap();
     c.create("/d/f", 0o644).await.unwrap();

@@ -19,8 +19,7 @@ use crate::des::{simulate_waves, Costs};
 use crate::run::{Outcome, SimCluster};
 use crate::trees::{generate, Namespace, Shape};
 use crate::workload::{creates, mkdirs, stats, stats_with_chmods, trace, Choice, Kind, Phase, TraceSpec};
-use canopy_server::indexfs::lease::LeasePolicy;
-use canopy_server::ModeOptions;
+use canopy_proto::modes::{IndexFsOptions, LeasePolicy, ModeOptions};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -227,7 +226,7 @@ pub async fn fig6(modes: &[&'static str], p: &Profile, costs: &BTreeMap<String, 
         let cost = costs[mode];
         for shape in Shape::ALL {
             let what = format!("fig6 {mode} {} tree", shape.name());
-            let sim = SimCluster::start(mode, n, clients, ModeOptions::default());
+            let sim = SimCluster::start(named(mode), n, clients);
             let ns = generate(shape, ROOT, p.fig6_dirs, p.fig6_files_per_server * n as usize, p.seed);
             let (_, created) = build(&sim, &ns, clients, &what, progress).await?;
             let row = |phase: &'static str, o: &Outcome, warm: Option<&Outcome>| {
@@ -293,7 +292,7 @@ pub async fn fig7(modes: &[&'static str], p: &Profile, costs: &BTreeMap<String, 
 async fn fig7_run(mode: &'static str, n: u32, scaling: &'static str, base: u32, p: &Profile, costs: Costs, progress: &Progress) -> Result<Fig7Row, String> {
     let grow = if scaling == "weak" { n as usize / base as usize } else { 1 }.max(1);
     let what = format!("fig7 {mode} {scaling} {n} servers");
-    let sim = SimCluster::start(mode, n, n as usize, ModeOptions::default());
+    let sim = SimCluster::start(named(mode), n, n as usize);
     let ns = generate(Shape::Synthetic, ROOT, p.trace_dirs, p.trace_files * grow, p.seed);
     build(&sim, &ns, n as usize, &what, progress).await?;
     let spec = TraceSpec { file_ops: p.trace_file_ops * grow, dir_ops: p.trace_dir_ops, seed: p.seed + 2 };
@@ -322,11 +321,11 @@ async fn fig7_run(mode: &'static str, n: u32, scaling: &'static str, base: u32, 
 /// three fixed leases (1 s, 250 ms, 50 ms), any other mode as it comes.
 fn fig8_configs(mode: &str) -> Vec<(String, ModeOptions)> {
     if mode != "indexfs" {
-        return vec![(mode.to_string(), ModeOptions::default())];
+        return vec![(mode.to_string(), named(mode))];
     }
     [(1000, "1s"), (250, "250ms"), (50, "50ms")]
         .into_iter()
-        .map(|(ms, label)| (format!("{mode} {label}"), ModeOptions { lease: LeasePolicy::Fixed { ms }, ..ModeOptions::default() }))
+        .map(|(ms, label)| (format!("{mode} {label}"), ModeOptions::Indexfs(IndexFsOptions { lease: LeasePolicy::Fixed { ms }, ..IndexFsOptions::default() })))
         .collect()
 }
 
@@ -338,7 +337,7 @@ pub async fn fig8(modes: &[&'static str], p: &Profile, progress: &Progress) -> R
         // One after another: these latencies are real time.
         for (config, opts) in fig8_configs(mode) {
             let what = format!("fig8 {config} {n} servers");
-            let sim = SimCluster::start(mode, n, clients, opts);
+            let sim = SimCluster::start(opts, n, clients);
             let ns = generate(Shape::Balanced, ROOT, 111, 50 * n as usize, p.seed);
             build(&sim, &ns, clients, &what, progress).await?;
             let work = stats_with_chmods(&ns, clients, p.fig8_stats_per_client, p.fig8_stats_per_chmod, p.seed + 3);
@@ -370,7 +369,7 @@ pub async fn fig8(modes: &[&'static str], p: &Profile, progress: &Progress) -> R
 pub async fn simulate_bench(mode: &'static str, costs: Costs, files: usize, stats_n: usize, seed: u64, progress: &Progress) -> Result<(f64, f64), String> {
     let servers = crate::calibrate::REAL_SERVERS;
     let clients = 4;
-    let sim = SimCluster::start(mode, servers, clients, ModeOptions::default());
+    let sim = SimCluster::start(named(mode), servers, clients);
     let tree = canopy_bench::workload::Tree::new(ROOT, 1000, files);
     let ns = Namespace::from_bench_tree(&tree);
     let what = format!("calibration check {mode}");
@@ -381,4 +380,9 @@ pub async fn simulate_bench(mode: &'static str, costs: Costs, files: usize, stat
     sim.finish();
     let of = |o: &Outcome| simulate_waves(servers, &o.waves, 32, costs).ops_per_sec();
     Ok((of(&created), of(&looked)))
+}
+
+/// Mode `mode` with its default options (the evaluation names only modes this build has).
+fn named(mode: &str) -> ModeOptions {
+    ModeOptions::named(mode).expect("a mode this build has")
 }

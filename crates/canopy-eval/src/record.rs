@@ -4,7 +4,7 @@
 //! The in-process runs record with it; the simulator replays what it wrote.
 
 use canopy_proto::{Creds, Request};
-use canopy_rpc::{RpcResult, Target, Transport};
+use canopy_rpc::{RpcResult, Daemon, Transport};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -116,7 +116,7 @@ impl Transport for Recorder {
         self.inner.servers()
     }
 
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+    fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         self.sent(dest_of(target), work_of(&req));
         Box::pin(async move {
             let r = self.inner.call(target, creds, req).await;
@@ -125,16 +125,16 @@ impl Transport for Recorder {
         })
     }
 
-    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), canopy_proto::Errno>> {
+    fn post<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), canopy_proto::Errno>> {
         self.record(dest_of(target), work_of(&req), true);
         self.inner.post(target, creds, req)
     }
 }
 
-fn dest_of(target: Target) -> Dest {
+fn dest_of(target: Daemon) -> Dest {
     match target {
-        Target::Server(i) => Dest::Server(i),
-        Target::Lockd => Dest::Lockd,
+        Daemon::Server(i) => Dest::Server(i),
+        Daemon::Lockd => Dest::Lockd,
     }
 }
 
@@ -158,7 +158,7 @@ mod tests {
             fn servers(&self) -> u32 {
                 4
             }
-            fn call<'a>(&'a self, _: Target, _: &'a Creds, _: Request) -> BoxFuture<'a, RpcResult> {
+            fn call<'a>(&'a self, _: Daemon, _: &'a Creds, _: Request) -> BoxFuture<'a, RpcResult> {
                 Box::pin(async { Err(canopy_proto::Errno::EIO) })
             }
         }

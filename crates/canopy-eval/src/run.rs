@@ -11,7 +11,7 @@ use crate::workload::{Kind, Op, Phase};
 use canopy_client::{open_namespace, Client, NsOptions};
 use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Errno};
-use canopy_server::ModeOptions;
+use canopy_proto::modes::ModeOptions;
 use canopy_testkit::InProcCluster;
 use indicatif::ProgressBar;
 use serde::Serialize;
@@ -80,9 +80,10 @@ impl Outcome {
 pub use canopy_bench::report::cov;
 
 impl SimCluster {
-    /// `servers` servers of `mode` and `clients` recording clients.
-    pub fn start(mode: &'static str, servers: u32, clients: usize, opts: ModeOptions) -> SimCluster {
-        let cluster = InProcCluster::memory_with(mode, servers, opts);
+    /// `servers` servers of the mode `opts` configures and `clients` recording clients.
+    pub fn start(opts: ModeOptions, servers: u32, clients: usize) -> SimCluster {
+        let mode = opts.name();
+        let cluster = InProcCluster::memory_with(servers, opts);
         let clients = (0..clients.max(1))
             .map(|_| {
                 let rec = Arc::new(Recorder::new(cluster.transport()));
@@ -202,7 +203,7 @@ mod tests {
     /// `servers` servers of `mode` and `clients` clients, with `ns` (under
     /// /e) made.
     async fn populated(mode: &'static str, servers: u32, clients: usize, ns: &Namespace) -> SimCluster {
-        let sim = SimCluster::start(mode, servers, clients, ModeOptions::default());
+        let sim = SimCluster::start(ModeOptions::named(mode).unwrap(), servers, clients);
         sim.make_root("/e").await.unwrap();
         let bar = ProgressBar::hidden();
         for phase in [mkdirs(ns, clients), creates(ns, clients)] {
@@ -214,7 +215,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shardfs_stats_are_one_rpc_and_mkdirs_reach_every_server() {
-        let sim = SimCluster::start("shardfs", 8, 4, ModeOptions::default());
+        let sim = SimCluster::start(ModeOptions::Shardfs, 8, 4);
         let ns = generate(Shape::Balanced, "/e", 11, 400, 1);
         sim.make_root("/e").await.unwrap();
         let bar = ProgressBar::hidden();

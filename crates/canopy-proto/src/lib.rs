@@ -8,6 +8,7 @@
 //! - [`fid`]: file identifiers, and where a file's contents live on back-end storage.
 //! - [`path`]: the one definition of a valid Canopy path (length limits, `.`/`..`).
 //! - [`giraffa`]: Giraffa's row keys, regions and directory proofs.
+//! - [`modes`]: the namespace modes and each one's options (the registry).
 //! - [`msg`]: the request and reply enums; one variant per operation.
 //! - [`frame`]: the framed binary codec (length, request id, opcode, payload) with a
 //!   size limit checked before any allocation, and decoding that tells "need more
@@ -26,6 +27,7 @@ pub mod fid;
 pub mod frame;
 pub mod giga;
 pub mod giraffa;
+pub mod modes;
 pub mod msg;
 pub mod path;
 pub mod placement;

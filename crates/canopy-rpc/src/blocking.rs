@@ -2,7 +2,7 @@
 //! as an IndexFS split sending a partition to its new server). The caller owns a
 //! current-thread runtime: a TCP connection's tasks run while a call waits.
 
-use crate::transport::{Target, Transport};
+use crate::transport::{Daemon, Transport};
 use crate::RpcResult;
 use canopy_proto::{Creds, Errno, Request};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ impl BlockingCaller {
     /// `req` to metadata server `server`, as root over the caller's key; waits.
     pub fn call(&self, server: u32, req: Request) -> RpcResult {
         let root = Creds::root();
-        self.rt.block_on(self.transport.call(Target::Server(server), &root, req))
+        self.rt.block_on(self.transport.call(Daemon::Server(server), &root, req))
     }
 
     pub fn servers(&self) -> u32 {

@@ -93,4 +93,4 @@ pub(crate) async fn call_apart(service: std::sync::Arc<dyn Service>, peer: Ident
 
 pub use blocking::BlockingCaller;
 pub use handshake::ClientAuth;
-pub use transport::{InProcTransport, Target, TcpTransport, Transport};
+pub use transport::{InProcTransport, Daemon, TcpTransport, Transport};

@@ -14,7 +14,7 @@
 //! request behind an owed unlock waits for it (within the flusher's bound) or
 //! carries it itself when it comes from the same box.
 
-use crate::transport::Target;
+use crate::transport::Daemon;
 use bytes::BytesMut;
 use canopy_proto::{frame, Creds, Errno, Request};
 use parking_lot::Mutex;
@@ -44,7 +44,7 @@ struct Slot {
 /// ([`Owed::put_back`]) if they certainly were not.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Taken {
-    pub(crate) target: Target,
+    pub(crate) target: Daemon,
     pub(crate) frames: BytesMut,
     posts: u64,
     since: Instant,
@@ -52,12 +52,12 @@ pub(crate) struct Taken {
 
 /// The owed frames per daemon.
 #[derive(Default)]
-struct Slots(HashMap<Target, Slot>);
+struct Slots(HashMap<Daemon, Slot>);
 
 impl Slots {
     /// Adds `frame` for `target` at `now`, unless that would pass
     /// [`MAX_OWED`] (false: the caller sends it itself).
-    fn push(&mut self, target: Target, frame: &[u8], now: Instant) -> bool {
+    fn push(&mut self, target: Daemon, frame: &[u8], now: Instant) -> bool {
         let held = self.0.get(&target).map_or(0, |slot| slot.frames.len());
         if held + frame.len() > MAX_OWED {
             return false;
@@ -68,7 +68,7 @@ impl Slots {
         true
     }
 
-    fn take(&mut self, target: Target) -> Option<Taken> {
+    fn take(&mut self, target: Daemon) -> Option<Taken> {
         self.0.remove(&target).map(|slot| Taken { target, frames: slot.frames, posts: slot.posts, since: slot.since })
     }
 
@@ -92,7 +92,7 @@ impl Slots {
 
     /// The frames of every daemon whose oldest has waited `after` by `now`.
     fn take_due(&mut self, now: Instant, after: Duration) -> Vec<Taken> {
-        let due: Vec<Target> = self.0.iter().filter(|(_, slot)| now.saturating_duration_since(slot.since) >= after).map(|(t, _)| *t).collect();
+        let due: Vec<Daemon> = self.0.iter().filter(|(_, slot)| now.saturating_duration_since(slot.since) >= after).map(|(t, _)| *t).collect();
         due.into_iter().filter_map(|t| self.take(t)).collect()
     }
 
@@ -103,7 +103,7 @@ impl Slots {
 
     /// Whether every daemon anything is owed to is in `busy` (true when
     /// nothing is owed).
-    fn only_for(&self, busy: &HashSet<Target>) -> bool {
+    fn only_for(&self, busy: &HashSet<Daemon>) -> bool {
         self.0.keys().all(|t| busy.contains(t))
     }
 }
@@ -138,7 +138,7 @@ impl Owed {
 
     /// Owes `req` to `target` as a one-way frame. False: the box is full for
     /// `target`; the caller posts it itself.
-    pub(crate) fn owe(&self, target: Target, creds: &Creds, req: &Request) -> Result<bool, Errno> {
+    pub(crate) fn owe(&self, target: Daemon, creds: &Creds, req: &Request) -> Result<bool, Errno> {
         let mut frame = BytesMut::new();
         frame::encode_request(&mut frame, frame::ONE_WAY, creds, req)?;
         if !self.slots.lock().push(target, &frame, Instant::now()) {
@@ -150,7 +150,7 @@ impl Owed {
     }
 
     /// What is owed to `target`, to go ahead of a request to it.
-    pub(crate) fn take(&self, target: Target) -> Option<Taken> {
+    pub(crate) fn take(&self, target: Daemon) -> Option<Taken> {
         self.slots.lock().take(target)
     }
 
@@ -203,7 +203,7 @@ impl Owed {
     /// Ends once something is owed to a daemon not in `busy` (at once if
     /// something is): true, or false if the client stops. Whoever takes a
     /// daemon out of `busy` must [`Owed::nudge`] after.
-    pub(crate) async fn wait_for_some(&self, busy: &Mutex<HashSet<Target>>) -> bool {
+    pub(crate) async fn wait_for_some(&self, busy: &Mutex<HashSet<Daemon>>) -> bool {
         let came = self.came.notified();
         tokio::pin!(came);
         came.as_mut().enable();
@@ -216,7 +216,7 @@ impl Owed {
     }
 
     /// Whether every daemon anything is owed to is in `busy`.
-    pub(crate) fn only_for(&self, busy: &Mutex<HashSet<Target>>) -> bool {
+    pub(crate) fn only_for(&self, busy: &Mutex<HashSet<Daemon>>) -> bool {
         let busy = busy.lock();
         self.slots.lock().only_for(&busy)
     }
@@ -226,8 +226,8 @@ impl Owed {
 mod tests {
     use super::*;
 
-    const A: Target = Target::Server(0);
-    const B: Target = Target::Lockd;
+    const A: Daemon = Daemon::Server(0);
+    const B: Daemon = Daemon::Lockd;
 
     #[test]
     fn frames_owed_to_a_daemon_are_taken_together_in_order() {
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn only_daemons_with_a_send_in_flight_may_be_owed_while_the_flusher_sleeps() {
         let (mut s, t0) = (Slots::default(), Instant::now());
-        let busy: HashSet<Target> = [A].into();
+        let busy: HashSet<Daemon> = [A].into();
         assert!(s.only_for(&busy), "nothing owed");
         s.push(A, b"a", t0);
         assert!(s.only_for(&busy));
@@ -300,7 +300,7 @@ mod tests {
     #[tokio::test]
     async fn the_flusher_is_woken_by_a_first_post_only_when_waiting() {
         let owed = std::sync::Arc::new(Owed::default());
-        let none: std::sync::Arc<Mutex<HashSet<Target>>> = Default::default();
+        let none: std::sync::Arc<Mutex<HashSet<Daemon>>> = Default::default();
         let waiter = tokio::spawn({
             let (owed, none) = (owed.clone(), none.clone());
             async move { owed.wait_for_some(&none).await }
@@ -333,7 +333,7 @@ mod tests {
     #[tokio::test]
     async fn the_flusher_sleeps_while_only_daemons_it_is_sending_to_are_owed() {
         let owed = std::sync::Arc::new(Owed::default());
-        let busy: std::sync::Arc<Mutex<HashSet<Target>>> = std::sync::Arc::new(Mutex::new([A].into()));
+        let busy: std::sync::Arc<Mutex<HashSet<Daemon>>> = std::sync::Arc::new(Mutex::new([A].into()));
         assert!(owed.owe(A, &Creds::root(), &Request::Unfence { txn: 1 }).unwrap());
         let wait = || {
             let (owed, busy) = (owed.clone(), busy.clone());

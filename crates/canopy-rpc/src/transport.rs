@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Which daemon a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Target {
+pub enum Daemon {
     Server(u32),
     Lockd,
 }
@@ -23,7 +23,7 @@ pub enum Target {
 pub trait Transport: Send + Sync + 'static {
     /// How many metadata servers the cluster has.
     fn servers(&self) -> u32;
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
+    fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult>;
 
     /// Sends `req` without waiting for its answer, for an update the caller
     /// does not act on. Ends once `req` is written to the connection (so the
@@ -33,7 +33,7 @@ pub trait Transport: Send + Sync + 'static {
     /// lost unnoticed (a later request goes on a new connection). By default,
     /// the call is awaited and its answer dropped (in-process transports
     /// answer at once anyway).
-    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+    fn post<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move { self.call(target, creds, req).await.map(drop) })
     }
 
@@ -45,7 +45,7 @@ pub trait Transport: Send + Sync + 'static {
     /// served after it, unless another transport or the flusher took it
     /// meanwhile: then one may overtake it on its way. Use it only where that
     /// is harmless. Elsewhere it is posted now.
-    fn post_soon<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+    fn post_soon<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         self.post(target, creds, req)
     }
 }
@@ -109,7 +109,7 @@ impl TcpTransport {
     /// started have.
     pub async fn flush_owed(self: Arc<Self>) {
         let Some(owed) = self.owed.clone() else { return };
-        let sending: Arc<parking_lot::Mutex<HashSet<Target>>> = Arc::default();
+        let sending: Arc<parking_lot::Mutex<HashSet<Daemon>>> = Arc::default();
         let mut sends = tokio::task::JoinSet::new();
         // Asleep while nothing is owed but to daemons with a send in flight.
         while owed.wait_for_some(&sending).await {
@@ -179,7 +179,7 @@ impl TcpTransport {
     /// Runs `start` (which writes, or fails having written nothing) with what
     /// is owed to `target` ahead of its own frame; what it could not send
     /// goes back in the box.
-    fn sending_owed<T>(&self, target: Target, start: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
+    fn sending_owed<T>(&self, target: Daemon, start: impl FnOnce(&[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
         let Some(owed) = self.owed.as_ref() else { return start(&[]) };
         let Some(taken) = owed.take(target) else { return start(&[]) };
         let r = start(&taken.frames);
@@ -193,8 +193,8 @@ impl TcpTransport {
 /// A flusher's send to `target` in flight, until dropped (also when the
 /// send panics): then the flusher may send to it again, and is woken to.
 struct InFlight {
-    target: Target,
-    sending: Arc<parking_lot::Mutex<HashSet<Target>>>,
+    target: Daemon,
+    sending: Arc<parking_lot::Mutex<HashSet<Daemon>>>,
     owed: Arc<Owed>,
 }
 
@@ -210,7 +210,7 @@ impl Transport for TcpTransport {
         self.servers.len() as u32
     }
 
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+    fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         Box::pin(async move {
             let timeout = match &req {
                 Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
@@ -231,7 +231,7 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn post<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+    fn post<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
             let c = self.connection(target).await?;
             let end = self.sending_owed(target, |before| c.start_post(before, creds, &req))?;
@@ -239,7 +239,7 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn post_soon<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
+    fn post_soon<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
             match &self.owed {
                 Some(owed) if owed.owe(target, creds, &req)? => Ok(()),
@@ -253,10 +253,10 @@ impl TcpTransport {
     /// The connection to `target`, made if need be. Nothing was sent when it
     /// cannot be made: the outcome is certain, which ECONNREFUSED says (see
     /// `Connection::call`).
-    async fn connection(&self, target: Target) -> Result<Arc<Connection>, Errno> {
+    async fn connection(&self, target: Daemon) -> Result<Arc<Connection>, Errno> {
         let ep = match target {
-            Target::Server(i) => self.servers.get(i as usize).ok_or(Errno::EINVAL)?,
-            Target::Lockd => &self.lockd,
+            Daemon::Server(i) => self.servers.get(i as usize).ok_or(Errno::EINVAL)?,
+            Daemon::Lockd => &self.lockd,
         };
         ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
             Errno::EACCES | Errno::EPROTO => e,
@@ -289,10 +289,10 @@ impl Transport for InProcTransport {
         self.servers.len() as u32
     }
 
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+    fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         let service = match target {
-            Target::Server(i) => self.servers.get(i as usize).cloned(),
-            Target::Lockd => Some(self.lockd.clone()),
+            Daemon::Server(i) => self.servers.get(i as usize).cloned(),
+            Daemon::Lockd => Some(self.lockd.clone()),
         };
         let Some(service) = service else { return Box::pin(async { unknown_target() }) };
         // As over TCP.

@@ -8,7 +8,7 @@ use canopy_proto::msg::{At, DirChange};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::server::{ConnLimits, ServeOpts};
 use canopy_rpc::socket::Listener;
-use canopy_rpc::transport::Target;
+use canopy_rpc::transport::Daemon;
 use canopy_rpc::{ClientAuth, Handled, InProcTransport, Service, TcpTransport, Transport};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -42,11 +42,11 @@ impl Service for Counter {
 async fn each_stat_follows_the_touches_before_it(t: &dyn Transport) {
     let root = Creds::root();
     for i in 1..=500u64 {
-        t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path("/d".into()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
-        let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
+        t.post(Daemon::Server(0), &root, Request::TouchDir { at: At::Path("/d".into()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
+        let seen = t.call(Daemon::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
         assert_eq!(seen, Ok(Reply::Redirect { ino: i, home: 0 }), "stat {i}");
     }
-    assert_eq!(t.post(Target::Server(9), &root, Request::Ping).await, Err(Errno::EINVAL), "an unknown server");
+    assert_eq!(t.post(Daemon::Server(9), &root, Request::Ping).await, Err(Errno::EINVAL), "an unknown server");
 }
 
 /// Serves a fresh `Counter` on `listener`; how a client proves the cluster
@@ -107,20 +107,20 @@ async fn a_burst_beyond_the_socket_buffer_arrives_whole_and_in_order() {
     let t = Arc::new(transport_to(&addr, &me));
     let root = Creds::root();
     let long = format!("/{}", "d".repeat(3000));
-    t.post(Target::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
+    t.post(Daemon::Server(0), &root, Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 }).await.unwrap();
     let rt = tokio::runtime::Handle::current();
     let threads: Vec<_> = (0..2)
         .map(|_| {
             let (t, rt, long) = (t.clone(), rt.clone(), long.clone());
             std::thread::spawn(move || {
                 for _ in 0..2500 {
-                    rt.block_on(t.post(Target::Server(0), &Creds::root(), Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 })).unwrap();
+                    rt.block_on(t.post(Daemon::Server(0), &Creds::root(), Request::TouchDir { at: At::Path(long.clone()), change: DirChange::Names, at_ns: 0 })).unwrap();
                 }
             })
         })
         .collect();
     tokio::task::spawn_blocking(move || threads.into_iter().for_each(|h| h.join().unwrap())).await.unwrap();
-    let seen = t.call(Target::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
+    let seen = t.call(Daemon::Server(0), &root, Request::Stat { at: At::Path("/d".into()) }).await;
     assert_eq!(seen, Ok(Reply::Redirect { ino: 5001, home: 0 }));
 }
 
@@ -196,7 +196,7 @@ async fn a_post_ends_when_written_not_when_queued() {
 
 /// How many touches the daemon behind `t` has seen (a plain stat).
 async fn touches_seen(t: &dyn Transport) -> u64 {
-    match t.call(Target::Server(0), &Creds::root(), Request::Stat { at: At::Path("/d".into()) }).await {
+    match t.call(Daemon::Server(0), &Creds::root(), Request::Stat { at: At::Path("/d".into()) }).await {
         Ok(Reply::Redirect { ino, .. }) => ino,
         other => panic!("stat: {other:?}"),
     }
@@ -219,13 +219,13 @@ async fn an_owed_post_goes_ahead_of_the_next_request_of_any_transport_sharing_it
     let root = Creds::root();
     for i in 1..=200u64 {
         let (owes, asks) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        owes.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+        owes.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
         // Owed, not sent: a transport outside the box does not see it.
         assert_eq!(touches_seen(&plain).await, i - 1, "touch {i} sent before a request carried it");
         assert_eq!(touches_seen(asks).await, i, "touch {i} did not go ahead of the stat");
     }
     // A post of a transport that owes nothing goes at once.
-    plain.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    plain.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
     assert_eq!(touches_seen(&plain).await, 201);
     assert_eq!(owed.counts(), canopy_rpc::owed::OwedCounts { owed: 200, flushed: 0 });
 }
@@ -240,14 +240,14 @@ async fn owed_posts_with_nothing_to_ride_on_are_flushed() {
     let owed = canopy_rpc::owed::Owed::new();
     let owing = Arc::new(transport_to(&addr, &me).owing(owed.clone()));
     let root = Creds::root();
-    owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
-    owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    owing.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
+    owing.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
     owing.flush_all_owed().await;
     assert_eq!(touches_seen(&plain).await, 2, "flushed when the client stops");
 
     let flusher = tokio::spawn(owing.clone().flush_owed());
     for round in 1..=3u64 {
-        owing.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+        owing.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while touches_seen(&plain).await < 2 + round {
             assert!(std::time::Instant::now() < deadline, "round {round}: the flusher never sent the owed touch");
@@ -273,9 +273,9 @@ async fn owed_posts_not_sent_are_kept_for_later() {
     let owed = canopy_rpc::owed::Owed::new();
     let t = transport_to(&addr, &me).owing(owed.clone());
     let root = Creds::root();
-    t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    t.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
     let huge = Request::Stat { at: At::Path(format!("/{}", "d".repeat(canopy_proto::frame::MAX_FRAME))) };
-    assert!(t.call(Target::Server(0), &root, huge).await.is_err());
+    assert!(t.call(Daemon::Server(0), &root, huge).await.is_err());
     assert_eq!(touches_seen(&t).await, 1, "the owed touch was dropped with the request that failed");
 
     // A daemon that is not there yet.
@@ -284,7 +284,7 @@ async fn owed_posts_not_sent_are_kept_for_later() {
     let owed = canopy_rpc::owed::Owed::new();
     let t = Arc::new(transport_to(&later, &me).owing(owed.clone()));
     let flusher = tokio::spawn(t.clone().flush_owed());
-    t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
+    t.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert_eq!(owed.counts().flushed, 0);
     let me = serve_counter(Listener::bind(&later).unwrap());
@@ -321,8 +321,8 @@ async fn a_daemon_that_does_not_answer_holds_up_no_other_daemons_owed_posts() {
     let flusher = tokio::spawn(t.clone().flush_owed());
     let root = Creds::root();
     for round in 1..=3u64 {
-        t.post_soon(Target::Server(0), &root, touch()).await.unwrap();
-        t.post_soon(Target::Server(1), &root, touch()).await.unwrap();
+        t.post_soon(Daemon::Server(0), &root, touch()).await.unwrap();
+        t.post_soon(Daemon::Server(1), &root, touch()).await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while touches_seen(&plain).await < round {
             assert!(std::time::Instant::now() < deadline, "round {round}: the touch owed to the daemon that answers waited for the one that does not");

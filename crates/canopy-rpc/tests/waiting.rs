@@ -8,7 +8,7 @@ use canopy_proto::auth::{Identity, Key};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::server::{ConnLimits, ServeOpts};
-use canopy_rpc::transport::Target;
+use canopy_rpc::transport::Daemon;
 use canopy_rpc::{ClientAuth, Handled, InProcTransport, Service, Transport};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,13 +69,13 @@ async fn in_process_a_waiting_request_does_not_hold_up_the_runtime() {
     let t = Arc::new(InProcTransport::new(vec![gate.clone()], gate.clone()));
     let waiter = {
         let t = t.clone();
-        tokio::spawn(async move { t.call(Target::Server(0), &Creds::root(), Request::Stats).await })
+        tokio::spawn(async move { t.call(Daemon::Server(0), &Creds::root(), Request::Stats).await })
     };
     // The runtime's one thread: had the waiting handler taken it, this task
     // would not run again until the wait timed out.
     while !gate.entered.load(Ordering::SeqCst) {
         tokio::task::yield_now().await;
     }
-    assert_eq!(t.call(Target::Server(0), &Creds::root(), Request::Ping).await, Ok(Reply::Unit));
+    assert_eq!(t.call(Daemon::Server(0), &Creds::root(), Request::Ping).await, Ok(Reply::Unit));
     assert_eq!(waiter.await.unwrap(), Ok(Reply::Unit), "the ping was held behind the waiting request");
 }

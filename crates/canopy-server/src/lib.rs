@@ -46,4 +46,4 @@ pub use crate::core::{MutationHook, ServerConfig};
 pub use ids::ROOT_ID;
 pub use mode::Target;
 pub use indexfs::{SplitHook, SplitStep};
-pub use server::{MetaServer, ModeOptions, MODES};
+pub use server::{random_proof_key, MetaServer, ModeOptions, MODES};

@@ -19,6 +19,9 @@ use canopy_rpc::BlockingCaller;
 /// [`Mode::admit`]).
 pub(crate) type Admission<'a> = Option<parking_lot::RwLockReadGuard<'a, ()>>;
 
+/// What a mode holds while the request it unwrapped is served (dropped after).
+pub(crate) type Held = Box<dyn std::any::Any>;
+
 /// Where a target led on this server.
 #[derive(Debug, Clone)]
 pub(crate) enum Located {
@@ -81,6 +84,21 @@ impl From<NsPath> for Target {
 pub(crate) struct Named {
     pub dir: u64,
     pub hash: Option<u64>,
+}
+
+impl Named {
+    /// Entry `name` of directory `dir`.
+    pub fn entry(dir: u64, name: &str) -> Option<Named> {
+        Some(Named { dir, hash: Some(canopy_proto::giga::name_hash(name)) })
+    }
+
+    /// The entry `at` names by directory id, if it does.
+    pub fn at(at: &At) -> Option<Named> {
+        match at {
+            At::Entry { dir, name } => Named::entry(*dir, name),
+            _ => None,
+        }
+    }
 }
 
 /// What a mode decides on a server. Methods that touch the store get the
@@ -217,18 +235,24 @@ pub(crate) trait Mode: Send + Sync {
         None
     }
 
-    /// Checks the directory proofs a `GfVouched` request carries (Giraffa;
-    /// good for adding entries if `adds`) and holds what they vouch for while
-    /// this thread serves the request; `ENOSYS` for a mode that issues none.
-    fn vouch(&self, _core: &Core, _proofs: &[canopy_proto::giraffa::DirProof], _adds: bool) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    /// The request to serve for `req`, and what is held while it is served:
+    /// `req` itself, unless it is one of the mode's that carries another
+    /// (Giraffa: `GfVouched`, a request with the directory proofs that vouch
+    /// for it, checked here and held while it runs). A refused envelope is
+    /// an errno, and nothing inside it is served.
+    fn unwrap(&self, _core: &Core, req: Request) -> Result<(Request, Option<Held>), Errno> {
+        Ok((req, None))
     }
 
-    /// The vouched request is served: forget its proofs.
-    fn unvouch(&self) {}
+    /// The entries one of the mode's own requests names by directory id, for
+    /// [`Mode::moved`] (only asked of a [`Mode::partitioned`] mode).
+    fn named(&self, _req: &Request) -> [Option<Named>; 2] {
+        [None, None]
+    }
 
-    /// Tests: a hook called at each step of a split.
-    fn set_split_hook(&self, _hook: Option<crate::indexfs::SplitHook>) {}
+    /// The mode itself, for what only its own module asks of it (IndexFS's
+    /// split hook for tests).
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// Whether this mode must hear of the transactions open at the lock
     /// service before it serves a request after a start: what it guarded for

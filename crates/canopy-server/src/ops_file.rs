@@ -155,7 +155,7 @@ impl MetaServer {
     pub(crate) fn readlink(&self, creds: &Creds, path: &Target) -> Result<Reply, Errno> {
         match self.locate(creds, path)? {
             Located::Absent { .. } => Err(Errno::ENOENT),
-            Located::File { record: Record::Inode(Inode { target: Some(t), .. }), .. } => Ok(Reply::Target(t)),
+            Located::File { record: Record::Inode(Inode { target: Some(t), .. }), .. } => Ok(Reply::LinkTarget(t)),
             _ => Err(Errno::EINVAL),
         }
     }

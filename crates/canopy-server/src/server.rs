@@ -12,7 +12,6 @@ use crate::mode::{Admission, Located, Mode, Named, Target};
 use crate::mutlock::MutGuard;
 use canopy_posix::perm::Owner;
 use canopy_proto::auth::Identity;
-use canopy_proto::giga;
 use canopy_proto::clock::{SharedClock, SystemClock};
 use canopy_proto::msg::{At, ServerStats};
 use canopy_proto::{Attr, Creds, Errno, Reply, Request};
@@ -21,31 +20,15 @@ use canopy_store::SharedStore;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The modes a server can run, as cluster files name them.
-pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
+pub use canopy_proto::modes::{ModeOptions, MODES};
 
-/// What a cluster chooses for its mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModeOptions {
-    /// IndexFS: how long lookups may be cached.
-    pub lease: crate::indexfs::lease::LeasePolicy,
-    /// IndexFS: entries a partition holds before it splits.
-    pub split_threshold: u64,
-    /// Giraffa: rows a region holds before it splits.
-    pub region_rows: u64,
-    /// Giraffa: the key servers sign directory proofs with. Every server of
-    /// a cluster needs the same one: daemons derive it from the cluster key;
-    /// the default is random, shared by the servers opened with one value.
-    pub proof_key: [u8; 32],
-}
-
-impl Default for ModeOptions {
-    fn default() -> ModeOptions {
-        // No fallback: a predictable key would let clients forge proofs (and
-        // the handshake needs the same kernel source anyway).
-        let proof_key = canopy_rpc::random::bytes().expect("random bytes from the kernel");
-        ModeOptions { lease: Default::default(), split_threshold: crate::indexfs::DEFAULT_SPLIT_THRESHOLD, region_rows: crate::giraffa::DEFAULT_REGION_ROWS, proof_key }
-    }
+/// A key for Giraffa's directory proofs that nobody else knows. Every server
+/// of a cluster needs the same one: daemons derive it from the cluster key,
+/// an in-process cluster draws one for all its servers. No fallback: a
+/// predictable key would let clients forge proofs (and the handshake needs
+/// the same kernel source anyway).
+pub fn random_proof_key() -> [u8; 32] {
+    canopy_rpc::random::bytes().expect("random bytes from the kernel")
 }
 
 pub struct MetaServer {
@@ -84,24 +67,21 @@ impl MetaServer {
         MetaServer::open_mode("shardfs", cfg, store, clock)
     }
 
-    /// Opens a server of mode `mode` (one of [`MODES`]) over `store`: checks the
-    /// store belongs to this server and mode, and loads the mode's state.
+    /// Opens a server of mode `mode` (one of [`MODES`], with its default
+    /// options) over `store`: checks the store belongs to this server and
+    /// mode, and loads the mode's state.
     pub fn open_mode(mode: &str, cfg: ServerConfig, store: SharedStore, clock: SharedClock) -> Result<MetaServer, String> {
-        MetaServer::open_with(mode, cfg, store, clock, ModeOptions::default())
+        MetaServer::open_with(&ModeOptions::named(mode)?, cfg, store, clock, random_proof_key())
     }
 
-    /// [`MetaServer::open_mode`] with the mode's options.
-    pub fn open_with(mode: &str, cfg: ServerConfig, store: SharedStore, clock: SharedClock, opts: ModeOptions) -> Result<MetaServer, String> {
-        let unknown = || format!("unknown namespace mode {mode:?}: this server knows {}", MODES.join(", "));
-        if !MODES.contains(&mode) {
-            return Err(unknown());
-        }
-        let core = Core::open(cfg, store, clock, mode)?;
-        let mode: Box<dyn Mode> = match mode {
-            "shardfs" => Box::new(crate::shardfs::ShardFs::open(&core)?),
-            "indexfs" => Box::new(crate::indexfs::IndexFs::open(&core, opts.lease, opts.split_threshold)?),
-            "giraffa" => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(opts.proof_key), opts.region_rows)?),
-            _ => return Err(unknown()),
+    /// [`MetaServer::open_mode`] with the mode's options, and the key the
+    /// cluster's servers sign Giraffa's directory proofs with.
+    pub fn open_with(opts: &ModeOptions, cfg: ServerConfig, store: SharedStore, clock: SharedClock, proof_key: [u8; 32]) -> Result<MetaServer, String> {
+        let core = Core::open(cfg, store, clock, opts.name())?;
+        let mode: Box<dyn Mode> = match opts {
+            ModeOptions::Shardfs => Box::new(crate::shardfs::ShardFs::open(&core)?),
+            ModeOptions::Indexfs(o) => Box::new(crate::indexfs::IndexFs::open(&core, o.lease, o.split_threshold)?),
+            ModeOptions::Giraffa(o) => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(proof_key), o.region_rows)?),
         };
         Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })
     }
@@ -161,10 +141,10 @@ impl MetaServer {
         self.core.doorbell.ring();
     }
 
-    /// Tests: call `hook` at each step of a split (IndexFS); `false` kills
-    /// this server's part of the split there.
-    pub fn set_split_hook(&self, hook: Option<crate::indexfs::SplitHook>) {
-        self.mode.set_split_hook(hook);
+    /// The mode's own half, if it is a `T` (for what only that mode's module
+    /// asks of it).
+    pub(crate) fn mode_as<T: 'static>(&self) -> Option<&T> {
+        self.mode.as_any().downcast_ref()
     }
 
     pub fn mode_name(&self) -> &'static str {
@@ -174,11 +154,10 @@ impl MetaServer {
     /// Executes one request. Never panics on input: every path is parsed and every
     /// precondition checked, and failures are errnos.
     pub fn handle(&self, creds: &Creds, req: Request) -> Result<Reply, Errno> {
-        // A vouched request is one RPC, counted as the request it carries.
-        if !matches!(req, Request::GfVouched { .. }) {
-            self.counters.count(&req);
-        }
-        let named = if self.mode.partitioned() { named_entries(&req) } else { [None, None] };
+        // A request the mode's envelope carries is one RPC, counted as itself.
+        let (req, _held) = self.mode.unwrap(&self.core, req)?;
+        self.counters.count(&req);
+        let named = if self.mode.partitioned() { named_entries(&req).unwrap_or_else(|| self.mode.named(&req)) } else { [None, None] };
         match self.dispatch(creds, req) {
             // The name's partition is elsewhere: say where to look (IndexFS).
             Err(Errno::EREMCHG) => self.mode.moved(&self.core, &named).ok_or(Errno::EREMCHG),
@@ -222,7 +201,6 @@ impl MetaServer {
             Request::Extend { at, end, kill_suid } => self.extend(creds, &at, end, kill_suid),
             Request::Stats => Ok(Reply::Stats(self.stats())),
             Request::Fsck => self.fsck(),
-            Request::GfVouched { proofs, inner } => self.vouched(creds, &proofs, &inner),
             Request::BatchOpen { .. } | Request::BatchList | Request::BatchStage { .. } | Request::BatchApply { .. } | Request::BatchClose { .. } if !self.mode.takes_batches() => {
                 Err(Errno::ENOSYS)
             }
@@ -237,22 +215,6 @@ impl MetaServer {
             }
             other => self.mode.handle(&self.core, creds, other),
         }
-    }
-
-    /// A request about entries whose directories `proofs` vouch for (Giraffa):
-    /// the proofs are checked and remembered, then the request runs as usual.
-    /// Only requests about entries may come so, never another `GfVouched`.
-    fn vouched(&self, creds: &Creds, proofs: &[canopy_proto::giraffa::DirProof], inner: &[u8]) -> Result<Reply, Errno> {
-        let req: Request = postcard::from_bytes(inner).map_err(|_| Errno::EPROTO)?;
-        let adds = canopy_proto::giraffa::adds_entry(&req);
-        if !adds && !matches!(req, Request::Unlink { .. } | Request::ReadDir { .. } | Request::RenameOut { .. }) {
-            return Err(Errno::EINVAL);
-        }
-        self.mode.vouch(&self.core, proofs, adds)?;
-        self.counters.count(&req);
-        let r = self.dispatch(creds, req);
-        self.mode.unvouch();
-        r
     }
 
     /// Checks a single-RPC operation's target and asks the mode whether it may
@@ -382,38 +344,27 @@ fn data_file(req: &Request) -> Option<&canopy_proto::msg::FileRef> {
     }
 }
 
-/// The entries `req` names by directory id, for the redirect a partitioned
-/// mode answers (at most two: a rename's). Hashes, not names: this runs
-/// before every request of such a mode.
-fn named_entries(req: &Request) -> [Option<Named>; 2] {
+/// The entries a generic request names by directory id, for the redirect a
+/// partitioned mode answers (at most two: a rename's); `None` for a request
+/// of the mode's own ([`Mode::named`]). Hashes, not names: this runs before
+/// every request of such a mode.
+fn named_entries(req: &Request) -> Option<[Option<Named>; 2]> {
     use canopy_proto::msg::FileRef;
-    let entry = |at: &At| match at {
-        At::Entry { dir, name } => Some(Named { dir: *dir, hash: Some(giga::name_hash(name)) }),
-        _ => None,
-    };
-    let named = |dir: &u64, name: &str| Some(Named { dir: *dir, hash: Some(giga::name_hash(name)) });
     if let Some(at) = generic_at(req) {
-        return [entry(at), None];
+        return Some([Named::at(at), None]);
     }
-    if let Some(FileRef::Entry { dir, name }) = data_file(req) {
-        return [named(dir, name), None];
+    if let Some(file) = data_file(req) {
+        return Some([if let FileRef::Entry { dir, name } = file { Named::entry(*dir, name) } else { None }, None]);
     }
-    match req {
+    Some(match req {
         Request::RecoveryStat { at }
         | Request::RenameIn { dst: at, .. }
-        | Request::IxRenameDirIn { dst: at, .. }
         // The source's side of a rename between servers: only its name is here.
         | Request::RenameOut { src: at, .. }
-        | Request::RenameOutCommit { src: at, .. }
-        | Request::IxRenameDirOut { src: at, .. }
-        | Request::IxRenameDirCommit { src: at, .. } => [entry(at), None],
-        Request::RenameLocal { src, dst, .. } | Request::IxRenameDir { src, dst, .. } => [entry(src), entry(dst)],
-        Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
-            [named(dir, name), None]
-        }
-        Request::IxBulkInsert { dir, .. } => [Some(Named { dir: *dir, hash: None }), None],
-        _ => [None, None],
-    }
+        | Request::RenameOutCommit { src: at, .. } => [Named::at(at), None],
+        Request::RenameLocal { src, dst, .. } => [Named::at(src), Named::at(dst)],
+        _ => return None,
+    })
 }
 
 /// Whether `req` names a file by inode number: no path leads to it, so no

@@ -19,7 +19,7 @@ use canopy_proto::clock::{ManualClock, SharedClock, SystemClock};
 use canopy_proto::Creds;
 use canopy_rpc::{InProcTransport, Service};
 use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
-use canopy_server::{MetaServer, ModeOptions, ServerConfig};
+use canopy_server::{random_proof_key, MetaServer, ModeOptions, ServerConfig};
 use canopy_store::{Durability, MemStore, RocksStore, SharedStore};
 use std::path::Path;
 use std::sync::Arc;
@@ -55,21 +55,19 @@ impl InProcCluster {
 
     /// `n` servers of `mode` over in-memory stores.
     pub fn memory_mode(mode: &'static str, n: u32) -> InProcCluster {
-        InProcCluster::memory_with(mode, n, ModeOptions::default())
+        InProcCluster::memory_with(n, named(mode))
     }
 
-    /// `n` servers of `mode` over in-memory stores, with `opts`.
-    pub fn memory_with(mode: &'static str, n: u32, opts: ModeOptions) -> InProcCluster {
-        InProcCluster::memory_on(mode, n, opts, SystemClock::shared())
+    /// `n` servers of the mode `opts` configures, over in-memory stores.
+    pub fn memory_with(n: u32, opts: ModeOptions) -> InProcCluster {
+        InProcCluster::memory_on(n, opts, SystemClock::shared())
     }
 
     /// `n` servers of `mode` over in-memory stores, all on a manual clock:
     /// leases run out when the test calls [`InProcCluster::pass`], at once.
     pub fn memory_manual(mode: &'static str, n: u32) -> InProcCluster {
-        let manual = ManualClock::new();
-        // Directory and file times start at a plausible date, not 1970.
-        manual.advance(1_800_000_000_000);
-        let mut c = InProcCluster::memory_on(mode, n, ModeOptions::default(), manual.clone());
+        let manual = manual_clock();
+        let mut c = InProcCluster::memory_on(n, named(mode), manual.clone());
         c.manual = Some(manual);
         c
     }
@@ -87,12 +85,12 @@ impl InProcCluster {
         }
     }
 
-    /// `n` servers of `mode` over in-memory stores, with `opts`, every part
-    /// reading time from `clock` (a test's `ManualClock`: leases run out when
-    /// the test moves it, not in real time).
-    pub fn memory_on(mode: &'static str, n: u32, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
+    /// `n` servers of the mode `opts` configures, over in-memory stores, every
+    /// part reading time from `clock` (a test's `ManualClock`: leases run out
+    /// when the test moves it, not in real time).
+    pub fn memory_on(n: u32, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
         let stores = (0..n).map(|_| Arc::new(MemStore::new(ALL_CFS)) as SharedStore).collect();
-        InProcCluster::over(mode, stores, Arc::new(MemStore::new(LOCK_CFS)), opts, clock)
+        InProcCluster::over(stores, Arc::new(MemStore::new(LOCK_CFS)), opts, clock)
     }
 
     /// `n` ShardFS servers over RocksDB stores under `dir`.
@@ -102,22 +100,37 @@ impl InProcCluster {
 
     /// `n` servers of `mode` over RocksDB stores under `dir`.
     pub fn rocks_mode(mode: &'static str, n: u32, dir: &Path) -> InProcCluster {
-        InProcCluster::rocks_with(mode, n, dir, ModeOptions::default())
+        InProcCluster::rocks_with(n, dir, named(mode))
     }
 
-    /// `n` servers of `mode` over RocksDB stores under `dir`, with `opts`.
-    pub fn rocks_with(mode: &'static str, n: u32, dir: &Path, opts: ModeOptions) -> InProcCluster {
+    /// `n` servers of `mode` over RocksDB stores under `dir`, all on a manual
+    /// clock ([`InProcCluster::memory_manual`]).
+    pub fn rocks_manual(mode: &'static str, n: u32, dir: &Path) -> InProcCluster {
+        let manual = manual_clock();
+        let mut c = InProcCluster::rocks_on(n, dir, named(mode), manual.clone());
+        c.manual = Some(manual);
+        c
+    }
+
+    /// `n` servers of the mode `opts` configures, over RocksDB stores under `dir`.
+    pub fn rocks_with(n: u32, dir: &Path, opts: ModeOptions) -> InProcCluster {
+        InProcCluster::rocks_on(n, dir, opts, SystemClock::shared())
+    }
+
+    /// [`InProcCluster::rocks_with`], every part reading time from `clock`.
+    pub fn rocks_on(n: u32, dir: &Path, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
         let open = |sub: String, cfs| Arc::new(RocksStore::open(&dir.join(sub), cfs, Durability::Wal).expect("open store")) as SharedStore;
         // Cached as a daemon's store is, so the tests read through the cache.
         let stores = (0..n).map(|i| with_entry_cache(open(format!("server-{i}"), ALL_CFS), DEFAULT_ENTRY_CACHE_MIB)).collect();
-        InProcCluster::over(mode, stores, open("lockd".into(), LOCK_CFS), opts, SystemClock::shared())
+        InProcCluster::over(stores, open("lockd".into(), LOCK_CFS), opts, clock)
     }
 
-    fn over(mode: &'static str, stores: Vec<SharedStore>, lock_store: SharedStore, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
-        let n = stores.len() as u32;
+    fn over(stores: Vec<SharedStore>, lock_store: SharedStore, opts: ModeOptions, clock: SharedClock) -> InProcCluster {
+        let (n, mode) = (stores.len() as u32, opts.name());
+        let proof_key = random_proof_key();
         let open = |i: usize, s: SharedStore| {
             let cfg = ServerConfig { index: i as u32, servers: n };
-            Arc::new(MetaServer::open_with(mode, cfg, s, clock.clone(), opts).expect("open server"))
+            Arc::new(MetaServer::open_with(&opts, cfg, s, clock.clone(), proof_key).expect("open server"))
         };
         let servers: Vec<Arc<MetaServer>> = stores.into_iter().enumerate().map(|(i, s)| open(i, s)).collect();
         let lock = LockService::open_with_clock(lock_store, clock.clone()).expect("open lock service");
@@ -240,4 +253,17 @@ impl InProcCluster {
     pub fn start_sweeper(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         tokio::spawn(canopy_client::sweep::sweep_forever(self.fresh_client(), every))
     }
+}
+
+/// Mode `mode` with its default options; tests name only modes that exist.
+fn named(mode: &str) -> ModeOptions {
+    ModeOptions::named(mode).expect("a known mode")
+}
+
+/// A manual clock for a test cluster: directory and file times start at a
+/// plausible date, not 1970.
+fn manual_clock() -> Arc<ManualClock> {
+    let manual = ManualClock::new();
+    manual.advance(1_800_000_000_000);
+    manual
 }

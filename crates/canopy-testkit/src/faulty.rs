@@ -3,7 +3,7 @@
 //! request the test names.
 
 use canopy_proto::{Creds, Errno, Request};
-use canopy_rpc::{RpcResult, Target, Transport};
+use canopy_rpc::{RpcResult, Daemon, Transport};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -83,9 +83,9 @@ impl Transport for FaultyTransport {
         self.inner.servers()
     }
 
-    fn call<'a>(&'a self, target: Target, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
+    fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         Box::pin(async move {
-            let Target::Server(i) = target else { return self.inner.call(target, creds, req).await };
+            let Daemon::Server(i) = target else { return self.inner.call(target, creds, req).await };
             let delay = self.faults.lock().slow.filter(|(op, _)| *op == req.name()).map(|(_, d)| d);
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;

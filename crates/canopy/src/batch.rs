@@ -200,7 +200,7 @@ fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, String> {
         let rt = connect::runtime()?;
         rt.block_on(async {
             let client = Client::new(connect::namespace(c, key, Default::default())?, canopy_proto::Creds::root());
-            bench_on(&client, args, c.mode.clone()).await
+            bench_on(&client, args, c.mode.name().to_string()).await
         })
     };
     let report = match cluster {

@@ -12,8 +12,7 @@ use canopy_rpc::socket::Listener;
 use canopy_rpc::Service;
 use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
 use canopy_proto::clock::SystemClock;
-use canopy_server::indexfs::lease::LeasePolicy;
-use canopy_server::{MetaServer, ModeOptions, ServerConfig};
+use canopy_server::{MetaServer, ServerConfig};
 use canopy_store::{Durability, RocksStore, SharedStore};
 use clap::Args;
 use std::path::PathBuf;
@@ -22,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use canopy_proto::msg::TxnInfo;
 use canopy_proto::{Creds, Errno, Reply, Request};
-use canopy_rpc::Target;
 
 #[derive(Args)]
 pub struct ServerArgs {
@@ -186,17 +184,11 @@ fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_clien
 /// server picks the mode's half of itself; it refuses a mode it does not know
 /// and a store another mode made).
 fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, cluster_key: &canopy_proto::auth::Key) -> Result<Arc<MetaServer>, String> {
-    let lease = match &cluster.lease {
-        Some(l) => LeasePolicy::parse(l).map_err(|e| format!("cluster file {}: {e}", cluster.path.display()))?,
-        None => LeasePolicy::default(),
-    };
     let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
     let store = with_entry_cache(store, args.entry_cache_mib);
-    let split_threshold = cluster.split_threshold.unwrap_or(canopy_server::indexfs::DEFAULT_SPLIT_THRESHOLD);
-    let region_rows = cluster.region_rows.unwrap_or(canopy_server::giraffa::DEFAULT_REGION_ROWS);
     // Giraffa's directory proofs: every server derives the same key.
     let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
-    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), ModeOptions { lease, split_threshold, region_rows, proof_key })?))
+    Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), proof_key)?))
 }
 
 /// A daemon's store directory is its user's alone (it holds other users'
@@ -243,7 +235,7 @@ fn open_transactions(cluster: &ClusterFile, key: &keyfile::Loaded) -> Result<Vec
     let lockd = connect::transport(cluster, key);
     let mut said: Option<Instant> = None;
     loop {
-        match rt.block_on(lockd.call(Target::Lockd, &Creds::root(), Request::ListTxns)) {
+        match rt.block_on(lockd.call(canopy_rpc::Daemon::Lockd, &Creds::root(), Request::ListTxns)) {
             Ok(Reply::Txns(txns)) => return Ok(txns),
             Ok(other) => return Err(format!("the lock service at {} answered a list of transactions with {other:?}", cluster.lockd)),
             Err(e @ (Errno::EACCES | Errno::EPERM)) => {

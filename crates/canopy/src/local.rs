@@ -8,6 +8,7 @@ use crate::connect;
 use crate::process::{self, alive, Liveness};
 use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
+use canopy_proto::modes::{LeasePolicy, ModeOptions};
 use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
@@ -256,10 +257,31 @@ impl Tuning<'_> {
 impl Tuning<'_> {
     fn check(&self) -> Result<(), String> {
         if let Some(l) = self.lease {
-            canopy_server::indexfs::lease::LeasePolicy::parse(l)?;
+            LeasePolicy::parse(l)?;
         }
         if self.split_threshold == Some(0) {
             return Err("--split-threshold must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// `opts` with the options chosen here; one the mode does not take is
+    /// refused rather than kept where nothing reads it.
+    fn apply(&self, opts: &mut ModeOptions) -> Result<(), String> {
+        self.check()?;
+        match opts {
+            ModeOptions::Indexfs(o) => {
+                if let Some(l) = self.lease {
+                    o.lease = LeasePolicy::parse(l)?;
+                }
+                if let Some(t) = self.split_threshold {
+                    o.split_threshold = t;
+                }
+            }
+            ModeOptions::Shardfs | ModeOptions::Giraffa(_) if self.lease.is_some() || self.split_threshold.is_some() => {
+                return Err(format!("--lease and --split-threshold are IndexFS's options; a {} cluster takes neither", opts.name()));
+            }
+            ModeOptions::Shardfs | ModeOptions::Giraffa(_) => {}
         }
         Ok(())
     }
@@ -285,25 +307,24 @@ fn socket_dir(dir: &Path, tcp: bool) -> Result<Option<PathBuf>, String> {
 /// free loopback ports), whose listening sockets stay open for the daemons.
 fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tuning) -> Result<(ClusterFile, Listeners), String> {
     let file = dir.join("cluster.json");
-    let lease = tuning.lease;
     if file.exists() {
         let mut c = ClusterFile::load(&file)?;
-        if let Some(l) = lease.filter(|l| c.lease.as_deref() != Some(*l)) {
-            c.lease = Some(l.to_string());
-            c.save(&file)?;
-        }
-        if let Some(t) = tuning.split_threshold.filter(|t| c.split_threshold != Some(*t)) {
-            c.split_threshold = Some(t);
+        let mut opts = c.mode.clone();
+        tuning.apply(&mut opts)?;
+        if opts != c.mode {
+            c.mode = opts;
             c.save(&file)?;
         }
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
             return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
         }
-        if let Some(mode) = mode.filter(|m| *m != c.mode) {
-            return Err(format!("the cluster in {} runs {}, not {mode}; `canopy down` and remove it to change", dir.display(), c.mode));
+        if let Some(mode) = mode.filter(|m| *m != c.mode.name()) {
+            return Err(format!("the cluster in {} runs {}, not {mode}; `canopy down` and remove it to change", dir.display(), c.mode.name()));
         }
         return Ok((c, Listeners::new()));
     }
+    let mut opts = ModeOptions::named(mode.unwrap_or("shardfs"))?;
+    tuning.apply(&mut opts)?;
     let n = servers.unwrap_or(4);
     if n == 0 || n > 1024 {
         return Err(format!("--servers must be 1 to 1024, not {n}"));
@@ -327,15 +348,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
     };
     let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
     let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile {
-        mode: mode.unwrap_or("shardfs").into(),
-        servers,
-        lockd,
-        lease: lease.map(str::to_string),
-        split_threshold: tuning.split_threshold,
-        region_rows: None,
-        path: file.clone(),
-    };
+    let c = ClusterFile { mode: opts, servers, lockd, path: file.clone() };
     c.save(&file)?;
     Ok((c, listeners))
 }

@@ -221,7 +221,7 @@ async fn hostile_paths_get_errnos() {
 
 #[tokio::test]
 async fn requests_to_unknown_servers_and_dead_peers_are_errors() {
-    use canopy_rpc::{Target, TcpTransport, Transport};
+    use canopy_rpc::{Daemon, TcpTransport, Transport};
     let addr = start_server().await;
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -229,9 +229,9 @@ async fn requests_to_unknown_servers_and_dead_peers_are_errors() {
     };
     let t = TcpTransport::new(&[addr.clone(), dead], &addr, admin(), T);
     let root = Creds::root();
-    assert_eq!(t.call(Target::Server(5), &root, Request::Ping).await, Err(Errno::EINVAL));
-    assert_eq!(t.call(Target::Server(1), &root, Request::Ping).await, Err(Errno::ECONNREFUSED));
-    assert!(t.call(Target::Server(0), &root, Request::Ping).await.is_ok());
+    assert_eq!(t.call(Daemon::Server(5), &root, Request::Ping).await, Err(Errno::EINVAL));
+    assert_eq!(t.call(Daemon::Server(1), &root, Request::Ping).await, Err(Errno::ECONNREFUSED));
+    assert!(t.call(Daemon::Server(0), &root, Request::Ping).await.is_ok());
 }
 
 #[tokio::test]

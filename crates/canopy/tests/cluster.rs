@@ -378,11 +378,13 @@ fn chown_refuses_the_no_change_ids() {
 }
 
 /// The mode a cluster runs is chosen at `canopy up`; an unknown one, in the flag
-/// or in a cluster file, is an error naming the known ones.
+/// or in a cluster file, is an error naming the known ones, and so is an
+/// option the cluster's mode does not take.
 #[test]
 fn an_unknown_mode_is_named_with_the_known_ones() {
     let c = up(2);
     c.fails(&["up", "--mode", "nfs"], "canopy: unknown namespace mode \"nfs\": this build knows shardfs, indexfs, giraffa");
+    c.fails(&["up", "--lease", "fixed:5"], "canopy: --lease and --split-threshold are IndexFS's options; a shardfs cluster takes neither");
     c.fails(&["up", "--mode", "shardfs", "--servers", "3"], &format!("canopy: the cluster in {} has 2 servers, not 3; `canopy down` and remove it to change", c.dir().display()));
     let file = c.dir().join("cluster.json");
     let text = std::fs::read_to_string(&file).unwrap();

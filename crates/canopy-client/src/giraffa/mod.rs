@@ -78,11 +78,11 @@ impl Giraffa {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
-        let start = std::time::Instant::now();
+        let start = self.clock.now_ms();
         let mut pause = Duration::from_millis(1);
         loop {
             match attempt().await {
-                Err(e) if again(&e) && start.elapsed() < BUSY_WAIT => {
+                Err(e) if again(&e) && self.clock.now_ms().saturating_sub(start) < BUSY_WAIT.as_millis() as u64 => {
                     self.counters.retried();
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(64));
@@ -569,7 +569,7 @@ impl Namespace for Giraffa {
             let p = NsPath::parse(path)?;
             let r = self.row_rpc(c, &p, Request::Readlink { at: p.to_string().into() }).await;
             match self.settle(c, &p, r).await? {
-                Reply::Target(t) => Ok(t),
+                Reply::LinkTarget(t) => Ok(t),
                 other => Err(unexpected(other)),
             }
         })

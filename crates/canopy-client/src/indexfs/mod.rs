@@ -218,7 +218,7 @@ impl IndexFs {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Res<T>>,
     {
-        let mut split = SplitWait::new();
+        let mut split = SplitWait::new(&self.clock);
         loop {
             match attempt().await {
                 Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,

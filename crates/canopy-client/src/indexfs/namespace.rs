@@ -145,7 +145,7 @@ impl Namespace for IndexFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             match self.single(c, &p, |at| Request::Readlink { at }).await {
-                Ok(Reply::Target(t)) => Ok(t),
+                Ok(Reply::LinkTarget(t)) => Ok(t),
                 Err(Errno::EREMOTE) => Err(Errno::EINVAL),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(e),

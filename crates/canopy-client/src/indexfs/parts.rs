@@ -70,7 +70,7 @@ impl IndexFs {
     /// after each redirect and after a pause while a split is about to move
     /// the name.
     pub(super) async fn entry_rpc(&self, dir: u64, name: &str, c: &Creds, req: Request) -> Res<Reply> {
-        let mut split = SplitWait::new();
+        let mut split = SplitWait::new(&self.clock);
         loop {
             match self.rpc_ix(self.server_for(dir, name), c, req.clone()).await {
                 Err(Errno::EREMCHG) => split.redirected(&self.counters).await?,
@@ -260,7 +260,9 @@ impl IndexFs {
 /// [`SPLIT_WAIT_MAX`], then `EAGAIN`. The server itself answers `EAGAIN` once
 /// the split has been failing for 2 s, so the bound is only a guard.
 pub(super) struct SplitWait {
-    since: std::time::Instant,
+    clock: canopy_proto::clock::SharedClock,
+    /// When the first pause began, on `clock` (milliseconds).
+    since: u64,
     pause: std::time::Duration,
     redirects: u32,
 }
@@ -273,8 +275,8 @@ const SPLIT_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(12
 const SPLIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl SplitWait {
-    pub(super) fn new() -> SplitWait {
-        SplitWait { since: std::time::Instant::now(), pause: std::time::Duration::from_millis(1), redirects: 0 }
+    pub(super) fn new(clock: &canopy_proto::clock::SharedClock) -> SplitWait {
+        SplitWait { clock: clock.clone(), since: clock.now_ms(), pause: std::time::Duration::from_millis(1), redirects: 0 }
     }
 
     /// After a redirect: the first [`FAST_REDIRECTS`] are followed at once.
@@ -294,7 +296,7 @@ impl SplitWait {
     /// Waits before the next resend (counted as a retry); `EAGAIN` once the
     /// bound is spent.
     pub(super) async fn pause(&mut self, counters: &ClientCounters) -> Res<()> {
-        if self.since.elapsed() >= SPLIT_WAIT_MAX {
+        if self.clock.now_ms().saturating_sub(self.since) >= SPLIT_WAIT_MAX.as_millis() as u64 {
             return Err(Errno::EAGAIN);
         }
         counters.retried();

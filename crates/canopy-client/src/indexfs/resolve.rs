@@ -28,7 +28,7 @@ impl IndexFs {
         }
         // A split about to move the entry is waited out, and a redirect
         // followed, here: no caller (recovery among them) sees either.
-        let mut split = SplitWait::new();
+        let mut split = SplitWait::new(&self.clock);
         loop {
             let server = self.server_of_entry(dir, name);
             match self.rpc_ix(server, c, Request::IxLookup { dir, name: name.to_string(), depth, client: self.client_id }).await {

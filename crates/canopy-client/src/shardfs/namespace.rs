@@ -122,7 +122,7 @@ impl Namespace for ShardFs {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
             match self.single(c, &p, Request::Readlink { at: p.to_string().into() }).await? {
-                Reply::Target(t) => Ok(t),
+                Reply::LinkTarget(t) => Ok(t),
                 other => Err(unexpected(other)),
             }
         })

@@ -15,7 +15,7 @@ pub enum Reply {
     /// another server, which the client must decrement. `freed`: the last name of a
     /// file whose contents are in back-end storage, which the client may delete.
     Dropped { remote: Option<(u64, u32)>, freed: Option<Fid> },
-    Target(String),
+    LinkTarget(String),
     Entries { entries: Vec<DirEntry>, more: bool },
     Shared { ino: u64, home: u32 },
     Record(Record),

@@ -27,7 +27,7 @@ mod rename;
 
 use crate::core::{io, Core};
 use crate::keys::{self, DIRS, ENTRIES};
-use crate::mode::{Located, Mode, Target};
+use crate::mode::{Held, Located, Mode, Target};
 use crate::ROOT_ID;
 use canopy_proto::auth::Key;
 use canopy_proto::giraffa::{self, DirProof, DirRow, PREFIX_BIT, PROOF_LIFE_MS, ROOT_ROW_PREFIX};
@@ -220,7 +220,24 @@ impl Giraffa {
         Ok(())
     }
 
-
+    /// Checks the directory proofs of a vouched request (good for adding
+    /// entries if `adds`) and holds what they vouch for while this thread
+    /// serves it ([`Vouching`] forgets them).
+    fn vouch(&self, core: &Core, proofs: &[DirProof], adds: bool) -> Result<(), Errno> {
+        if proofs.is_empty() || proofs.len() > giraffa::MAX_PROOFS {
+            return Err(Errno::EINVAL);
+        }
+        let mut checked = Vec::with_capacity(proofs.len());
+        for p in proofs {
+            let lookup = self.accept(core, p)?;
+            if adds && !p.adds {
+                return Err(Errno::EINVAL); // a proof for removals only
+            }
+            checked.push((p.prefix, lookup, p.expires));
+        }
+        VOUCHED.with(|v| *v.borrow_mut() = checked);
+        Ok(())
+    }
 
     fn accept(&self, core: &Core, proof: &DirProof) -> Result<DirLookup, Errno> {
         self.proofs.lock().verify(proof, core.clock.wall_ms())
@@ -233,16 +250,22 @@ thread_local! {
     static VOUCHED: std::cell::RefCell<Vec<(u64, DirLookup, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Held while a vouched request is served: its proofs are forgotten after.
+struct Vouching;
+
+impl Drop for Vouching {
+    fn drop(&mut self) {
+        VOUCHED.with(|v| v.borrow_mut().clear());
+    }
+}
+
 /// The directory with entries prefix `prefix` the current request's proofs
 /// vouch for, while they are live.
 fn vouched(prefix: u64, now: u64) -> Option<DirLookup> {
     VOUCHED.with(|v| v.borrow().iter().find(|(p, _, e)| *p == prefix && *e > now).map(|(_, l, _)| l.clone()))
 }
 
-/// Rows a region holds before it splits: about HBase's 10 GB default at a
-/// kilobyte a row, far above what these experiments write (the paper notes
-/// Giraffa rarely splits).
-pub const DEFAULT_REGION_ROWS: u64 = 10_000_000;
+pub use canopy_proto::modes::DEFAULT_REGION_ROWS;
 
 /// Where a server records its regions once one has split.
 const META_REGIONS: &[u8] = b"giraffa_regions";
@@ -415,24 +438,22 @@ impl Mode for Giraffa {
         }
     }
 
-    fn vouch(&self, core: &Core, proofs: &[DirProof], adds: bool) -> Result<(), Errno> {
-        if proofs.is_empty() || proofs.len() > giraffa::MAX_PROOFS {
+    /// `GfVouched`: the request it carries, with its proofs checked and held
+    /// for this thread until the returned guard drops. Only requests about
+    /// entries may come so, never another `GfVouched`.
+    fn unwrap(&self, core: &Core, req: Request) -> Result<(Request, Option<Held>), Errno> {
+        let Request::GfVouched { proofs, inner } = req else { return Ok((req, None)) };
+        let req: Request = postcard::from_bytes(&inner).map_err(|_| Errno::EPROTO)?;
+        let adds = giraffa::adds_entry(&req);
+        if !adds && !matches!(req, Request::Unlink { .. } | Request::ReadDir { .. } | Request::RenameOut { .. }) {
             return Err(Errno::EINVAL);
         }
-        let mut checked = Vec::with_capacity(proofs.len());
-        for p in proofs {
-            let lookup = self.accept(core, p)?;
-            if adds && !p.adds {
-                return Err(Errno::EINVAL); // a proof for removals only
-            }
-            checked.push((p.prefix, lookup, p.expires));
-        }
-        VOUCHED.with(|v| *v.borrow_mut() = checked);
-        Ok(())
+        self.vouch(core, &proofs, adds)?;
+        Ok((req, Some(Box::new(Vouching))))
     }
 
-    fn unvouch(&self) {
-        VOUCHED.with(|v| v.borrow_mut().clear());
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     /// A file rename's steps (`RenameLocal`, `RenameIn`), under the entry

@@ -5,58 +5,9 @@
 //! cacheable), so the wait is bounded by the longest lease. Pure: times are
 //! milliseconds of the server's clock, passed in.
 
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// How long a lookup's answer may be cached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LeasePolicy {
-    /// The same lease for every entry.
-    Fixed { ms: u32 },
-    /// `k_ms / depth`: long near the root, which is read most and changed least.
-    Depth { k_ms: u32 },
-    /// `l_ms × reads / (reads + writes)` of the entry: short for entries that change.
-    Rate { l_ms: u32 },
-}
-
-impl Default for LeasePolicy {
-    fn default() -> LeasePolicy {
-        LeasePolicy::Fixed { ms: 1000 }
-    }
-}
-
-impl LeasePolicy {
-    /// The longest lease this policy grants (what a restarted server waits out).
-    pub fn longest_ms(&self) -> u32 {
-        match *self {
-            LeasePolicy::Fixed { ms } => ms,
-            LeasePolicy::Depth { k_ms } => k_ms,
-            LeasePolicy::Rate { l_ms } => l_ms,
-        }
-    }
-
-    fn lease_ms(&self, depth: u32, reads: u64, writes: u64) -> u32 {
-        match *self {
-            LeasePolicy::Fixed { ms } => ms,
-            LeasePolicy::Depth { k_ms } => k_ms / depth.max(1),
-            LeasePolicy::Rate { l_ms } => (l_ms as u64 * reads / (reads + writes).max(1)) as u32,
-        }
-    }
-
-    /// Parses `fixed`, `fixed:MS`, `depth`, `depth:K_MS`, `rate`, `rate:L_MS`.
-    pub fn parse(s: &str) -> Result<LeasePolicy, String> {
-        let (name, ms) = match s.split_once(':') {
-            Some((n, ms)) => (n, Some(ms.parse::<u32>().map_err(|_| format!("bad lease length {ms:?} in {s:?}"))?)),
-            None => (s, None),
-        };
-        match name {
-            "fixed" => Ok(LeasePolicy::Fixed { ms: ms.unwrap_or(1000) }),
-            "depth" => Ok(LeasePolicy::Depth { k_ms: ms.unwrap_or(4000) }),
-            "rate" => Ok(LeasePolicy::Rate { l_ms: ms.unwrap_or(2000) }),
-            _ => Err(format!("unknown lease policy {s:?}: fixed[:MS], depth[:K_MS] or rate[:L_MS]")),
-        }
-    }
-}
+pub use canopy_proto::modes::LeasePolicy;
 
 #[derive(Debug, Default, Clone)]
 struct Entry {

@@ -145,7 +145,7 @@ impl IndexFs {
             lease_waits: AtomicU64::new(0),
             lease_wait_ms: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
-            splits: split::Splits::new(split_threshold, unfinished, core.doorbell.clone()),
+            splits: split::Splits::new(split_threshold, unfinished, core.doorbell.clone(), core.clock.clone()),
             cache: parts::HeaderCache::default(),
             revoked: Revoked::of(crate::revoked::load(core)?),
         };
@@ -374,8 +374,21 @@ impl Mode for IndexFs {
         self.splits.retry_due()
     }
 
-    fn set_split_hook(&self, hook: Option<SplitHook>) {
-        self.splits.set_hook(hook);
+    /// IndexFS's requests name entries by directory id and name.
+    fn named(&self, req: &Request) -> [Option<Named>; 2] {
+        match req {
+            Request::IxRenameDirIn { dst: at, .. } | Request::IxRenameDirOut { src: at, .. } | Request::IxRenameDirCommit { src: at, .. } => [Named::at(at), None],
+            Request::IxRenameDir { src, dst, .. } => [Named::at(src), Named::at(dst)],
+            Request::IxLookup { dir, name, .. } | Request::IxMkdir { dir, name, .. } | Request::IxRmdir { dir, name, .. } | Request::IxDirSetAttr { dir, name, .. } => {
+                [Named::entry(*dir, name), None]
+            }
+            Request::IxBulkInsert { dir, .. } => [Some(Named { dir: *dir, hash: None }), None],
+            _ => [None, None],
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn dirs(&self) -> u64 {
@@ -513,6 +526,16 @@ impl IndexFs {
             }
         }
         Ok(())
+    }
+}
+
+impl crate::MetaServer {
+    /// Tests: call `hook` at each step of a split (IndexFS; no other mode
+    /// splits); `false` kills this server's part of the split there.
+    pub fn set_split_hook(&self, hook: Option<SplitHook>) {
+        if let Some(ix) = self.mode_as::<IndexFs>() {
+            ix.splits.set_hook(hook);
+        }
     }
 }
 

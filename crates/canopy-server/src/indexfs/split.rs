@@ -36,10 +36,10 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use canopy_proto::clock::SharedClock;
+use std::time::Duration;
 
-/// GIGA+'s threshold in the paper: a partition splits past 2000 entries.
-pub const DEFAULT_SPLIT_THRESHOLD: u64 = 2000;
+pub use canopy_proto::modes::DEFAULT_SPLIT_THRESHOLD;
 
 /// Entries (and subdirectories) per table sent: well inside a frame.
 const CHUNK: usize = 8_000;
@@ -83,10 +83,10 @@ pub(crate) struct Splits {
     unfinished: Mutex<Vec<(u64, u32)>>,
     /// Since when each split that failed (or was found unfinished at start)
     /// has been failing; gone when it ends.
-    failing: Mutex<HashMap<(u64, u32), Instant>>,
+    failing: Mutex<HashMap<(u64, u32), u64>>,
     /// Requests refused because their name's split was pending.
     refused: AtomicU64,
-    last_retry: Mutex<Option<Instant>>,
+    last_retry: Mutex<Option<u64>>,
     /// Splits this server is running now (their moving half is served here
     /// until they end).
     running: Mutex<HashSet<(u64, u32)>>,
@@ -97,15 +97,18 @@ pub(crate) struct Splits {
     hook: Mutex<Option<SplitHook>>,
     /// The background thread's: rung when a directory is queued.
     doorbell: Arc<Doorbell>,
+    /// The server's: retries and stuck splits are timed by it (milliseconds).
+    clock: SharedClock,
 }
 
 impl Splits {
-    pub(crate) fn new(threshold: u64, unfinished: Vec<(u64, u32)>, doorbell: Arc<Doorbell>) -> Splits {
+    pub(crate) fn new(threshold: u64, unfinished: Vec<(u64, u32)>, doorbell: Arc<Doorbell>, clock: SharedClock) -> Splits {
+        let now = clock.now_ms();
         Splits {
             threshold: threshold.max(1),
             grown: Mutex::new(HashMap::new()),
             queue: Mutex::new((VecDeque::new(), HashSet::new())),
-            failing: Mutex::new(unfinished.iter().map(|s| (*s, Instant::now())).collect()),
+            failing: Mutex::new(unfinished.iter().map(|s| (*s, now)).collect()),
             unfinished: Mutex::new(unfinished),
             refused: AtomicU64::new(0),
             last_retry: Mutex::new(None),
@@ -114,6 +117,7 @@ impl Splits {
             done: AtomicU64::new(0),
             hook: Mutex::new(None),
             doorbell,
+            clock,
         }
     }
 
@@ -128,7 +132,7 @@ impl Splits {
     pub(crate) fn refusal(&self, dir: u64, part: u32) -> Errno {
         let since = self.failing.lock().get(&(dir, part)).copied();
         match since {
-            Some(t) if t.elapsed() >= STUCK_AFTER => Errno::EAGAIN,
+            Some(t) if self.since(t) >= STUCK_AFTER => Errno::EAGAIN,
             _ => Errno::EINPROGRESS,
         }
     }
@@ -180,7 +184,12 @@ impl Splits {
             return None;
         }
         let last = *self.last_retry.lock();
-        Some(last.map_or(Duration::ZERO, |t| RETRY_EVERY.saturating_sub(t.elapsed())))
+        Some(last.map_or(Duration::ZERO, |t| RETRY_EVERY.saturating_sub(self.since(t))))
+    }
+
+    /// How long ago clock reading `t` was.
+    fn since(&self, t: u64) -> Duration {
+        Duration::from_millis(self.clock.now_ms().saturating_sub(t))
     }
 
     fn next(&self) -> Option<u64> {
@@ -327,7 +336,7 @@ impl IndexFs {
             return None;
         }
         let next = self.splits.unfinished.lock().first().copied()?;
-        *self.splits.last_retry.lock() = Some(Instant::now());
+        *self.splits.last_retry.lock() = Some(self.splits.clock.now_ms());
         self.splits.unfinished.lock().retain(|s| *s != next);
         Some(next)
     }
@@ -335,7 +344,7 @@ impl IndexFs {
     fn split_failed(&self, core: &Core, dir: u64, part: u32, e: Errno) {
         // Still recorded (or never begun): a retry decides from the header.
         if matches!(self.part_header(core, dir, part), Ok(Some(h)) if h.splitting.is_some()) {
-            self.splits.failing.lock().entry((dir, part)).or_insert_with(Instant::now);
+            self.splits.failing.lock().entry((dir, part)).or_insert(core.clock.now_ms());
             let mut u = self.splits.unfinished.lock();
             if !u.contains(&(dir, part)) {
                 u.push((dir, part));

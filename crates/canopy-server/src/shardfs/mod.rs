@@ -130,6 +130,10 @@ impl ShardFs {
 }
 
 impl Mode for ShardFs {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn name(&self) -> &'static str {
         "shardfs"
     }
