@@ -35,6 +35,13 @@ struct Kit {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// The cluster stops before its directory goes.
+impl Drop for Kit {
+    fn drop(&mut self) {
+        self.cluster.shut_down();
+    }
+}
+
 impl Kit {
     /// A root client with its own FID generator.
     fn client(&self) -> Client {

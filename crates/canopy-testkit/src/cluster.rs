@@ -238,6 +238,15 @@ impl InProcCluster {
     /// ends where it is, and the stores close once the clients made from the
     /// cluster are gone, so a test may reopen them at once.
     pub fn crash(self) {
+        self.shut_down();
+    }
+
+    /// [`InProcCluster::crash`], for a test that drops the cluster itself
+    /// while clients made from it may still run: its stores close once they
+    /// are gone, rather than writing on after the test removed their
+    /// directory (RocksDB, assertions on, aborts on the write after a failed
+    /// one).
+    pub fn shut_down(&self) {
         for s in &self.servers {
             s.stop_background();
         }
