@@ -13,6 +13,7 @@ use canopy_proto::{Creds, Errno, FileKind, Reply, Request};
 use canopy_rpc::Daemon;
 use canopy_testkit::hooks::DieAt;
 use canopy_testkit::tree::tree;
+use canopy_proto::clock::Clock;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 150;
 
 fn cluster() -> InProcCluster {
-    InProcCluster::memory_mode("giraffa", SERVERS)
+    InProcCluster::memory_manual("giraffa", SERVERS)
 }
 
 /// RPCs `c` sent while `op` ran.
@@ -148,10 +149,10 @@ async fn populate(c: &Client) {
 async fn rename_dies_and_is_recovered(cluster: &InProcCluster, src: &str, dst: &str, step: Step) {
     // The rename's freeze waits out the proofs the creates took (up to 250
     // ms): let them expire, so the short lease is not outlived.
-    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    cluster.pass(giraffa::PROOF_LIFE_MS + 50).await;
     let dying = cluster.client_with_hook(Arc::new(DieAt(step.clone())), LEASE_MS);
     assert_eq!(dying.rename(src, dst).await, Err(Errno::ENOTCONN), "{src} -> {dst} dies at {step:?}");
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{src} -> {dst} died at {step:?}");
 }
 
@@ -200,21 +201,28 @@ async fn a_recovery_longer_than_its_lease_keeps_it() {
         root.mkdir(&dir, 0o755).await.unwrap();
         root.create(&format!("{dir}/f"), 0o644).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    cluster.pass(giraffa::PROOF_LIFE_MS + 50).await;
     let intent = Intent::Rename { src: "/a".into(), dst: "/moved".into() };
     let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
     assert_eq!(dying.rename("/a", "/moved").await, Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
 
-    // Two scans per directory of nine: the recovery takes about four of its
-    // leases, each long enough for a directory's two scans with room to spare
-    // on a loaded machine.
+    // Two scans per directory of nine, each taking a fifth of the
+    // recoverer's lease (on the cluster's clock; a little real time too, so
+    // the recovery is still at work when the test looks): the recovery takes
+    // about four of its leases and must renew it as it goes.
     const RECOVERY_LEASE_MS: u32 = 600;
-    cluster.faults().slow("GfScan", Duration::from_millis(RECOVERY_LEASE_MS as u64 / 5));
+    let clock = cluster.manual_clock().expect("a manual clock");
+    let scans = clock.clone();
+    cluster.faults().on_each("GfScan", Arc::new(move || scans.advance(RECOVERY_LEASE_MS as u64 / 5)));
+    cluster.faults().slow("GfScan", Duration::from_millis(20));
     let recoverer = || cluster.client_with_lease(RECOVERY_LEASE_MS);
     let first = recoverer();
+    let start = clock.now_ms();
     let recovering = tokio::spawn(async move { first.repair().await });
-    tokio::time::sleep(Duration::from_millis(2 * RECOVERY_LEASE_MS as u64)).await;
+    while clock.now_ms() < start + 2 * RECOVERY_LEASE_MS as u64 && !recovering.is_finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(!recovering.is_finished(), "the recovery should outlast its lease");
     assert_eq!(recoverer().repair().await, Ok(0), "handed to a second recoverer while the first was at work");
     assert_eq!(recovering.await.unwrap(), Ok(1));
@@ -290,7 +298,7 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
     let root = cluster.fresh_client();
     populate(&root).await;
     let before = tree(&root).await;
-    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    cluster.pass(giraffa::PROOF_LIFE_MS + 50).await;
     let at = |p: &str| NsPath::parse(p).unwrap();
     // The server holding /a's entries goes down once the freeze is on every
     // server: while the rename reads its destination's parent (the first
@@ -309,7 +317,7 @@ async fn a_directory_rename_whose_thaw_misses_a_server_is_left_to_recovery() {
     let r = rename.await.unwrap();
     cluster.faults().revive(down);
     assert_eq!(r, Err(Errno::EIO), "server {down} down after the freeze: left to recovery");
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1));
     assert_eq!(tree(&root).await, before, "undone");
     let writer = cluster.fresh_client();
@@ -335,7 +343,7 @@ async fn a_directory_rename_refused_at_its_renewed_freeze_takes_its_copies_back(
         root.create(&format!("/c/f{i}"), 0o644).await.unwrap();
     }
     let before = tree(&root).await;
-    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    cluster.pass(giraffa::PROOF_LIFE_MS + 50).await;
     let checked = giraffa::row_server(&NsPath::parse("/").unwrap(), SERVERS);
     // Held at its first RecoveryStat, the rename has frozen every server.
     let (mut held, release) = cluster.faults().hold_next(checked, "RecoveryStat");
@@ -478,7 +486,7 @@ where
     let (mut held, release) = cluster.faults().hold_next(server, step);
     let running = tokio::spawn(op);
     tokio::time::timeout(Duration::from_secs(20), held.recv()).await.expect("the step was never sent").unwrap();
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1), "recovered");
     release.add_permits(1);
     running.await.unwrap()
@@ -555,7 +563,7 @@ async fn a_link_whose_insert_is_lost_keeps_its_count_only_if_the_name_was_made()
         let c = cluster.client_with_lease(LEASE_MS);
         assert_eq!(c.link("/d/f", &dst).await.map(drop), Err(Errno::EIO), "applied: {applied}");
         cluster.faults().revive(server(&dst));
-        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+        cluster.pass(LEASE_MS as u64 + 100).await;
         let fresh = cluster.fresh_client();
         assert_eq!(fresh.repair().await, Ok(1), "applied: {applied}");
         let names = if applied { 2 } else { 1 };
@@ -578,11 +586,11 @@ async fn a_rename_whose_recovery_was_taken_over_is_done() {
     root.mkdir("/d", 0o755).await.unwrap();
     root.create("/d/f", 0o644).await.unwrap();
     // The freeze waits out the proofs the creates took: let them expire.
-    tokio::time::sleep(Duration::from_millis(giraffa::PROOF_LIFE_MS + 50)).await;
+    cluster.pass(giraffa::PROOF_LIFE_MS + 50).await;
     let intent = Intent::Rename { src: "/d".into(), dst: "/e".into() };
     let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(intent))), LEASE_MS);
     assert_eq!(dying.rename("/d", "/e").await, Err(Errno::ENOTCONN));
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     let second = cluster.client_with_lease(LEASE_MS);
     let renamed = cluster.step_held_past_recovery(0, "GfFreeze", LEASE_MS, async move { second.rename("/e", "/f").await }, async {}).await;
     assert_eq!(renamed, Ok(()));

@@ -15,7 +15,7 @@ use canopy_testkit::tree::{tree, Tree};
 use canopy_testkit::hooks::DieAt;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::Arc;
-use std::time::Duration;
+
 
 const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 150;
@@ -98,7 +98,7 @@ async fn elsewhere(c: &Client) -> String {
 }
 
 async fn expected_trees(op: &Op) -> (Tree, Tree) {
-    let clean = InProcCluster::memory_mode("indexfs", SERVERS);
+    let clean = InProcCluster::memory_manual("indexfs", SERVERS);
     let c = clean.client();
     populate(&c).await;
     let before = tree(&c).await;
@@ -108,7 +108,7 @@ async fn expected_trees(op: &Op) -> (Tree, Tree) {
 
 /// A cluster with [`populate`]'s tree, and a root client of it.
 async fn populated() -> (InProcCluster, Client) {
-    let cluster = InProcCluster::memory_mode("indexfs", SERVERS);
+    let cluster = InProcCluster::memory_manual("indexfs", SERVERS);
     let root = cluster.client();
     populate(&root).await;
     (cluster, root)
@@ -124,7 +124,7 @@ async fn away() -> String {
 /// Once the dead transaction's lease ran out, a fresh client recovers exactly
 /// one transaction and leaves tree `want`, fsck clean.
 async fn recovered_to(cluster: &InProcCluster, want: &Tree, what: &str) {
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     assert_eq!(cluster.fresh_client().repair().await, Ok(1), "{what}");
     let reader = cluster.fresh_client();
     assert_eq!(&tree(&reader).await, want, "{what}");
@@ -174,7 +174,7 @@ async fn a_rename_recovered_while_a_server_is_down_waits_for_it() {
             let down = server_of_name(&root, side).await;
             let dying = cluster.client_with_hook(Arc::new(DieAt(Step::PrimaryDone(op.intent()))), LEASE_MS);
             assert_eq!(op.run(&dying).await, Err(Errno::ENOTCONN));
-            tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+            cluster.pass(LEASE_MS as u64 + 100).await;
             if let Op::RenameDir(_) = op {
                 // Until recovered, fsck sees the directory under both names.
                 let fsck = cluster.fresh_client().fsck().await.unwrap();
@@ -225,7 +225,7 @@ async fn a_rename_rolled_back_unseals_the_directory_it_would_have_replaced() {
 /// The tree after `/a/sub` is renamed onto a new empty directory `dst`, on
 /// a clean cluster.
 async fn after_rename_over(dst: &str) -> Tree {
-    let clean = InProcCluster::memory_mode("indexfs", SERVERS);
+    let clean = InProcCluster::memory_manual("indexfs", SERVERS);
     let c = clean.client();
     populate(&c).await;
     c.mkdir(dst, 0o755).await.unwrap();
@@ -267,7 +267,7 @@ async fn died_after_the_insert_over_a_directory() -> (InProcCluster, Client, Tre
 async fn a_rename_over_a_directory_whose_recovery_died_midway_is_recovered_again() {
     let (cluster, root, after) = died_after_the_insert_over_a_directory().await;
     let source_server = server_of_name(&root, "/a/sub").await;
-    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
+    cluster.pass(LEASE_MS as u64 + 100).await;
     cluster.faults().die_after(source_server, "IxRenameDirCommit");
     let first = cluster.client_with_lease(LEASE_MS).repair().await;
     assert!(first.is_err(), "the first recovery dies midway: {first:?}");

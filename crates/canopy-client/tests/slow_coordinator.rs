@@ -19,14 +19,10 @@ use canopy_testkit::{assert_fsck_clean, InProcCluster};
 const SERVERS: u32 = 4;
 const LEASE_MS: u32 = 150;
 
-/// A cluster of `mode`: ShardFS's on a manual clock, so leases run out when
-/// the test says; IndexFS's and Giraffa's on the system clock, whose
-/// servers wait for a lease or a freeze to end by polling it.
+/// A cluster of `mode` on a manual clock, so leases run out when the test
+/// says.
 fn cluster_of(mode: &'static str) -> InProcCluster {
-    match mode {
-        "shardfs" => InProcCluster::memory_manual(mode, SERVERS),
-        _ => InProcCluster::memory_mode(mode, SERVERS),
-    }
+    InProcCluster::memory_manual(mode, SERVERS)
 }
 
 /// Holds `slow`'s transaction at `at`, lets its lease run out, runs `other`

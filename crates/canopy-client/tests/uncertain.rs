@@ -15,11 +15,12 @@ use canopy_proto::placement::primary;
 use canopy_proto::msg::{DirLookup, Intent};
 use canopy_proto::{Creds, Errno, FileKind, Reply, Request, TimeSet};
 use canopy_server::MetaServer;
+use canopy_testkit::polls;
 use canopy_testkit::hooks::Gate;
 use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use futures::future::BoxFuture;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 
 const SERVERS: u32 = 4;
@@ -84,15 +85,11 @@ fn coordinator(cluster: &InProcCluster) -> Client {
 /// Waits until the lock service holds no transaction and fsck is clean.
 async fn settled(cluster: &InProcCluster) {
     let c = cluster.fresh_client();
-    let start = Instant::now();
-    loop {
+    polls::until_async("recovered and fsck clean", || async {
         let fsck = c.fsck().await;
-        if cluster.lock.transactions().is_empty() && fsck.as_ref().is_ok_and(|f| f.is_clean() && f.in_flight.is_empty()) {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "not recovered: {fsck:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        cluster.lock.transactions().is_empty() && fsck.is_ok_and(|f| f.is_clean() && f.in_flight.is_empty())
+    })
+    .await;
 }
 
 /// Brings server `p` back and lets the lock service's sweep recover what was

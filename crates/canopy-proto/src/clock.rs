@@ -19,6 +19,20 @@ pub trait Clock: Send + Sync + 'static {
     fn wall_ms(&self) -> u64 {
         (self.wall_ns().max(0) / 1_000_000) as u64
     }
+
+    /// Blocks this thread until `now_ms()` reaches `until` (a lease or a
+    /// proof running out). The system's clock sleeps; a manual clock is moved
+    /// there at once, as time would pass for everyone while the thread waited
+    /// (so a test neither sleeps nor hangs on a clock nobody moves).
+    fn wait_until_ms(&self, until: u64) {
+        loop {
+            let now = self.now_ms();
+            if now >= until {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis((until - now).min(50)));
+        }
+    }
 }
 
 pub type SharedClock = Arc<dyn Clock>;
@@ -61,6 +75,20 @@ impl ManualClock {
         self.ms.fetch_add(ms, Ordering::AcqRel);
         self.wall.fetch_add(ms as i64 * 1_000_000, Ordering::AcqRel);
     }
+
+    /// Moves both clocks forward until the monotonic one reads at least `until`.
+    pub fn advance_to(&self, until: u64) {
+        let mut now = self.ms.load(Ordering::Acquire);
+        while now < until {
+            match self.ms.compare_exchange(now, until, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.wall.fetch_add((until - now) as i64 * 1_000_000, Ordering::AcqRel);
+                    return;
+                }
+                Err(moved) => now = moved,
+            }
+        }
+    }
 }
 
 impl Clock for ManualClock {
@@ -70,6 +98,10 @@ impl Clock for ManualClock {
 
     fn wall_ns(&self) -> i64 {
         self.wall.load(Ordering::Acquire)
+    }
+
+    fn wait_until_ms(&self, until: u64) {
+        self.advance_to(until);
     }
 }
 
@@ -83,6 +115,10 @@ mod tests {
         assert_eq!((c.now_ms(), c.wall_ns()), (0, 0));
         c.advance(150);
         assert_eq!((c.now_ms(), c.wall_ns(), c.wall_ms()), (150, 150_000_000, 150));
+        c.wait_until_ms(100);
+        assert_eq!(c.now_ms(), 150, "a deadline passed already moves nothing");
+        c.wait_until_ms(400);
+        assert_eq!((c.now_ms(), c.wall_ms()), (400, 400), "a wait moves both clocks to its end");
         let s = SystemClock::shared();
         assert!(s.wall_ns() > 1_700_000_000_000_000_000);
     }

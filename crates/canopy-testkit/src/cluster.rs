@@ -72,6 +72,11 @@ impl InProcCluster {
         c
     }
 
+    /// The cluster's manual clock, if it runs on one.
+    pub fn manual_clock(&self) -> Option<Arc<ManualClock>> {
+        self.manual.clone()
+    }
+
     /// Lets `ms` milliseconds pass for the cluster: on a manual clock, moved
     /// at once; on the system's, waited out.
     pub async fn pass(&self, ms: u64) {

@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, Semaphore};
 /// [`FaultyTransport::refuse_next`] answers the next request of one kind to a
 /// server with an error without applying it: a refusal the coordinator can
 /// trust. [`FaultyTransport::slow`] delays every request of one kind: a long
-/// job (a big subtree's recovery) without building a big subtree.
+/// job (a big subtree's recovery) without building a big subtree;
+/// [`FaultyTransport::on_each`] runs a test's code before each.
 /// [`FaultyTransport::hold_next`] holds the next request of one kind to a
 /// server on its way until the test lets it go: a step sent in time that
 /// arrives late.
@@ -34,6 +35,7 @@ struct Faults {
     die_after: Option<(u32, &'static str)>,
     refuse_next: Option<(u32, &'static str, Errno)>,
     slow: Option<(&'static str, Duration)>,
+    on_each: Option<(&'static str, Arc<dyn Fn() + Send + Sync>)>,
     hold_next: Option<(u32, &'static str, mpsc::UnboundedSender<()>, Arc<Semaphore>)>,
 }
 
@@ -67,6 +69,12 @@ impl FaultyTransport {
         self.faults.lock().slow = Some((op, delay));
     }
 
+    /// Every request named `op`, to any server, first runs `f` (a test moving
+    /// its manual clock: a job that takes time without taking it).
+    pub fn on_each(&self, op: &'static str, f: Arc<dyn Fn() + Send + Sync>) {
+        self.faults.lock().on_each = Some((op, f));
+    }
+
     /// The next request named `op` to `server` waits on its way until the
     /// test adds a permit to the semaphore answered; the receiver hears when
     /// it is held.
@@ -87,6 +95,10 @@ impl Transport for FaultyTransport {
         Box::pin(async move {
             let Daemon::Server(i) = target else { return self.inner.call(target, creds, req).await };
             let delay = self.faults.lock().slow.filter(|(op, _)| *op == req.name()).map(|(_, d)| d);
+            let each = self.faults.lock().on_each.as_ref().filter(|(op, _)| *op == req.name()).map(|(_, f)| f.clone());
+            if let Some(f) = each {
+                f();
+            }
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }

@@ -8,6 +8,8 @@
 //! - [`hooks`]: step hooks that kill a coordinator at a step, or hold it there
 //!   while the test acts.
 //! - [`assert_fsck_clean`]: the check most tests end with.
+//! - [`polls`]: waiting for what another task will do, with no time limit
+//!   but a hang guard.
 //!
 //! It is the one crate that assembles servers, the lock service and clients
 //! without the `canopy` binary, so the client library need not link the server
@@ -24,6 +26,7 @@ mod checks;
 mod cluster;
 mod faulty;
 pub mod hooks;
+pub mod polls;
 pub mod tree;
 
 pub use checks::assert_fsck_clean;

@@ -200,13 +200,7 @@ impl Giraffa {
         }
         self.proof_waits.fetch_add(1, Ordering::Relaxed);
         let start = core.clock.now_ms();
-        loop {
-            let waited = core.clock.now_ms() - start;
-            if waited >= wait {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis((wait - waited).min(50)));
-        }
+        core.clock.wait_until_ms(start + wait);
         self.proof_wait_ms.fetch_add(core.clock.now_ms() - start, Ordering::Relaxed);
     }
 

@@ -203,13 +203,7 @@ impl IndexFs {
         let start = core.clock.now_ms();
         if until > start {
             self.lease_waits.fetch_add(1, Ordering::Relaxed);
-            loop {
-                let now = core.clock.now_ms();
-                if now >= until {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis((until - now).min(50)));
-            }
+            core.clock.wait_until_ms(until);
             self.lease_wait_ms.fetch_add(core.clock.now_ms() - start, Ordering::Relaxed);
         }
         LeaseGuard { fs: self, id }
