@@ -19,6 +19,7 @@
 //! directory in the middle of an rmdir (`EAGAIN`) is waited for, both counted
 //! as retries.
 
+use crate::recover::Recovers;
 use crate::core::{unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
@@ -26,11 +27,12 @@ use crate::fsck::FsckSummary;
 use crate::follow::LinkFailed;
 use crate::namespace::{Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, Handed, Step, Txn};
+use crate::file_data::{FileData, MakeRequest};
+use crate::txn::{after_commit, Step, Txn};
 use canopy_posix::lockset::path_locks;
 use canopy_posix::perm;
 use canopy_proto::giraffa::{self, DirProof};
-use canopy_proto::msg::{FileRef, IfExists, Intent, LockMode, NewKind, ServerStats};
+use canopy_proto::msg::{At, FileRef, IfExists, Intent, NewKind, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
 use canopy_rpc::Transport;
@@ -293,7 +295,7 @@ impl Giraffa {
     /// count back unless the name was made ([`ClientCore::recover_link`]).
     async fn do_link(&self, c: &Creds, src: &NsPath, dst: &NsPath) -> Res<Attr> {
         let intent = Intent::Link { src: src.to_string(), dst: dst.to_string() };
-        let txn = self.lock_with(path_locks(&[src, dst]), intent.clone()).await?;
+        let txn = self.lock_recovering(path_locks(&[src, dst]), intent.clone()).await?;
         let steps = self.link_under(c, src, dst, intent, txn).await.map_err(|f| LinkFailed { errno: rename::taken_over(f.errno), ..f });
         let attr = self.end_link(txn, steps).await?;
         self.touch_parent(c, dst).await;
@@ -322,7 +324,7 @@ impl Giraffa {
         if self.stat_row(c, src).await?.kind == FileKind::Dir {
             // On this client's connections, so each is served before the rows move.
             self.send_owed_touches_below(src).await;
-            let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: src.to_string(), dst: dst.to_string() }).await?;
+            let txn = self.lock_recovering(path_locks(&[src, dst]), Intent::Rename { src: src.to_string(), dst: dst.to_string() }).await?;
             let r = self.rename_dir(c, src, dst, txn).await;
             self.finish(txn, &r).await;
             if r.is_ok() && src != dst {
@@ -350,7 +352,7 @@ impl Giraffa {
             let r = self.vouched(c, &dirs, a, &Request::RenameLocal { src: s.into(), dst: d.into(), txn: None }).await?;
             return self.drop_remote(r).await;
         }
-        let txn = self.lock_with(path_locks(&[src, dst]), Intent::Rename { src: s.clone(), dst: d.clone() }).await?;
+        let txn = self.lock_recovering(path_locks(&[src, dst]), Intent::Rename { src: s.clone(), dst: d.clone() }).await?;
         let r = self.rename_between(c, src, dst, &sp, &dp, txn).await;
         self.finish(txn, &r).await;
         r
@@ -378,58 +380,6 @@ impl Giraffa {
         self.drop_remote(inserted).await
     }
 
-    /// Takes `locks` for `intent`, recovering (Giraffa's way) a dead
-    /// coordinator's transaction the lock service hands over.
-    async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        // A recovery's step refused because another recoverer took the
-        // transaction over answers `ECANCELED` (Giraffa's word for a revoked
-        // transaction's step), or `EIO` where the step is one a coordinator
-        // shares (`rename::taken_over`): both `ESTALE`, which
-        // `ClientCore::lock_with` takes for a takeover only once the lock
-        // service shows the recovery's lease gone, and otherwise answers `EIO`.
-        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> {
-            Box::pin(async move { self.recover(txn, handed, &failed).await.map_err(|e| if matches!(e, Errno::ECANCELED | Errno::EIO) { Errno::ESTALE } else { e }) })
-        };
-        self.core.lock_with(locks, intent, &recover).await
-    }
-
-    /// A dead coordinator's transaction, decided from what the servers hold
-    /// once they refuse its late steps (and a dead recoverer's: `revoke`): a
-    /// link's by [`ClientCore::recover_link`]; a rename's by
-    /// [`Giraffa::recover_rename`].
-    async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
-        match intent {
-            Intent::Link { .. } => {
-                self.revoke(handed).await?;
-                self.recover_link(handed.was).await
-            }
-            // Giraffa makes no RenameOver; recovered as the rename it is.
-            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => self.recover_rename(txn, handed, src, dst).await,
-            _ => Ok(()),
-        }
-    }
-
-    /// A directory rename's by [`Giraffa::recover_dir_rename`]; a file's
-    /// committed if both names hold the same inode (then the source goes),
-    /// else untouched.
-    async fn recover_rename(&self, txn: Txn, handed: Handed, src: &str, dst: &str) -> Res<()> {
-        self.revoke(handed).await?;
-        let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-        let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
-        let dir = |x: &Option<Attr>| x.as_ref().is_some_and(|a| a.kind == FileKind::Dir);
-        if dir(&a) || dir(&b) {
-            let ino = |x: &Option<Attr>| x.as_ref().map(|a| a.ino);
-            return self.recover_dir_rename(&src, &dst, ino(&a), ino(&b), txn).await;
-        }
-        if let (Some(a), Some(b)) = (a, b) {
-            if a.ino == b.ino {
-                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a.ino, txn: Some(txn.id) };
-                self.rpc(self.row_server(&src), &Creds::root(), req).await?;
-            }
-        }
-        Ok(())
-    }
-
     /// What `p`'s row holds, read through any freeze.
     async fn attr_at(&self, p: &NsPath) -> Res<Option<Attr>> {
         match self.rpc(self.row_server(p), &Creds::root(), Request::RecoveryStat { at: p.to_string().into() }).await {
@@ -440,16 +390,66 @@ impl Giraffa {
             Err(e) => Err(e),
         }
     }
+}
 
-    /// A data request for the file at `path`, following a hard link's
-    /// redirect to its inode's home.
-    async fn data_rpc(&self, c: &Creds, path: &str, make: impl Fn(FileRef) -> Request) -> Res<Reply> {
-        let p = NsPath::parse(path)?;
-        let r = self.row_rpc(c, &p, make(FileRef::Path(p.to_string()))).await;
-        match self.settle(c, &p, r).await? {
-            Reply::Redirect { ino, home } => self.rpc(home, c, make(FileRef::Ino(ino))).await,
-            reply => Ok(reply),
+impl Recovers for Giraffa {
+    type Name = NsPath;
+
+    fn name_ref(path: &NsPath) -> At {
+        path.to_string().into()
+    }
+
+    fn at_name<'a>(&'a self, path: &'a NsPath, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(async move { self.rpc(self.row_server(path), &Creds::root(), req).await })
+    }
+
+    /// Giraffa's transactions are links and directory renames; its
+    /// mkdir, rmdir and chmod of a directory take locks but change one row,
+    /// atomically, and leave nothing to revoke.
+    fn revokes(&self, intent: &Intent) -> bool {
+        matches!(intent, Intent::Link { .. } | Intent::Rename { .. } | Intent::RenameOver { .. })
+    }
+
+    /// A recovery's step refused because another recoverer took the
+    /// transaction over answers `ECANCELED` (Giraffa's word for a revoked
+    /// transaction's step), or `EIO` where the step is one a coordinator
+    /// shares (`rename::taken_over`): both `ESTALE`, which
+    /// `ClientCore::lock_with` takes for a takeover only once the lock
+    /// service shows the recovery's lease gone, and otherwise answers `EIO`.
+    fn recovery_error(&self, e: Errno) -> Errno {
+        if matches!(e, Errno::ECANCELED | Errno::EIO) {
+            Errno::ESTALE
+        } else {
+            e
         }
+    }
+
+    /// A directory rename's by [`Giraffa::recover_dir_rename`]; a file's
+    /// finished if both names hold the same inode, else untouched.
+    fn rename_recovered<'a>(&'a self, src: &'a str, dst: &'a str, _replaced: Option<u64>, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let (src, dst) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            let (a, b) = (self.attr_at(&src).await?, self.attr_at(&dst).await?);
+            let dir = |x: &Option<Attr>| x.as_ref().is_some_and(|a| a.kind == FileKind::Dir);
+            if dir(&a) || dir(&b) {
+                let ino = |x: &Option<Attr>| x.as_ref().map(|a| a.ino);
+                return self.recover_dir_rename(&src, &dst, ino(&a), ino(&b), txn).await;
+            }
+            self.finish_file_rename(&src, &dst, txn.id).await
+        })
+    }
+}
+
+impl FileData for Giraffa {
+    fn at_name<'a>(&'a self, c: &'a Creds, p: &'a NsPath, make: MakeRequest<'a>) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(async move {
+            let r = self.row_rpc(c, p, make(FileRef::Path(p.to_string()))).await;
+            self.settle(c, p, r).await
+        })
+    }
+
+    fn at_server<'a>(&'a self, server: u32, c: &'a Creds, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(self.rpc(server, c, req))
     }
 }
 
@@ -500,22 +500,19 @@ impl Namespace for Giraffa {
     }
 
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
-        Box::pin(async move { DataRead::from_reply(self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await?) })
+        self.read_file(c, path, offset, len)
     }
 
     fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
-        Box::pin(async move {
-            let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
-            DataWrite::from_reply(self.data_rpc(c, path, make).await?)
-        })
+        self.write_file(c, path, offset, data, inline_max, kill_suid)
     }
 
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(async move { self.attr_or_follow(self.data_rpc(c, path, |at| Request::Spilled { at, len, digest }).await?).await })
+        self.spill_file(c, path, len, digest)
     }
 
     fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(async move { self.attr_or_follow(self.data_rpc(c, path, |at| Request::Extend { at, end, kill_suid }).await?).await })
+        self.extend_file(c, path, end, kill_suid)
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
@@ -601,7 +598,7 @@ impl Namespace for Giraffa {
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
-        Box::pin(self.core.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })))
+        Box::pin(self.core.repair_expired(|locks| self.lock_recovering(locks, Intent::Retry { path: "/".into() })))
     }
 
     fn counters(&self) -> &ClientCounters {

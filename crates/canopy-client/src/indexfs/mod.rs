@@ -36,6 +36,7 @@
 //! while, then with `EAGAIN` (passed on). readdir, rmdir's seal and chmod's
 //! header update visit every partition, learning of more from each answer.
 
+use crate::recover::Recovers;
 use crate::core::{lookup_part, times_part, unexpected, ClientCore, NsOptions};
 use crate::counters::ClientCounters;
 use crate::data::{DataRead, DataWrite};
@@ -43,7 +44,7 @@ use crate::fsck::FsckSummary;
 use crate::follow::LinkFailed;
 use crate::namespace::{BulkOutcome, Namespace, Res};
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, file_ino, outcome_unknown, stopped_for_recovery, unless_absent, Handed, Step, Txn};
+use crate::txn::{after_commit, outcome_unknown, stopped_for_recovery, unless_absent, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm::{self, Owner};
 use canopy_proto::attr::access;
@@ -135,7 +136,7 @@ fn may_be_transient(e: &Errno) -> bool {
 
 /// Where an operation's entry is: the server holding its directory's entries
 /// and how to name it there.
-struct Place {
+pub(crate) struct Place {
     server: u32,
     at: At,
     /// The directory holding it and its name (`None` for the root).
@@ -198,7 +199,7 @@ impl IndexFs {
                     self.forget_maps();
                 }
                 let r = if read_locked {
-                    let txn = self.lock_with(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
+                    let txn = self.lock_recovering(path_read_locks(p), Intent::Retry { path: p.to_string() }).await?;
                     let r = self.following(&attempt).await;
                     self.unlock(txn).await;
                     r
@@ -238,10 +239,6 @@ impl IndexFs {
         .await
     }
 
-    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
-        self.core.lock_with(locks, intent, &recover).await
-    }
 
     /// Runs `body` under a transaction holding `locks` for `intent` (it
     /// gets the transaction, for its steps and to amend its intent), then
@@ -250,7 +247,7 @@ impl IndexFs {
     where
         F: std::future::Future<Output = Res<T>>,
     {
-        let txn = self.lock_with(locks, intent).await?;
+        let txn = self.lock_recovering(locks, intent).await?;
         let r = stopped_for_recovery(txn, body(txn).await);
         self.finish(txn, &r).await;
         r

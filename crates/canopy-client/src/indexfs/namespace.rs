@@ -1,6 +1,8 @@
 //! The [`Namespace`] an IndexFS client is.
 
+use crate::recover::Recovers;
 use super::*;
+use crate::file_data::FileData;
 
 impl Namespace for IndexFs {
     fn mkdir<'a>(&'a self, c: &'a Creds, path: &'a str, mode: u32) -> BoxFuture<'a, Res<Attr>> {
@@ -66,34 +68,19 @@ impl Namespace for IndexFs {
     }
 
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
-        Box::pin(async move {
-            DataRead::from_reply(self.data_rpc(c, path, |at| Request::ReadData { at, offset, len }).await?)
-        })
+        self.read_file(c, path, offset, len)
     }
 
     fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
-        Box::pin(async move {
-            let make = |at| Request::WriteData { at, offset, data: data.to_vec(), inline_max, kill_suid };
-            DataWrite::from_reply(self.data_rpc(c, path, make).await?)
-        })
+        self.write_file(c, path, offset, data, inline_max, kill_suid)
     }
 
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(async move {
-            match self.data_rpc(c, path, |at| Request::Spilled { at, len, digest }).await? {
-                Reply::Attr(a) => Ok(a),
-                other => Err(unexpected(other)),
-            }
-        })
+        self.spill_file(c, path, len, digest)
     }
 
     fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(async move {
-            match self.data_rpc(c, path, |at| Request::Extend { at, end, kill_suid }).await? {
-                Reply::Attr(a) => Ok(a),
-                other => Err(unexpected(other)),
-            }
-        })
+        self.extend_file(c, path, end, kill_suid)
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
@@ -159,7 +146,7 @@ impl Namespace for IndexFs {
             let intent = Intent::Link { src: s.to_string(), dst: d.to_string() };
             let attr = self
                 .transacted(&s, || async {
-                    let txn = self.lock_with(path_locks(&[&s, &d]), intent.clone()).await?;
+                    let txn = self.lock_recovering(path_locks(&[&s, &d]), intent.clone()).await?;
                     let steps = self.do_link(c, &s, &d, txn).await;
                     self.end_link(txn, steps).await
                 })
@@ -212,7 +199,7 @@ impl Namespace for IndexFs {
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
-        Box::pin(self.core.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })))
+        Box::pin(self.core.repair_expired(|locks| self.lock_recovering(locks, Intent::Retry { path: "/".into() })))
     }
 
     fn counters(&self) -> &ClientCounters {

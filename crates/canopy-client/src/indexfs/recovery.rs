@@ -2,70 +2,82 @@
 //! durable state its steps left.
 
 use super::*;
+use crate::recover::Recovers;
 
-impl IndexFs {
-    /// Recovers a dead coordinator's transaction from what the servers hold,
-    /// once they refuse its late steps (`revoke`), with steps of its own
-    /// (`txn`), which the next recoverer revokes in turn if this one dies.
-    pub(super) async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
-        let root = Creds::root();
-        if !matches!(intent, Intent::Retry { .. }) {
-            self.revoke(handed).await?;
-        }
-        let mine = txn.id;
-        match intent {
-            Intent::Link { .. } => self.recover_link(handed.was).await,
-            Intent::Mkdir { path } => {
-                let p = NsPath::parse(path)?;
-                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-                let name = p.name().unwrap_or_default();
-                let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
-                let depth = p.components().count() as u32;
-                self.rpc_ix(self.home(l.id), &root, Request::IxMkHeader { lookup: l, parent: parent.id, depth, txn: Some(mine) }).await?;
-                Ok(())
-            }
-            Intent::Rmdir { path } => {
-                let p = NsPath::parse(path)?;
-                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-                let name = p.name().unwrap_or_default();
-                let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
-                match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
-                    // The header is still there: undo (unseal).
-                    Ok(_) => self.unseal_all(child.id, mine).await,
-                    // Dropped on its home: the directory was empty and sealed;
-                    // finish (its other partitions, then its entry).
-                    Err(Errno::ENXIO) => {
-                        self.drop_all(child.id, true, mine).await?;
-                        let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.client_id, txn: Some(mine) };
-                        self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Intent::DirSetAttr { path } => {
-                let p = NsPath::parse(path)?;
-                let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-                match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
-                    Some(l) => self.header_set_all(&l, mine).await,
-                    None => Ok(()),
-                }
-            }
-            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
-                let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
-                self.cache().clear();
-                // A parent gone: neither name holds anything to finish.
-                let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
-                let was_dir = self.recover_dir_rename(&sp, &dp, mine).await?;
-                match intent {
-                    Intent::RenameOver { replaced, .. } => self.recover_replaced(&dp, *replaced, mine).await,
-                    _ if was_dir => Ok(()),
-                    _ => self.recover_file_rename(&sp, &dp, mine).await,
-                }
-            }
-            Intent::Retry { .. } => Ok(()),
-        }
+impl Recovers for IndexFs {
+    type Name = Place;
+
+    fn name_ref(place: &Place) -> At {
+        place.at.clone()
     }
 
+    fn at_name<'a>(&'a self, place: &'a Place, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(async move { self.place_rpc(place, &Creds::root(), req).await })
+    }
+
+    fn mkdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+            let name = p.name().unwrap_or_default();
+            let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+            let depth = p.components().count() as u32;
+            self.rpc_ix(self.home(l.id), &Creds::root(), Request::IxMkHeader { lookup: l, parent: parent.id, depth, txn: Some(txn.id) }).await?;
+            Ok(())
+        })
+    }
+
+    fn rmdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+            let name = p.name().unwrap_or_default();
+            let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+            let root = Creds::root();
+            match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
+                // The header is still there: undo (unseal).
+                Ok(_) => self.unseal_all(child.id, txn.id).await,
+                // Dropped on its home: the directory was empty and sealed;
+                // finish (its other partitions, then its entry).
+                Err(Errno::ENXIO) => {
+                    self.drop_all(child.id, true, txn.id).await?;
+                    let req = Request::IxRmdir { dir: parent.id, name: name.to_string(), check_only: false, client: self.client_id, txn: Some(txn.id) };
+                    self.entry_rpc(parent.id, name, &root, req).await.map(|_| ())
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn dir_attrs_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let p = NsPath::parse(path)?;
+            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+            match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
+                Some(l) => self.header_set_all(&l, txn.id).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn rename_recovered<'a>(&'a self, src: &'a str, dst: &'a str, replaced: Option<u64>, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            let (s, d) = (NsPath::parse(src)?, NsPath::parse(dst)?);
+            self.cache().clear();
+            let root = Creds::root();
+            // A parent gone: neither name holds anything to finish.
+            let (Some(sp), Some(dp)) = (unless_absent(self.place(&root, &s).await)?, unless_absent(self.place(&root, &d).await)?) else { return Ok(()) };
+            let was_dir = self.recover_dir_rename(&sp, &dp, txn.id).await?;
+            match replaced {
+                Some(replaced) => self.recover_replaced(&dp, replaced, txn.id).await,
+                None if was_dir => Ok(()),
+                None => self.finish_file_rename(&sp, &dp, txn.id).await,
+            }
+        })
+    }
+}
+
+impl IndexFs {
     /// A directory rename between servers that died after its insert (the
     /// commit point) left one directory under both names: drop the source.
     /// One that died before it may have sealed a directory it was to replace:
@@ -96,21 +108,5 @@ impl IndexFs {
             Some(l) if l.id == replaced => self.unseal_all(replaced, txn).await,
             _ => self.drop_all(replaced, true, txn).await,
         }
-    }
-
-    /// A file rename that died between inserting the destination and dropping
-    /// the source left one inode under both names: drop the source.
-    pub(super) async fn recover_file_rename(&self, sp: &Place, dp: &Place, txn: u64) -> Res<()> {
-        if let (Some(a), Some(b)) = (self.ino_at(sp).await?, self.ino_at(dp).await?) {
-            if a == b {
-                self.place_rpc(sp, &Creds::root(), Request::RenameOutCommit { src: sp.at.clone(), ino: a, txn: Some(txn) }).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The inode number of the file at `place`, if a server says there is one.
-    pub(super) async fn ino_at(&self, place: &Place) -> Res<Option<u64>> {
-        file_ino(self.place_rpc(place, &Creds::root(), Request::RecoveryStat { at: place.at.clone() }).await)
     }
 }

@@ -22,6 +22,7 @@
 //! 2; both (and every chown, and every directory rename), fenced: every server
 //! answers single-RPC operations on the affected subtrees EAGAIN until it ends.
 
+use crate::recover::Recovers;
 use crate::core::{dir_attr_from, lookup_part, pick_error, times_part, unexpected, ClientCore, NsOptions};
 use crate::data::{DataRead, DataWrite};
 use crate::fsck::FsckSummary;
@@ -31,11 +32,11 @@ use crate::monotonic::{self, Change};
 use crate::namespace::{Namespace, Res};
 use crate::counters::ClientCounters;
 use crate::touches::{DirTouches, TouchedDir};
-use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, stopped_for_recovery, Handed, Step, Txn};
+use crate::txn::{after_commit, first_unknown, left_to_recovery, outcome_unknown, stopped_for_recovery, Step, Txn};
 use canopy_posix::lockset::{path_locks, path_read_locks};
 use canopy_posix::perm;
 use canopy_posix::setattr;
-use canopy_proto::msg::{dir_id_of_txn, At, DirLookup, DirTimes, IfExists, Intent, LockMode, MovedItem, NewKind, RenameDirStep, ServerStats};
+use canopy_proto::msg::{dir_id_of_txn, At, DirLookup, DirTimes, IfExists, Intent, MovedItem, NewKind, RenameDirStep, ServerStats};
 use canopy_proto::path::NsPath;
 use canopy_proto::placement;
 use canopy_proto::{Attr, Creds, DirEntry, Errno, FileKind, Reply, Request, SetAttr};
@@ -108,7 +109,7 @@ impl ShardFs {
         Fut: std::future::Future<Output = Res<T>>,
     {
         self.counters.retried();
-        let txn = self.lock_with(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
+        let txn = self.lock_recovering(path_read_locks(path), Intent::Retry { path: path.to_string() }).await?;
         // Holding a read lock on `path`, no transaction that fenced it is
         // still running: a fence is stale (a mkdir's unfence is posted).
         let r = self.lifting_stale_fences(path, attempt).await;
@@ -195,15 +196,9 @@ impl ShardFs {
     }
 
     pub(super) async fn lock(&self, paths: &[&NsPath], intent: Intent) -> Res<Txn> {
-        self.lock_with(path_locks(paths), intent).await
+        self.lock_recovering(path_locks(paths), intent).await
     }
 
-    /// Takes `locks` for a transaction doing `intent`, recovering (ShardFS's way)
-    /// a dead coordinator's transaction the lock service hands over.
-    pub(crate) async fn lock_with(&self, locks: Vec<(String, LockMode)>, intent: Intent) -> Res<Txn> {
-        let recover = |txn: Txn, handed: Handed, failed: Intent| -> BoxFuture<'_, Res<()>> { Box::pin(async move { self.recover(txn, handed, &failed).await }) };
-        self.core.lock_with(locks, intent, &recover).await
-    }
 
     /// Runs `body` (given the transaction's id) holding the path locks of `paths`.
     pub(super) async fn locked<T, Fut>(&self, paths: &[&NsPath], intent: Intent, body: impl FnOnce(Txn) -> Fut) -> Res<T>

@@ -1,6 +1,8 @@
 //! The [`Namespace`] a ShardFS client is: each operation of the client API
 //! as the protocol's steps.
 
+use crate::file_data::FileData;
+use crate::recover::Recovers;
 use super::*;
 
 impl Namespace for ShardFs {
@@ -70,19 +72,19 @@ impl Namespace for ShardFs {
     }
 
     fn read_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, len: u32) -> BoxFuture<'a, Res<DataRead>> {
-        Box::pin(self.do_read_data(c, path, offset, len))
+        self.read_file(c, path, offset, len)
     }
 
     fn write_data<'a>(&'a self, c: &'a Creds, path: &'a str, offset: u64, data: &'a [u8], inline_max: u32, kill_suid: bool) -> BoxFuture<'a, Res<DataWrite>> {
-        Box::pin(self.do_write_data(c, path, offset, data, inline_max, kill_suid))
+        self.write_file(c, path, offset, data, inline_max, kill_suid)
     }
 
     fn spilled<'a>(&'a self, c: &'a Creds, path: &'a str, len: u64, digest: u64) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.do_spilled(c, path, len, digest))
+        self.spill_file(c, path, len, digest)
     }
 
     fn extend<'a>(&'a self, c: &'a Creds, path: &'a str, end: u64, kill_suid: bool) -> BoxFuture<'a, Res<Attr>> {
-        Box::pin(self.do_extend(c, path, end, kill_suid))
+        self.extend_file(c, path, end, kill_suid)
     }
 
     fn stat<'a>(&'a self, c: &'a Creds, path: &'a str) -> BoxFuture<'a, Res<Attr>> {
@@ -160,7 +162,7 @@ impl Namespace for ShardFs {
     }
 
     fn repair(&self) -> BoxFuture<'_, Res<u64>> {
-        Box::pin(self.core.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })))
+        Box::pin(self.core.repair_expired(|locks| self.lock_recovering(locks, Intent::Retry { path: "/".into() })))
     }
 
     fn repair_placement(&self) -> BoxFuture<'_, Res<u64>> {

@@ -33,11 +33,13 @@
 //! - a pessimistic retry: nothing to repair.
 
 use crate::namespace::Res;
+use crate::recover::Recovers;
 use crate::shardfs::ShardFs;
-use crate::txn::{file_ino, Handed, Txn};
-use canopy_proto::msg::{DirLookup, Intent, RenameDirStep};
+use crate::txn::Txn;
+use canopy_proto::msg::{At, DirLookup, Intent, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
+use futures::future::BoxFuture;
 
 /// Who puts back what a transaction applied: recovery, whose steps a revoke
 /// lets through, or the coordinator itself, whose steps it stops.
@@ -81,32 +83,47 @@ fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
     }
 }
 
-impl ShardFs {
-    /// Repairs the effects of a dead coordinator's transaction, which this client
-    /// now holds as `txn` (it renews that lease), then lifts the fences it left
-    /// under its original id (`handed.was`).
-    pub(crate) async fn recover(&self, txn: Txn, handed: Handed, intent: &Intent) -> Res<()> {
-        let was = handed.was;
-        if revokes(intent) {
-            self.revoke(handed).await?;
-        }
-        match intent {
-            Intent::Rmdir { path } => self.sync_replicas(&NsPath::parse(path)?, txn).await?,
-            Intent::Mkdir { path } | Intent::DirSetAttr { path } => {
-                self.sync_replicas(&NsPath::parse(path)?, txn).await?;
-                self.unfence(was).await?;
-            }
-            // ShardFS makes no RenameOver; recovered as the rename it is.
-            Intent::Rename { src, dst } | Intent::RenameOver { src, dst, .. } => {
-                self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was, By::Recovery).await?;
-                self.unfence(was).await?;
-            }
-            Intent::Link { .. } => self.recover_link(was).await?,
-            Intent::Retry { .. } => {}
-        }
-        Ok(())
+impl Recovers for ShardFs {
+    type Name = NsPath;
+
+    fn name_ref(path: &NsPath) -> At {
+        path.to_string().into()
     }
 
+    fn at_name<'a>(&'a self, path: &'a NsPath, req: Request) -> BoxFuture<'a, Res<Reply>> {
+        Box::pin(async move { self.rpc(self.primary(path), &Creds::root(), req).await })
+    }
+
+    fn revokes(&self, intent: &Intent) -> bool {
+        revokes(intent)
+    }
+
+    fn mkdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            self.sync_replicas(&NsPath::parse(path)?, txn).await?;
+            self.unfence(was).await
+        })
+    }
+
+    fn rmdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move { self.sync_replicas(&NsPath::parse(path)?, txn).await })
+    }
+
+    fn dir_attrs_recovered<'a>(&'a self, path: &'a str, txn: Txn, was: u64) -> BoxFuture<'a, Res<()>> {
+        self.mkdir_recovered(path, txn, was)
+    }
+
+    /// ShardFS makes no rename over a directory in one transaction (a
+    /// replaced directory is restored from the destination's primary).
+    fn rename_recovered<'a>(&'a self, src: &'a str, dst: &'a str, _replaced: Option<u64>, txn: Txn, was: u64) -> BoxFuture<'a, Res<()>> {
+        Box::pin(async move {
+            self.recover_rename(&NsPath::parse(src)?, &NsPath::parse(dst)?, txn, was, By::Recovery).await?;
+            self.unfence(was).await
+        })
+    }
+}
+
+impl ShardFs {
     /// Every server's directory at `path`, by server index.
     async fn probe_all(&self, path: &NsPath) -> Res<Vec<Option<DirLookup>>> {
         let results = self.fan_out(0..self.n, &Creds::root(), |_| Request::DirProbe { path: path.to_string() }).await;
@@ -137,7 +154,7 @@ impl ShardFs {
             return match &at_dst[prim] {
                 // Applied everywhere; the migration may not have finished.
                 Some(_) => self.migrate_all(dst, txn).await,
-                None => self.recover_file_rename(src, dst, txn.id).await,
+                None => self.finish_file_rename(src, dst, txn.id).await,
             };
         };
         let root = Creds::root();
@@ -168,20 +185,5 @@ impl ShardFs {
             }
         }
         Ok(())
-    }
-
-    async fn recover_file_rename(&self, src: &NsPath, dst: &NsPath, txn: u64) -> Res<()> {
-        if let (Some(a), Some(b)) = (self.ino_at(src).await?, self.ino_at(dst).await?) {
-            if a == b {
-                let req = Request::RenameOutCommit { src: src.to_string().into(), ino: a, txn: Some(txn) };
-                self.rpc(self.primary(src), &Creds::root(), req).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The inode at `path` on its primary, if a file is there.
-    async fn ino_at(&self, path: &NsPath) -> Res<Option<u64>> {
-        file_ino(self.rpc(self.primary(path), &Creds::root(), Request::RecoveryStat { at: path.to_string().into() }).await)
     }
 }

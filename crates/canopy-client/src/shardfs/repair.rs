@@ -20,6 +20,7 @@
 //!
 //! Each step is idempotent: a repair cut short is run again.
 
+use crate::recover::Recovers;
 use crate::core::unexpected;
 use crate::namespace::Res;
 use crate::shardfs::ShardFs;
@@ -41,7 +42,7 @@ impl ShardFs {
         for server in 0..self.n {
             mended += self.rehome_from(server).await?;
         }
-        self.repair_expired(|locks| self.lock_with(locks, Intent::Retry { path: "/".into() })).await?;
+        self.repair_expired(|locks| self.lock_recovering(locks, Intent::Retry { path: "/".into() })).await?;
         if !self.tables_agree().await? {
             mended += self.sync_tables(&NsPath::root()).await?;
         }
