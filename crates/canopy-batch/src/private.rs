@@ -46,7 +46,7 @@ impl Private {
             server.open_transactions(&lock.transactions()).map_err(|_| Errno::EIO)?;
         }
         let t = Arc::new(InProcTransport::new(vec![server.clone() as Arc<dyn Service>], Arc::new(LockDaemon(lock.clone()))));
-        let ns = open_namespace("shardfs", t, NsOptions::default()).map_err(|_| Errno::EIO)?;
+        let ns = open_namespace(&canopy_client::cluster::ModeOptions::Shardfs, canopy_client::Backend::Cluster(t), NsOptions::default()).map_err(|_| Errno::EIO)?;
         Ok(Private { store, client: Client::new(ns, owner), _server: server, _lock: lock })
     }
 }

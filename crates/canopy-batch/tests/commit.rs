@@ -310,7 +310,7 @@ async fn job_with_short_leases(mode: &'static str) -> (InProcCluster, Client, Cl
 /// dies before answering (the commit fails), then again once it is back: the
 /// second commit's report.
 async fn commit_after_server_1_died_applying(cluster: &InProcCluster, mode: &'static str, base: &std::path::Path, id: u64, me: &Client) -> CommitReport {
-    let faulty = Client::new(canopy_client::open_namespace(mode, cluster.transport(), Default::default()).unwrap(), user());
+    let faulty = Client::new(canopy_client::open_namespace(&canopy_client::cluster::ModeOptions::named(mode).unwrap(), canopy_client::Backend::Cluster(cluster.transport()), Default::default()).unwrap(), user());
     cluster.faults().die_after(1, "BatchApply");
     assert!(commit(open(base, id).unwrap(), &faulty).await.is_err());
     cluster.faults().revive(1);

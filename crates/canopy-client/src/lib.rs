@@ -53,5 +53,5 @@ pub mod touches;
 pub mod txn;
 
 pub use crate::core::NsOptions;
-pub use factory::open_namespace;
+pub use factory::{open_namespace, Backend};
 pub use namespace::{BulkOutcome, Client, Namespace};

@@ -8,7 +8,7 @@
 use crate::des::SimOp;
 use crate::record::{Dest, Recorder};
 use crate::workload::{Kind, Op, Phase};
-use canopy_client::{open_namespace, Client, NsOptions};
+use canopy_client::{open_namespace, Backend, Client, NsOptions};
 use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Errno};
 use canopy_proto::modes::ModeOptions;
@@ -82,12 +82,11 @@ pub use canopy_bench::report::cov;
 impl SimCluster {
     /// `servers` servers of the mode `opts` configures and `clients` recording clients.
     pub fn start(opts: ModeOptions, servers: u32, clients: usize) -> SimCluster {
-        let mode = opts.name();
-        let cluster = InProcCluster::memory_with(servers, opts);
+        let cluster = InProcCluster::memory_with(servers, opts.clone());
         let clients = (0..clients.max(1))
             .map(|_| {
                 let rec = Arc::new(Recorder::new(cluster.transport()));
-                let ns = open_namespace(mode, rec.clone(), NsOptions::default()).expect("a known mode");
+                let ns = open_namespace(&opts, Backend::Cluster(rec.clone()), NsOptions::default()).expect("a mode over a cluster");
                 (Client::new(ns, Creds::root()), rec)
             })
             .collect();

@@ -10,7 +10,7 @@
 use crate::faulty::FaultyTransport;
 use canopy_client::delegate::Delegating;
 use canopy_client::txn::StepHook;
-use canopy_client::{open_namespace, Client, NsOptions};
+use canopy_client::{open_namespace, Backend, Client, NsOptions};
 use canopy_rpc::Transport;
 use canopy_lock::service::{LockDaemon, CFS as LOCK_CFS};
 use canopy_lock::LockService;
@@ -29,7 +29,7 @@ use std::time::Duration;
 /// names another.
 fn root_client(mode: &str, t: Arc<dyn Transport>, mut opts: NsOptions, clock: &SharedClock) -> Client {
     opts.clock.get_or_insert_with(|| clock.clone());
-    Client::new(open_namespace(mode, t, opts).expect("a known mode"), Creds::root())
+    Client::new(open_namespace(&named(mode), Backend::Cluster(t), opts).expect("a mode over a cluster"), Creds::root())
 }
 
 pub struct InProcCluster {
@@ -195,7 +195,7 @@ impl InProcCluster {
     /// whatever they claim, and its operations are delegated to the servers.
     pub fn user_client(&self, creds: Creds) -> Client {
         let t = Arc::new(self.inproc.as_peer(Identity::User(creds.clone())));
-        let ns = open_namespace(self.mode, t, NsOptions { delegate: true, clock: Some(self.clock.clone()), ..NsOptions::default() }).expect("a known mode");
+        let ns = open_namespace(&named(self.mode), Backend::Cluster(t), NsOptions { delegate: true, clock: Some(self.clock.clone()), ..NsOptions::default() }).expect("a known mode");
         Client::new(ns, creds)
     }
 

@@ -7,7 +7,7 @@
 
 use canopy_client::cluster::{self, ClusterFile};
 use canopy_client::keyfile::{self, Loaded};
-use canopy_client::{open_namespace, Client, Namespace, NsOptions};
+use canopy_client::{open_namespace, Backend, Client, Namespace, NsOptions};
 use canopy_proto::auth::Identity;
 use canopy_proto::Creds;
 use canopy_rpc::TcpTransport;
@@ -107,7 +107,7 @@ pub fn namespace_over(c: &ClusterFile, transport: Arc<dyn canopy_rpc::Transport>
     // How long a crashed client's locks block others before recovery.
     let lease_ms = opts.lease_ms.or_else(|| std::env::var("CANOPY_LEASE_MS").ok().and_then(|v| v.parse().ok()));
     let delegate = matches!(key.identity, Identity::User(_));
-    open_namespace(c.mode.name(), transport, NsOptions { lease_ms, delegate, ..opts })
+    open_namespace(&c.mode, Backend::Cluster(transport), NsOptions { lease_ms, delegate, ..opts })
 }
 
 /// The cluster's daemons over TCP, proving `key`.

@@ -5,6 +5,7 @@
 //! cluster when none is given, and none at all with `--posix`.
 
 use crate::connect;
+use crate::lifecycle;
 use crate::process::{self, alive, Liveness};
 use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
@@ -130,7 +131,7 @@ fn read_pid(file: &Path) -> Option<i32> {
 /// Listening sockets `up` opened for the daemons it is about to start, by name.
 /// A daemon inherits its socket, so no port is ever released between being chosen
 /// and being served (two `up`s at once cannot pick the same one).
-type Listeners = HashMap<String, OwnedFd>;
+pub type Listeners = HashMap<String, OwnedFd>;
 
 fn listen(addr: &str) -> Result<OwnedFd, String> {
     canopy_rpc::socket::bind_std(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
@@ -364,8 +365,9 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
-    let started = start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
-    wait_ready(&c, &dir, Duration::from_secs(30))?;
+    let daemons = lifecycle::of(&c.mode);
+    let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
+    daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
         "canopy: {} servers and a lock service up ({started} started); cluster file {}",
         c.servers.len(),
@@ -406,14 +408,22 @@ pub fn down(args: &DirArgs) -> Result<ExitCode, String> {
     if !dir.exists() {
         return Err(format!("no local cluster in {}", dir.display()));
     }
-    let n = stop(&dir)?;
+    let c = ClusterFile::load(&dir.join("cluster.json"))?;
+    let n = lifecycle::of(&c.mode).stop(&dir)?;
     println!("canopy: stopped {n} daemons in {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
-    let me = auth(&c)?;
+    let down = lifecycle::of(&c.mode).status(&c)?;
+    Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Prints a line per server and the lock service of `c`, up or down; how
+/// many are down.
+pub fn daemons_status(c: &ClusterFile) -> Result<usize, String> {
+    let me = auth(c)?;
     let rt = connect::runtime()?;
     let mut down = 0;
     rt.block_on(async {
@@ -438,7 +448,7 @@ pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
             }
         }
     });
-    Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(down)
 }
 
 /// What `status` says of a server that answered: its entries, the RPCs it
@@ -553,9 +563,10 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
     ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
-    start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
-    let result = wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
-    stop(tmp.path())?;
+    let daemons = lifecycle::of(&c.mode);
+    daemons.start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
+    let result = daemons.wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
+    daemons.stop(tmp.path())?;
     result
 }
 

@@ -8,6 +8,7 @@ mod daemon;
 mod eval;
 mod format;
 mod keys;
+mod lifecycle;
 mod local;
 mod mount;
 mod process;
