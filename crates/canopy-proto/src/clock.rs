@@ -21,9 +21,11 @@ pub trait Clock: Send + Sync + 'static {
     }
 
     /// Blocks this thread until `now_ms()` reaches `until` (a lease or a
-    /// proof running out). The system's clock sleeps; a manual clock is moved
-    /// there at once, as time would pass for everyone while the thread waited
-    /// (so a test neither sleeps nor hangs on a clock nobody moves).
+    /// proof running out). The system's clock sleeps; a manual clock waits
+    /// for the test to move it, or, made with [`ManualClock::moved_by_waits`],
+    /// is moved there at once, as time would pass for everyone while the
+    /// thread waited (so a test neither sleeps nor hangs on a clock nobody
+    /// moves).
     fn wait_until_ms(&self, until: u64) {
         loop {
             let now = self.now_ms();
@@ -63,11 +65,18 @@ impl Clock for SystemClock {
 pub struct ManualClock {
     ms: AtomicU64,
     wall: AtomicI64,
+    /// A wait moves the clock to its end instead of waiting for the test.
+    moved_by_waits: bool,
 }
 
 impl ManualClock {
     pub fn new() -> Arc<ManualClock> {
         Arc::new(ManualClock::default())
+    }
+
+    /// A manual clock that a wait moves to its end ([`Clock::wait_until_ms`]).
+    pub fn moved_by_waits() -> Arc<ManualClock> {
+        Arc::new(ManualClock { moved_by_waits: true, ..ManualClock::default() })
     }
 
     /// Moves both clocks forward by `ms` milliseconds.
@@ -101,7 +110,12 @@ impl Clock for ManualClock {
     }
 
     fn wait_until_ms(&self, until: u64) {
-        self.advance_to(until);
+        if self.moved_by_waits {
+            self.advance_to(until);
+        }
+        while self.now_ms() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }
 
@@ -116,9 +130,13 @@ mod tests {
         c.advance(150);
         assert_eq!((c.now_ms(), c.wall_ns(), c.wall_ms()), (150, 150_000_000, 150));
         c.wait_until_ms(100);
-        assert_eq!(c.now_ms(), 150, "a deadline passed already moves nothing");
-        c.wait_until_ms(400);
-        assert_eq!((c.now_ms(), c.wall_ms()), (400, 400), "a wait moves both clocks to its end");
+        assert_eq!(c.now_ms(), 150, "a deadline passed already waits for nothing");
+        let moved = ManualClock::moved_by_waits();
+        moved.advance(150);
+        moved.wait_until_ms(100);
+        assert_eq!(moved.now_ms(), 150, "a deadline passed already moves nothing");
+        moved.wait_until_ms(400);
+        assert_eq!((moved.now_ms(), moved.wall_ms()), (400, 400), "a wait moves both clocks to its end");
         let s = SystemClock::shared();
         assert!(s.wall_ns() > 1_700_000_000_000_000_000);
     }
