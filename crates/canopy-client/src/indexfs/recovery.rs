@@ -18,9 +18,7 @@ impl Recovers for IndexFs {
     fn mkdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-            let name = p.name().unwrap_or_default();
-            let Some(l) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
+            let Some((parent, l)) = self.fresh_entry(&p).await? else { return Ok(()) };
             let depth = p.components().count() as u32;
             self.rpc_ix(self.home(l.id), &Creds::root(), Request::IxMkHeader { lookup: l, parent: parent.id, depth, txn: Some(txn.id) }).await?;
             Ok(())
@@ -30,9 +28,8 @@ impl Recovers for IndexFs {
     fn rmdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
             let p = NsPath::parse(path)?;
-            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
+            let Some((parent, child)) = self.fresh_entry(&p).await? else { return Ok(()) };
             let name = p.name().unwrap_or_default();
-            let Some(child) = unless_absent(self.fresh_lookup(parent.id, name).await)? else { return Ok(()) };
             let root = Creds::root();
             match self.rpc_ix(self.home(child.id), &root, Request::Stat { at: At::Dir(child.id) }).await {
                 // The header is still there: undo (unseal).
@@ -51,10 +48,8 @@ impl Recovers for IndexFs {
 
     fn dir_attrs_recovered<'a>(&'a self, path: &'a str, txn: Txn, _was: u64) -> BoxFuture<'a, Res<()>> {
         Box::pin(async move {
-            let p = NsPath::parse(path)?;
-            let Some(parent) = self.fresh_parent(&p).await? else { return Ok(()) };
-            match unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)? {
-                Some(l) => self.header_set_all(&l, txn.id).await,
+            match self.fresh_entry(&NsPath::parse(path)?).await? {
+                Some((_, l)) => self.header_set_all(&l, txn.id).await,
                 None => Ok(()),
             }
         })
@@ -78,6 +73,14 @@ impl Recovers for IndexFs {
 }
 
 impl IndexFs {
+    /// The directory `p` names and its parent, both read afresh from the
+    /// servers; None if either is gone (a transaction on it left nothing).
+    async fn fresh_entry(&self, p: &NsPath) -> Res<Option<(DirLookup, DirLookup)>> {
+        let Some(parent) = self.fresh_parent(p).await? else { return Ok(None) };
+        let entry = unless_absent(self.fresh_lookup(parent.id, p.name().unwrap_or_default()).await)?;
+        Ok(entry.map(|l| (parent, l)))
+    }
+
     /// A directory rename between servers that died after its insert (the
     /// commit point) left one directory under both names: drop the source.
     /// One that died before it may have sealed a directory it was to replace:

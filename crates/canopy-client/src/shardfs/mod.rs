@@ -54,7 +54,7 @@ mod recovery;
 mod rename;
 mod repair;
 
-pub(crate) use recovery::{revokes, By};
+pub(crate) use recovery::By;
 
 /// Objects moved per step of a directory rename's migration.
 const MIGRATE_BATCH: u32 = 1024;
@@ -205,7 +205,7 @@ impl ShardFs {
     where
         Fut: std::future::Future<Output = Res<T>>,
     {
-        let taken_over_means_stop = revokes(&intent);
+        let taken_over_means_stop = self.revokes(&intent);
         let txn = self.lock(paths, intent).await?;
         // A step refused because recovery has taken the transaction over
         // (revoked it, or lifted its fence): recovery decides.

@@ -36,7 +36,7 @@ use crate::namespace::Res;
 use crate::recover::Recovers;
 use crate::shardfs::ShardFs;
 use crate::txn::Txn;
-use canopy_proto::msg::{At, DirLookup, Intent, RenameDirStep};
+use canopy_proto::msg::{At, DirLookup, RenameDirStep};
 use canopy_proto::path::NsPath;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use futures::future::BoxFuture;
@@ -70,12 +70,6 @@ impl By {
     }
 }
 
-/// Whether recovering a transaction of this kind revokes it first: every
-/// kind but a pessimistic retry, which changes nothing.
-pub(crate) fn revokes(intent: &Intent) -> bool {
-    !matches!(intent, Intent::Retry { .. })
-}
-
 fn probe_reply(r: Res<Reply>) -> Res<Option<DirLookup>> {
     match r? {
         Reply::Probe(p) => Ok(p),
@@ -92,10 +86,6 @@ impl Recovers for ShardFs {
 
     fn at_name<'a>(&'a self, path: &'a NsPath, req: Request) -> BoxFuture<'a, Res<Reply>> {
         Box::pin(async move { self.rpc(self.primary(path), &Creds::root(), req).await })
-    }
-
-    fn revokes(&self, intent: &Intent) -> bool {
-        revokes(intent)
     }
 
     fn mkdir_recovered<'a>(&'a self, path: &'a str, txn: Txn, was: u64) -> BoxFuture<'a, Res<()>> {
