@@ -82,6 +82,24 @@ struct Shared {
     stop: AtomicBool,
 }
 
+impl Shared {
+    /// A request came; whether the holding thread sleeps and must be woken.
+    fn touch(&self) -> bool {
+        if self.busy.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.busy.store(true, Ordering::SeqCst);
+        !self.watching.load(Ordering::SeqCst)
+    }
+
+    /// A request came that no FUSE thread could run in place.
+    fn crowd(&self) {
+        if !self.crowded.load(Ordering::Relaxed) {
+            self.crowded.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Holds a [`LatencyRequest`] while requests come, but not while a crowd of
 /// them does: then the CPUs seldom idle anyway, and with 128 callers
 /// creating through the mount a hold cost about a twentieth of the rate
@@ -118,20 +136,14 @@ impl AwakeWhileBusy {
 
     /// A request came. Costs one load once a window has seen a request.
     pub fn touch(&self) {
-        let s = &self.shared;
-        if !s.busy.load(Ordering::Relaxed) {
-            s.busy.store(true, Ordering::SeqCst);
-            if !s.watching.load(Ordering::SeqCst) {
-                self.holder.unpark();
-            }
+        if self.shared.touch() {
+            self.holder.unpark();
         }
     }
 
     /// A request came that no FUSE thread could run in place.
     pub fn crowded(&self) {
-        if !self.shared.crowded.load(Ordering::Relaxed) {
-            self.shared.crowded.store(true, Ordering::Relaxed);
-        }
+        self.shared.crowd();
     }
 }
 
@@ -148,7 +160,7 @@ impl Drop for AwakeWhileBusy {
 /// The holding thread: asleep until a request, then, window by window while
 /// requests come, holding `req` unless the last window saw a crowd.
 fn hold_while_busy(s: &Shared, req: impl LatencyRequest, window: Duration) {
-    let mut hold = Hold { req, on: false, said: false };
+    let mut watch = Watch { hold: Hold { req, on: false, said: false } };
     loop {
         while !s.busy.load(Ordering::SeqCst) {
             if s.stop.load(Ordering::Acquire) {
@@ -156,23 +168,45 @@ fn hold_while_busy(s: &Shared, req: impl LatencyRequest, window: Duration) {
             }
             std::thread::park();
         }
-        s.watching.store(true, Ordering::SeqCst);
-        let mut want = true;
-        loop {
-            hold.set(want);
-            if !sleep_unless_stopped(s, window) || !s.busy.swap(false, Ordering::SeqCst) {
-                break;
-            }
-            want = !s.crowded.swap(false, Ordering::AcqRel);
-        }
+        watch.begin(s);
+        while sleep_unless_stopped(s, window) && watch.window_ended(s) {}
         // A touch between the last look and `watching` going false finds it
         // still true and does not wake this thread: the loop's first look
         // sees it (see `Shared::busy`).
-        s.watching.store(false, Ordering::SeqCst);
-        hold.set(false);
+        watch.end(s);
         if s.stop.load(Ordering::Acquire) {
             return;
         }
+    }
+}
+
+/// What the holding thread decides at each step of a burst of requests,
+/// apart from its sleeping and waking (so tests step it window by window).
+struct Watch<R> {
+    hold: Hold<R>,
+}
+
+impl<R: LatencyRequest> Watch<R> {
+    /// A burst's first request: hold, and look again at each window's end.
+    fn begin(&mut self, s: &Shared) {
+        s.watching.store(true, Ordering::SeqCst);
+        self.hold.set(true);
+    }
+
+    /// A window ended: whether a request came in it. If one did, the hold is
+    /// kept, or let go if a crowd came.
+    fn window_ended(&mut self, s: &Shared) -> bool {
+        if !s.busy.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.hold.set(!s.crowded.swap(false, Ordering::AcqRel));
+        true
+    }
+
+    /// The burst ended (a window without a request, or the mount stops).
+    fn end(&mut self, s: &Shared) {
+        s.watching.store(false, Ordering::SeqCst);
+        self.hold.set(false);
     }
 }
 
@@ -240,16 +274,16 @@ mod tests {
             self.0.lock().clone()
         }
 
-        /// Waits (at most 10 s, for a slow machine) until the record is `want`.
+        /// Polls until the record is `want`; false only after 60,000 polls
+        /// (a hung thread's test ends; no claim about how fast it gets there).
         fn reaches(&self, want: &[&str]) -> bool {
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until {
-                if self.now() == want {
-                    return true;
+            (0..60_000).any(|_| {
+                let done = self.now() == want;
+                if !done {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            false
+                done
+            })
         }
     }
 
@@ -265,25 +299,25 @@ mod tests {
         assert!(rec.reaches(&["hold", "release", "hold", "release"]), "{:?}", rec.now());
     }
 
-    /// Touches every 10 ms for `ms`, each marked crowded if told.
-    fn requests(awake: &AwakeWhileBusy, crowded: bool, ms: u64) {
-        for _ in 0..ms / 10 {
-            awake.touch();
-            if crowded {
-                awake.crowded();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    /// A holding thread's state and decisions, stepped by the test.
+    fn stepped<R: LatencyRequest>(req: R) -> (Shared, Watch<R>) {
+        (Shared::default(), Watch { hold: Hold { req, on: false, said: false } })
     }
 
     #[test]
     fn requests_within_each_window_keep_one_hold() {
         let rec = Record::default();
-        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_millis(200)).unwrap();
-        // Six windows, each with requests.
-        requests(&awake, false, 1200);
+        let (s, mut watch) = stepped(rec.clone());
+        assert!(s.touch(), "a sleeping holder is woken");
+        watch.begin(&s);
+        for _ in 0..6 {
+            assert!(!s.touch(), "a watching holder is not woken");
+            assert!(watch.window_ended(&s));
+        }
         assert_eq!(rec.now(), ["hold"]);
-        assert!(rec.reaches(&["hold", "release"]), "{:?}", rec.now());
+        assert!(!watch.window_ended(&s));
+        watch.end(&s);
+        assert_eq!(rec.now(), ["hold", "release"]);
     }
 
     /// Whether the latest event is a hold (false: a release, or nothing yet).
@@ -294,14 +328,25 @@ mod tests {
     #[test]
     fn a_crowd_lets_the_hold_go_until_requests_come_few_again() {
         let rec = Record::default();
-        let awake = AwakeWhileBusy::with(rec.clone(), Duration::from_millis(200)).unwrap();
-        requests(&awake, true, 1200);
-        // Held for the burst's first window at most, before a crowd was seen.
+        let (s, mut watch) = stepped(rec.clone());
+        let window = |watch: &mut Watch<Record>, crowded: bool| {
+            s.touch();
+            if crowded {
+                s.crowd();
+            }
+            assert!(watch.window_ended(&s));
+        };
+        s.touch();
+        watch.begin(&s);
+        assert!(holding(&rec));
+        window(&mut watch, true);
         assert!(!holding(&rec), "{:?}", rec.now());
-        requests(&awake, false, 1200);
+        window(&mut watch, true);
+        assert!(!holding(&rec), "{:?}", rec.now());
+        window(&mut watch, false);
         assert!(holding(&rec), "{:?}", rec.now());
-        requests(&awake, true, 1200);
-        assert!(!holding(&rec), "{:?}", rec.now());
+        window(&mut watch, true);
+        assert_eq!(rec.now(), ["hold", "release", "hold", "release"]);
     }
 
     /// A kernel that refuses the request, recorded.
@@ -322,19 +367,19 @@ mod tests {
     fn a_refused_request_is_not_released_and_is_asked_again_at_the_next_burst() {
         let refused = Refused::default();
         let rec = refused.0.clone();
-        let awake = AwakeWhileBusy::with(refused, Duration::from_millis(20)).unwrap();
-        let only_refused = |n: usize| rec.now().len() >= n && rec.now().iter().all(|e| *e == "refused");
-        awake.touch();
-        // Past the burst's windows (each asks again while requests come):
-        // nothing was held, so nothing was let go.
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(only_refused(1), "{:?}", rec.now());
-        let asked = rec.now().len();
-        std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(rec.now().len(), asked, "asked with no request: {:?}", rec.now());
-        awake.touch();
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(only_refused(asked + 1), "{:?}", rec.now());
+        let (s, mut watch) = stepped(refused);
+        s.touch();
+        watch.begin(&s);
+        // Each window with a request asks again; nothing was held, so
+        // nothing is let go when the burst ends.
+        s.touch();
+        assert!(watch.window_ended(&s));
+        assert!(!watch.window_ended(&s));
+        watch.end(&s);
+        assert_eq!(rec.now(), ["refused", "refused"]);
+        s.touch();
+        watch.begin(&s);
+        assert_eq!(rec.now(), ["refused", "refused", "refused"]);
     }
 
     #[test]
