@@ -40,13 +40,13 @@ impl Private {
     pub fn open(dir: &Path, locks: &Path, owner: Creds) -> Result<Private, Errno> {
         let store: SharedStore = Arc::new(open_store(dir, ALL_CFS)?);
         let cfg = ServerConfig { index: 0, servers: 1 };
-        let server = Arc::new(MetaServer::open_with(&ModeOptions::Shardfs, cfg, store.clone(), SystemClock::shared(), random_proof_key()).map_err(|_| Errno::EIO)?);
+        let server = Arc::new(MetaServer::open_with(&ModeOptions::Shardfs(Default::default()), cfg, store.clone(), SystemClock::shared(), random_proof_key()).map_err(|_| Errno::EIO)?);
         let lock = LockService::open(Arc::new(open_store(locks, LOCK_CFS)?)).map_err(|_| Errno::EIO)?;
         if server.needs_open_transactions() {
             server.open_transactions(&lock.transactions()).map_err(|_| Errno::EIO)?;
         }
         let t = Arc::new(InProcTransport::new(vec![server.clone() as Arc<dyn Service>], Arc::new(LockDaemon(lock.clone()))));
-        let ns = open_namespace(&canopy_client::cluster::ModeOptions::Shardfs, canopy_client::Backend::Cluster(t), NsOptions::default()).map_err(|_| Errno::EIO)?;
+        let ns = open_namespace(&canopy_client::cluster::ModeOptions::Shardfs(Default::default()), canopy_client::Backend::Cluster(t), NsOptions::default()).map_err(|_| Errno::EIO)?;
         Ok(Private { store, client: Client::new(ns, owner), _server: server, _lock: lock })
     }
 }

@@ -89,7 +89,7 @@ mod tests {
         assert_eq!(c.mode, ModeOptions::Indexfs(IndexFsOptions { lease: LeasePolicy::Depth { k_ms: 400 }, ..IndexFsOptions::default() }));
         let c = read(r#"{"mode": "giraffa", "servers": ["a"], "lockd": "l", "region_rows": 40}"#).unwrap();
         assert_eq!(c.mode, ModeOptions::Giraffa(GiraffaOptions { region_rows: 40 }));
-        assert_eq!(read(r#"{"mode": "shardfs", "servers": ["a"], "lockd": "l"}"#).unwrap().mode, ModeOptions::Shardfs);
+        assert_eq!(read(r#"{"mode": "shardfs", "servers": ["a"], "lockd": "l"}"#).unwrap().mode, ModeOptions::Shardfs(Default::default()));
     }
 
     #[test]

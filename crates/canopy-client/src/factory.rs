@@ -1,15 +1,13 @@
-//! The one place a cluster's mode becomes a client: everything else (the CLI,
-//! the mount, the bench, the test kit, the shared test suite) asks for a
-//! `Namespace` by the mode's options and what holds its state, and never
-//! names a mode's type.
+//! The one way in to a mode's client: everything else (the CLI, the mount,
+//! the bench, the test kit, the shared test suite) asks for a `Namespace` by
+//! the mode's options and what holds its state, and never names a mode's
+//! type. The registry (`canopy_proto::for_each_mode!`, `open_mode` in lib.rs)
+//! sends each mode to its own module's `open`.
 
 use crate::cluster::ModeOptions;
 use crate::core::NsOptions;
 use crate::delegate::Delegated;
-use crate::giraffa::Giraffa;
-use crate::indexfs::IndexFs;
 use crate::namespace::Namespace;
-use crate::shardfs::ShardFs;
 use canopy_rpc::Transport;
 use std::sync::Arc;
 
@@ -22,23 +20,28 @@ pub enum Backend {
     Cluster(Arc<dyn Transport>),
 }
 
-/// The namespace client of `mode` over `backend`, set up as `opts` says.
-pub fn open_namespace(mode: &ModeOptions, backend: Backend, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
-    match backend {
-        Backend::Cluster(t) => Ok(on_cluster(mode, t, opts)),
+impl Backend {
+    /// The transport to Canopy's servers, for `mode`, which keeps its
+    /// namespace there.
+    pub(crate) fn cluster(self, mode: &str) -> Result<Arc<dyn Transport>, String> {
+        match self {
+            Backend::Cluster(t) => Ok(t),
+            // Unreachable until a backend of another kind is added.
+            #[allow(unreachable_patterns)]
+            _ => Err(format!("{mode} keeps its namespace on Canopy's metadata servers, and this backend is not them")),
+        }
     }
 }
 
-/// A client of a mode whose namespace Canopy's servers hold.
-fn on_cluster(mode: &ModeOptions, t: Arc<dyn Transport>, opts: NsOptions) -> Arc<dyn Namespace> {
-    let direct: Arc<dyn Namespace> = match mode {
-        ModeOptions::Shardfs => Arc::new(ShardFs::open(t.clone(), &opts)),
-        ModeOptions::Indexfs(_) => Arc::new(IndexFs::open(t.clone(), &opts)),
-        ModeOptions::Giraffa(_) => Arc::new(Giraffa::open(t.clone(), &opts)),
-    };
-    // IndexFS: every delegated operation of this client to one server, picked
-    // at random, so its lookups and its mutations share one cache.
-    let sticky = matches!(mode, ModeOptions::Indexfs(_)).then(|| (canopy_rpc::random::u64().unwrap_or(0) % t.servers().max(1) as u64) as u32);
+/// The namespace client of `mode` over `backend`, set up as `opts` says.
+pub fn open_namespace(mode: &ModeOptions, backend: Backend, opts: NsOptions) -> Result<Arc<dyn Namespace>, String> {
+    crate::open_mode(mode, backend, &opts)
+}
+
+/// `direct`, a client of Canopy's servers over `t`, or, when `opts` asks, one
+/// whose operations the servers run for it (`crate::delegate`), all of them at
+/// server `sticky` if given.
+pub(crate) fn delegated_if_asked(direct: Arc<dyn Namespace>, t: Arc<dyn Transport>, opts: &NsOptions, sticky: Option<u32>) -> Arc<dyn Namespace> {
     if opts.delegate {
         Arc::new(Delegated::new(direct, t, sticky))
     } else {
@@ -54,9 +57,11 @@ mod tests {
     #[test]
     fn each_mode_opens_as_itself_over_a_cluster() {
         for name in MODES {
-            let t = Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Nothing)));
-            let ns = open_namespace(&ModeOptions::named(name).unwrap(), Backend::Cluster(t), NsOptions::default()).unwrap();
-            assert_eq!(ns.mode_name(), *name);
+            for delegate in [false, true] {
+                let t = Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Nothing)));
+                let ns = open_namespace(&ModeOptions::named(name).unwrap(), Backend::Cluster(t), NsOptions { delegate, ..NsOptions::default() }).unwrap();
+                assert_eq!(ns.mode_name(), *name);
+            }
         }
     }
 

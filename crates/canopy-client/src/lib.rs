@@ -40,17 +40,33 @@ pub mod delegate;
 mod factory;
 mod file_data;
 mod follow;
-mod giraffa;
-mod indexfs;
 pub mod fsck;
 pub mod keyfile;
 mod monotonic;
 mod namespace;
 mod recover;
-mod shardfs;
 pub mod sweep;
 pub mod touches;
 pub mod txn;
+
+/// Each mode's client, a module a mode of the registry
+/// (`canopy_proto::for_each_mode!`, `src/<mode>/`), and `open_mode`, which
+/// [`open_namespace`] asks for the one a cluster runs. A mode's module has
+/// `fn open(&Options, Backend, &NsOptions) -> Result<Arc<dyn Namespace>, String>`.
+macro_rules! client_of_each_mode {
+    ($($name:ident => $variant:ident($options:ident)),* $(,)?) => {
+        $(mod $name;)*
+
+        /// The client of the mode `opts` names, over `backend`.
+        fn open_mode(opts: &cluster::ModeOptions, backend: Backend, ns: &NsOptions) -> Result<std::sync::Arc<dyn Namespace>, String> {
+            match opts {
+                $(cluster::ModeOptions::$variant(o) => $name::open(o, backend, ns),)*
+            }
+        }
+    };
+}
+
+canopy_proto::for_each_mode!(client_of_each_mode);
 
 pub use crate::core::NsOptions;
 pub use factory::{open_namespace, Backend};

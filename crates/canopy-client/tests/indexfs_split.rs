@@ -426,7 +426,7 @@ async fn a_split_survives_either_server_dying_at_each_step() {
 /// A growing directory still rings for its split at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_server_does_not_wake_for_background_work() {
-    for opts in [opts(), ModeOptions::Shardfs] {
+    for opts in [opts(), ModeOptions::Shardfs(Default::default())] {
         let mode = opts.name();
         let cluster = InProcCluster::memory_with(SERVERS, opts);
         let c = cluster.client();

@@ -13,16 +13,18 @@ use canopy_testkit::{assert_fsck_clean, InProcCluster};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
-/// Every namespace strategy the suite holds to the same semantics.
-fn each_mode() -> Vec<(&'static str, Client)> {
-    vec![
-        ("shardfs", InProcCluster::memory(4).client()),
-        ("shardfs, delegated", InProcCluster::memory(4).delegating_client()),
-        ("indexfs", InProcCluster::memory_mode("indexfs", 4).client()),
-        ("indexfs, delegated", InProcCluster::memory_mode("indexfs", 4).delegating_client()),
-        ("giraffa", InProcCluster::memory_mode("giraffa", 4).client()),
-        ("giraffa, delegated", InProcCluster::memory_mode("giraffa", 4).delegating_client()),
-    ]
+/// Every namespace strategy the suite holds to the same semantics: each mode
+/// of the registry, its client direct and delegated.
+fn each_mode() -> Vec<(String, Client)> {
+    canopy_client::cluster::MODES
+        .iter()
+        .flat_map(|&mode| {
+            [
+                (mode.to_string(), InProcCluster::memory_mode(mode, 4).client()),
+                (format!("{mode}, delegated"), InProcCluster::memory_mode(mode, 4).delegating_client()),
+            ]
+        })
+        .collect()
 }
 
 /// One `#[tokio::test]` per case, running it against every mode.

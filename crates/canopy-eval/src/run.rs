@@ -214,7 +214,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shardfs_stats_are_one_rpc_and_mkdirs_reach_every_server() {
-        let sim = SimCluster::start(ModeOptions::Shardfs, 8, 4);
+        let sim = SimCluster::start(ModeOptions::Shardfs(Default::default()), 8, 4);
         let ns = generate(Shape::Balanced, "/e", 11, 400, 1);
         sim.make_root("/e").await.unwrap();
         let bar = ProgressBar::hidden();

@@ -126,7 +126,7 @@ mod tests {
         let (c2, m2) = (cluster.transport(), made.clone());
         let make: ClientFactory = Arc::new(move || {
             m2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(Client::new(canopy_client::open_namespace(&canopy_client::cluster::ModeOptions::Shardfs, canopy_client::Backend::Cluster(c2.clone()), NsOptions::default())?, canopy_proto::Creds::root()))
+            Ok(Client::new(canopy_client::open_namespace(&canopy_client::cluster::ModeOptions::Shardfs(Default::default()), canopy_client::Backend::Cluster(c2.clone()), NsOptions::default())?, canopy_proto::Creds::root()))
         });
         assert!(client().is_none(), "no own client outside a handler");
         for _ in 0..3 {

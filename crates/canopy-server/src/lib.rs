@@ -26,8 +26,6 @@ pub mod counters;
 mod doorbell;
 mod fsck;
 mod ids;
-pub mod giraffa;
-pub mod indexfs;
 pub mod keys;
 pub mod mode;
 mod mutlock;
@@ -40,7 +38,25 @@ mod ops_rename;
 mod revoked;
 mod server;
 mod tables;
-pub mod shardfs;
+
+/// Each mode's server, a module a mode of the registry
+/// (`canopy_proto::for_each_mode!`, `src/<mode>/`), and [`open_mode`], which
+/// opens the one a cluster runs. A mode's module has
+/// `fn open(&Options, &mode::Opening) -> Result<Box<dyn mode::Mode>, String>`.
+macro_rules! server_of_each_mode {
+    ($($name:ident => $variant:ident($options:ident)),* $(,)?) => {
+        $(pub mod $name;)*
+
+        /// The server part of the mode `opts` names.
+        fn open_mode(opts: &canopy_proto::modes::ModeOptions, at: &mode::Opening) -> Result<Box<dyn mode::Mode>, String> {
+            match opts {
+                $(canopy_proto::modes::ModeOptions::$variant(o) => $name::open(o, at),)*
+            }
+        }
+    };
+}
+
+canopy_proto::for_each_mode!(server_of_each_mode);
 
 pub use crate::core::{MutationHook, ServerConfig};
 pub use ids::ROOT_ID;

@@ -15,6 +15,15 @@ use canopy_proto::path::{check_name, NsPath};
 use canopy_proto::{Creds, DirEntry, Errno, Reply, Request};
 use canopy_rpc::BlockingCaller;
 
+/// What a mode's server is opened with: each mode's `open` (the registry's
+/// way in, `crate::open_mode`) takes its options and this.
+pub struct Opening<'a> {
+    /// The server's store, configuration and clock.
+    pub core: &'a Core,
+    /// The key the cluster's servers sign directory proofs with (Giraffa).
+    pub proof_key: [u8; 32],
+}
+
 /// What an admitted single-RPC operation holds while it runs (see
 /// [`Mode::admit`]).
 pub(crate) type Admission<'a> = Option<parking_lot::RwLockReadGuard<'a, ()>>;

@@ -78,11 +78,7 @@ impl MetaServer {
     /// cluster's servers sign Giraffa's directory proofs with.
     pub fn open_with(opts: &ModeOptions, cfg: ServerConfig, store: SharedStore, clock: SharedClock, proof_key: [u8; 32]) -> Result<MetaServer, String> {
         let core = Core::open(cfg, store, clock, opts.name())?;
-        let mode: Box<dyn Mode> = match opts {
-            ModeOptions::Shardfs => Box::new(crate::shardfs::ShardFs::open(&core)?),
-            ModeOptions::Indexfs(o) => Box::new(crate::indexfs::IndexFs::open(&core, o.lease, o.split_threshold)?),
-            ModeOptions::Giraffa(o) => Box::new(crate::giraffa::Giraffa::open(&core, canopy_proto::auth::Key::from_bytes(proof_key), o.region_rows)?),
-        };
+        let mode = crate::open_mode(opts, &crate::mode::Opening { core: &core, proof_key })?;
         Ok(MetaServer { core, mode, background: parking_lot::Mutex::new(None), stop: Arc::new(AtomicBool::new(false)) })
     }
 

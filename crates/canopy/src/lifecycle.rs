@@ -3,7 +3,8 @@
 //! it, `status` says what is up, and `bench` and `eval` do all three on a
 //! temporary cluster. They ask the mode's [`Lifecycle`] ([`of`]) and never
 //! name a mode; `fsck` goes through the mode's namespace client, which every
-//! mode has.
+//! mode has. Each mode's lifecycle is its registry entry's
+//! (`src/modes/<mode>.rs`, listed by `canopy_proto::for_each_mode!`).
 
 use crate::local::{self, DaemonFlags, Listeners};
 use canopy_client::cluster::{ClusterFile, ModeOptions};
@@ -24,6 +25,12 @@ pub trait Lifecycle: Sync {
 
     /// Prints a line per daemon of `c`; how many are down.
     fn status(&self, c: &ClusterFile) -> Result<usize, String>;
+
+    /// The Debian packages what `start` runs needs (a store of the mode's
+    /// own), which [`prepared`] installs where missing.
+    fn packages(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// Canopy's own daemons: a metadata server per server index and the lock
@@ -48,9 +55,64 @@ impl Lifecycle for CanopyDaemons {
     }
 }
 
-/// The lifecycle of `mode`: the registry's entry for what each mode runs.
+/// The lifecycle of `mode`: its registry entry's.
 pub fn of(mode: &ModeOptions) -> &'static dyn Lifecycle {
-    match mode {
-        ModeOptions::Shardfs | ModeOptions::Indexfs(_) | ModeOptions::Giraffa(_) => &CanopyDaemons,
+    crate::modes::lifecycle(mode)
+}
+
+/// The lifecycle of `mode`, ready to start: the packages it needs installed.
+pub fn prepared(mode: &ModeOptions) -> Result<&'static dyn Lifecycle, String> {
+    let l = of(mode);
+    let missing = missing(l.packages(), installed);
+    if !missing.is_empty() {
+        install(mode.name(), &missing)?;
+    }
+    Ok(l)
+}
+
+/// Those of `packages` that `installed` says are not.
+fn missing(packages: &[&'static str], installed: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    packages.iter().copied().filter(|p| !installed(p)).collect()
+}
+
+/// Whether Debian package `p` is installed.
+fn installed(p: &str) -> bool {
+    std::process::Command::new("dpkg").args(["-s", p]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Installs `packages` with apt-get (through sudo unless root).
+fn install(mode: &str, packages: &[&str]) -> Result<(), String> {
+    eprintln!("canopy: {mode} needs {}; installing", packages.join(", "));
+    // SAFETY: getuid only reads the process's credentials.
+    let root = unsafe { libc::getuid() } == 0;
+    let mut apt = if root { std::process::Command::new("apt-get") } else { std::process::Command::new("sudo") };
+    if !root {
+        apt.arg("apt-get");
+    }
+    let status = apt.args(["install", "-y", "-qq"]).args(packages).env("DEBIAN_FRONTEND", "noninteractive").status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("installing {} for {mode} failed ({s}); install them and try again", packages.join(", "))),
+        Err(e) => Err(format!("cannot run apt-get to install {} for {mode}: {e}", packages.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_is_missing_is_installed() {
+        let have = |p: &str| p == "zookeeperd";
+        assert_eq!(missing(&["zookeeperd", "librocksdb-dev", "zip"], have), ["librocksdb-dev", "zip"]);
+        assert!(missing(&["zookeeperd"], have).is_empty());
+    }
+
+    #[test]
+    fn every_mode_of_this_build_runs_canopy_daemons_and_needs_no_package() {
+        for name in canopy_client::cluster::MODES {
+            let l = of(&ModeOptions::named(name).unwrap());
+            assert!(l.packages().is_empty(), "{name}: {:?}", l.packages());
+        }
     }
 }

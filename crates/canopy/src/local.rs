@@ -270,19 +270,17 @@ impl Tuning<'_> {
     /// refused rather than kept where nothing reads it.
     fn apply(&self, opts: &mut ModeOptions) -> Result<(), String> {
         self.check()?;
-        match opts {
-            ModeOptions::Indexfs(o) => {
-                if let Some(l) = self.lease {
-                    o.lease = LeasePolicy::parse(l)?;
-                }
-                if let Some(t) = self.split_threshold {
-                    o.split_threshold = t;
-                }
-            }
-            ModeOptions::Shardfs | ModeOptions::Giraffa(_) if self.lease.is_some() || self.split_threshold.is_some() => {
+        let ModeOptions::Indexfs(o) = opts else {
+            if self.lease.is_some() || self.split_threshold.is_some() {
                 return Err(format!("--lease and --split-threshold are IndexFS's options; a {} cluster takes neither", opts.name()));
             }
-            ModeOptions::Shardfs | ModeOptions::Giraffa(_) => {}
+            return Ok(());
+        };
+        if let Some(l) = self.lease {
+            o.lease = LeasePolicy::parse(l)?;
+        }
+        if let Some(t) = self.split_threshold {
+            o.split_threshold = t;
         }
         Ok(())
     }
@@ -324,7 +322,10 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         }
         return Ok((c, Listeners::new()));
     }
-    let mut opts = ModeOptions::named(mode.unwrap_or("shardfs"))?;
+    let mut opts = match mode {
+        Some(m) => ModeOptions::named(m)?,
+        None => ModeOptions::default(),
+    };
     tuning.apply(&mut opts)?;
     let n = servers.unwrap_or(4);
     if n == 0 || n > 1024 {
@@ -365,7 +366,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
-    let daemons = lifecycle::of(&c.mode);
+    let daemons = lifecycle::prepared(&c.mode)?;
     let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
@@ -563,7 +564,7 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
     ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
-    let daemons = lifecycle::of(&c.mode);
+    let daemons = lifecycle::prepared(&c.mode)?;
     daemons.start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
     let result = daemons.wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
     daemons.stop(tmp.path())?;

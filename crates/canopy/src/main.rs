@@ -14,6 +14,26 @@ mod mount;
 mod process;
 mod sched;
 
+/// What `canopy up` runs for each mode of the registry
+/// (`canopy_proto::for_each_mode!`): a module a mode, `src/modes/<mode>.rs`,
+/// whose `LIFECYCLE` says it.
+macro_rules! lifecycle_of_each_mode {
+    ($($name:ident => $variant:ident($options:ident)),* $(,)?) => {
+        mod modes {
+            $(mod $name;)*
+
+            /// The lifecycle of the mode `opts` names.
+            pub fn lifecycle(opts: &canopy_proto::modes::ModeOptions) -> &'static dyn crate::lifecycle::Lifecycle {
+                match opts {
+                    $(canopy_proto::modes::ModeOptions::$variant(_) => $name::LIFECYCLE,)*
+                }
+            }
+        }
+    };
+}
+
+canopy_proto::for_each_mode!(lifecycle_of_each_mode);
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -59,6 +59,12 @@ impl std::ops::Deref for Giraffa {
     }
 }
 
+/// The registry's way in: Giraffa's client (`canopy_proto::for_each_mode!`).
+pub(crate) fn open(_: &canopy_proto::modes::GiraffaOptions, backend: crate::Backend, opts: &NsOptions) -> Result<Arc<dyn Namespace>, String> {
+    let t = backend.cluster("giraffa")?;
+    Ok(crate::factory::delegated_if_asked(Arc::new(Giraffa::open(t.clone(), opts)), t, opts, None))
+}
+
 impl Giraffa {
     pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> Giraffa {
         Giraffa { core: ClientCore::new(t, opts) }

@@ -143,6 +143,15 @@ pub(crate) struct Place {
     parent: Option<(DirLookup, String)>,
 }
 
+/// The registry's way in: IndexFS's client (`canopy_proto::for_each_mode!`).
+/// Delegated, every operation goes to one server, picked at random, so that
+/// its lookups and its mutations share one cache.
+pub(crate) fn open(_: &canopy_proto::modes::IndexFsOptions, backend: crate::Backend, opts: &NsOptions) -> Result<Arc<dyn Namespace>, String> {
+    let t = backend.cluster("indexfs")?;
+    let sticky = (canopy_rpc::random::u64().unwrap_or(0) % t.servers().max(1) as u64) as u32;
+    Ok(crate::factory::delegated_if_asked(Arc::new(IndexFs::open(t.clone(), opts)), t, opts, Some(sticky)))
+}
+
 impl IndexFs {
     pub(crate) fn open(t: Arc<dyn Transport>, opts: &NsOptions) -> IndexFs {
         IndexFs { core: ClientCore::new(t, opts), cache: Mutex::new(HashMap::new()), maps: Mutex::new(HashMap::new()) }

@@ -80,6 +80,12 @@ fn may_be_transient(e: &Errno) -> bool {
     matches!(e, Errno::EACCES | Errno::EREMOTE | Errno::EAGAIN)
 }
 
+/// The registry's way in: ShardFS's client (`canopy_proto::for_each_mode!`).
+pub(crate) fn open(_: &canopy_proto::modes::ShardFsOptions, backend: crate::Backend, opts: &NsOptions) -> Result<Arc<dyn Namespace>, String> {
+    let t = backend.cluster("shardfs")?;
+    Ok(crate::factory::delegated_if_asked(Arc::new(ShardFs::open(t.clone(), opts)), t, opts, None))
+}
+
 impl ShardFs {
     /// A ShardFS client over `t` (see [`crate::open_namespace`], which callers
     /// outside this crate use).

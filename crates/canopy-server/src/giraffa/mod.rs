@@ -65,6 +65,11 @@ fn row_err(e: String) -> String {
     format!("giraffa: {e}")
 }
 
+/// The registry's way in: Giraffa's server (`canopy_proto::for_each_mode!`).
+pub(crate) fn open(o: &canopy_proto::modes::GiraffaOptions, at: &crate::mode::Opening) -> Result<Box<dyn Mode>, String> {
+    Ok(Box::new(Giraffa::open(at.core, Key::from_bytes(at.proof_key), o.region_rows)?))
+}
+
 impl Giraffa {
     pub(crate) fn open(core: &Core, proof_key: Key, region_rows: u64) -> Result<Giraffa, String> {
         let recorded = match core.store.get(crate::keys::META, META_REGIONS).map_err(|e| row_err(e.to_string()))? {

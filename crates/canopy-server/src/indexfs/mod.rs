@@ -125,6 +125,11 @@ pub(crate) struct IndexFs {
     revoked: Revoked,
 }
 
+/// The registry's way in: IndexFS's server (`canopy_proto::for_each_mode!`).
+pub(crate) fn open(o: &canopy_proto::modes::IndexFsOptions, at: &crate::mode::Opening) -> Result<Box<dyn Mode>, String> {
+    Ok(Box::new(IndexFs::open(at.core, o.lease, o.split_threshold)?))
+}
+
 impl IndexFs {
     pub(crate) fn open(core: &Core, policy: LeasePolicy, split_threshold: u64) -> Result<IndexFs, String> {
         check_layout(core)?;

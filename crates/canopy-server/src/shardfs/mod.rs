@@ -47,6 +47,11 @@ pub(crate) struct ShardFs {
     parked: parked::Parked,
 }
 
+/// The registry's way in: ShardFS's server (`canopy_proto::for_each_mode!`).
+pub(crate) fn open(_: &canopy_proto::modes::ShardFsOptions, at: &crate::mode::Opening) -> Result<Box<dyn Mode>, String> {
+    Ok(Box::new(ShardFs::open(at.core)?))
+}
+
 impl ShardFs {
     /// Loads the replicated directory table; creates the root on a new store.
     pub(crate) fn open(core: &Core) -> Result<ShardFs, String> {

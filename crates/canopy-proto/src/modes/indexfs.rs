@@ -1,55 +1,6 @@
-//! The namespace modes this build has: one list, and each mode's options as
-//! a cluster file holds them. The enum is the registry every crate reads (the
-//! server's and the client's factories, `canopy up`, the cluster file), so a
-//! mode is named, spelled and configured in one place; an unknown mode is a
-//! deserialisation error naming the known ones, never a fallback.
+//! IndexFS's options: its lookup leases and GIGA+'s split threshold.
 
 use serde::{Deserialize, Serialize};
-
-/// A mode and its options. In a cluster file the mode's name is the `mode`
-/// field and its options sit beside it (`{"mode": "indexfs", "lease":
-/// "fixed:1000", ...}`); an option left out takes its default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "lowercase")]
-pub enum ModeOptions {
-    /// Seed 000's ShardFS: lookup state on every server, files by path hash.
-    Shardfs,
-    /// Seed 000/001's IndexFS: directories partitioned with GIGA+, leases.
-    Indexfs(IndexFsOptions),
-    /// Seed 000's Giraffa: rows of one table in regions, relaxed semantics.
-    Giraffa(GiraffaOptions),
-}
-
-/// The modes' names, in the order `canopy` lists them.
-pub const MODES: &[&str] = &["shardfs", "indexfs", "giraffa"];
-
-impl ModeOptions {
-    /// Mode `name` with its default options; an unknown name is an error
-    /// naming the known ones.
-    pub fn named(name: &str) -> Result<ModeOptions, String> {
-        Ok(match name {
-            "shardfs" => ModeOptions::Shardfs,
-            "indexfs" => ModeOptions::Indexfs(IndexFsOptions::default()),
-            "giraffa" => ModeOptions::Giraffa(GiraffaOptions::default()),
-            _ => return Err(format!("unknown namespace mode {name:?}: this build knows {}", MODES.join(", "))),
-        })
-    }
-
-    /// The mode's name, as cluster files spell it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ModeOptions::Shardfs => "shardfs",
-            ModeOptions::Indexfs(_) => "indexfs",
-            ModeOptions::Giraffa(_) => "giraffa",
-        }
-    }
-}
-
-impl Default for ModeOptions {
-    fn default() -> ModeOptions {
-        ModeOptions::Shardfs
-    }
-}
 
 /// IndexFS's options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,29 +24,6 @@ pub const DEFAULT_SPLIT_THRESHOLD: u64 = 2000;
 
 fn default_split_threshold() -> u64 {
     DEFAULT_SPLIT_THRESHOLD
-}
-
-/// Giraffa's options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GiraffaOptions {
-    /// Rows a region holds before it splits.
-    #[serde(default = "default_region_rows")]
-    pub region_rows: u64,
-}
-
-impl Default for GiraffaOptions {
-    fn default() -> GiraffaOptions {
-        GiraffaOptions { region_rows: DEFAULT_REGION_ROWS }
-    }
-}
-
-/// Rows a Giraffa region holds before it splits: about HBase's 10 GB default
-/// at a kilobyte a row, far above what these experiments write (the paper
-/// notes Giraffa rarely splits).
-pub const DEFAULT_REGION_ROWS: u64 = 10_000_000;
-
-fn default_region_rows() -> u64 {
-    DEFAULT_REGION_ROWS
 }
 
 /// How long a lookup's answer may be cached.
@@ -179,15 +107,6 @@ mod lease_text {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_listed_mode_is_one_of_the_enum_and_back() {
-        for name in MODES {
-            assert_eq!(ModeOptions::named(name).unwrap().name(), *name);
-        }
-        let err = ModeOptions::named("nfs").unwrap_err();
-        assert!(err.contains("\"nfs\"") && err.contains("giraffa"), "{err}");
-    }
 
     #[test]
     fn lease_policies_read_back_as_written() {

@@ -1,0 +1,6 @@
+//! What a Giraffa cluster runs: Canopy's metadata servers and lock service.
+
+use crate::lifecycle::{CanopyDaemons, Lifecycle};
+
+/// How `canopy up`, `down` and `status` handle a Giraffa cluster.
+pub const LIFECYCLE: &dyn Lifecycle = &CanopyDaemons;

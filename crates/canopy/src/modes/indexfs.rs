@@ -1,0 +1,6 @@
+//! What an IndexFS cluster runs: Canopy's metadata servers and lock service.
+
+use crate::lifecycle::{CanopyDaemons, Lifecycle};
+
+/// How `canopy up`, `down` and `status` handle an IndexFS cluster.
+pub const LIFECYCLE: &dyn Lifecycle = &CanopyDaemons;
