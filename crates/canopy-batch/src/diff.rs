@@ -7,6 +7,7 @@
 //! did), and a base entry no private entry has any more was removed.
 
 use crate::export::Tree;
+use crate::paths::depth;
 use crate::snapshot::{split, Base, BaseEntry};
 use canopy_client::batch::path_in;
 use canopy_proto::batch::BatchFile;
@@ -61,11 +62,6 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.new_dirs.is_empty() && self.changed_dirs.is_empty() && self.new_files.is_empty() && self.moves.is_empty() && self.removed.is_empty() && self.modified.is_empty()
     }
-}
-
-/// How deep a private path is (`/a` is 1).
-pub(crate) fn depth(path: &str) -> usize {
-    path.matches('/').count()
 }
 
 /// The changes from `base` to private namespace `tree`.

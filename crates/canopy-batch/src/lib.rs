@@ -270,7 +270,7 @@ pub async fn commit(b: OpenBatch, cluster: &Client) -> Res<CommitReport> {
     }
     report.files = batch::land(cluster, b.meta.id, &dirs).await?;
     let mut finish: Vec<&(String, DirLookup)> = changes.new_dirs.iter().chain(&changes.changed_dirs).collect();
-    finish.sort_by_key(|(p, _)| diff::depth(p));
+    finish.sort_by_key(|(p, _)| paths::depth(p));
     finish_dirs(cluster, &rooted, &finish, &refused, &mut report).await;
     report.rejected.extend(report.files.rejected.iter().cloned());
     report.rejected.sort_by(|a, b| a.0.cmp(&b.0));
@@ -326,7 +326,7 @@ async fn place(cluster: &Client, rooted: &Rooted, stage: &Stage, changes: &diff:
         // Files once every directory is in place.
         let level = match p {
             Place::Moved(m) if !m.is_dir => usize::MAX,
-            _ => diff::depth(p.path()),
+            _ => paths::depth(p.path()),
         };
         levels.entry(level).or_default().push(p);
     }

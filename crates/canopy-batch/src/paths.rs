@@ -4,6 +4,11 @@
 use canopy_proto::path::{check_name, NsPath, NS_PATH_MAX};
 use canopy_proto::Errno;
 
+/// How deep a private path is (`/a` is 1).
+pub(crate) fn depth(path: &str) -> usize {
+    path.matches('/').count()
+}
+
 #[derive(Debug, Clone)]
 pub struct Rooted {
     root: NsPath,

@@ -112,7 +112,7 @@ async fn read_subtree(cluster: &Client, rooted: &Rooted) -> Res<Vec<Seen>> {
         }
     }
     // Parents first, whatever order the walk found them in.
-    out.sort_by_key(|s| crate::diff::depth(&s.path));
+    out.sort_by_key(|s| crate::paths::depth(&s.path));
     Ok(out)
 }
 

@@ -5,7 +5,8 @@
 //! - [`target`]: what the phases run against: the five operations, implemented by
 //!   the Canopy [`canopy_client::Client`] and by system calls ([`posix`]).
 //! - [`drive`]: many workers over a step, measured (throughput, latency
-//!   percentiles), as tokio tasks or as the OS threads of a [`pool`].
+//!   percentiles), as tokio tasks or as the OS threads of a [`pool`]; each
+//!   worker runs `job`'s loop.
 //! - [`runner`]: the phases against Canopy, also counting RPCs sent and RPCs
 //!   received per server.
 //! - [`posix`]: the phases as system calls in a directory made for the run.
@@ -17,6 +18,7 @@
 
 pub mod compare;
 pub mod drive;
+mod job;
 pub mod plan;
 pub mod pool;
 pub mod posix;

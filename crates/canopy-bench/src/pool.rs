@@ -2,7 +2,7 @@
 //! Each thread owns a handle on the target and waits for a job, works on it with
 //! the shared worker loop, reports its latencies and waits for the next.
 
-use crate::drive::{work, Job};
+use crate::job::{work, Job, Latencies};
 use crate::target::BenchTarget;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
@@ -10,7 +10,7 @@ use std::thread::{self, JoinHandle};
 
 pub struct Pool {
     jobs: Vec<mpsc::Sender<Arc<Job>>>,
-    done: mpsc::Receiver<thread::Result<crate::drive::Latencies>>,
+    done: mpsc::Receiver<thread::Result<Latencies>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -42,7 +42,7 @@ impl Pool {
     }
 
     /// Works on `job` with every thread; returns each one's latencies.
-    pub(crate) fn run(&self, job: &Arc<Job>) -> Vec<crate::drive::Latencies> {
+    pub(crate) fn run(&self, job: &Arc<Job>) -> Vec<Latencies> {
         for tx in &self.jobs {
             tx.send(job.clone()).expect("bench threads outlive their pool");
         }

@@ -9,7 +9,11 @@
 //!
 //! - [`core`]: what every mode's client holds (transport, counters, FIDs, reclaim,
 //!   directory times, options); [`txn`]: transactions under the lock service and
-//!   the named steps tests stop them at.
+//!   the named steps tests stop them at. `core`, `txn`, [`touches`], [`data`]
+//!   and `namespace` import each other on purpose: `ClientCore` holds the
+//!   transaction hooks, the directory touches and the reclaim list that act
+//!   on it, and `namespace::Res` is the result type of all of them; the five
+//!   are one layer, each file one part of it.
 //! - [`batch`]: BatchFS on the wire: recording a batch at the servers and
 //!   landing its files in staged, verified, per-server tables.
 //! - [`cluster`]: cluster files (where the servers and lock service listen) and how a

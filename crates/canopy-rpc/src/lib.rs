@@ -12,7 +12,9 @@
 //! - [`conn`]: a pipelined client connection: many requests in flight, responses
 //!   matched by request id, writes coalesced.
 //! - [`owed`]: one-way requests sent a little late, with the next request to
-//!   the same daemon.
+//!   the same daemon. It and [`transport`] import each other on purpose: the
+//!   box of owed requests is kept per [`transport::Daemon`], and
+//!   [`TcpTransport`] holds one; it is TCP's own part, in a file of its own.
 //! - [`private_dir`]: directories and files only the daemon's user may read
 //!   (stores, back-end directories, logs).
 //! - [`transport`]: the client's view of a cluster ([`Transport`]): TCP

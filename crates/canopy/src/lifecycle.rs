@@ -1,13 +1,14 @@
 //! What a mode needs running on the hosts of a local cluster, and how the CLI
 //! handles it: `canopy up` starts it and waits until it answers, `down` stops
 //! it, `status` says what is up, and `bench` and `eval` do all three on a
-//! temporary cluster. They ask the mode's [`Lifecycle`] ([`of`]) and never
-//! name a mode; `fsck` goes through the mode's namespace client, which every
+//! temporary cluster. They ask the mode's [`Lifecycle`] (`crate::modes::lifecycle`)
+//! and never name a mode; `fsck` goes through the mode's namespace client, which every
 //! mode has. Each mode's lifecycle is its registry entry's
 //! (`src/modes/<mode>.rs`, listed by `canopy_proto::for_each_mode!`).
 
-use crate::local::{self, DaemonFlags, Listeners};
-use canopy_client::cluster::{ClusterFile, ModeOptions};
+use canopy_client::cluster::ClusterFile;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -27,47 +28,31 @@ pub trait Lifecycle: Sync {
     fn status(&self, c: &ClusterFile) -> Result<usize, String>;
 
     /// The Debian packages what `start` runs needs (a store of the mode's
-    /// own), which [`prepared`] installs where missing.
+    /// own), which [`install_packages`] installs where missing.
     fn packages(&self) -> &'static [&'static str] {
         &[]
     }
 }
 
-/// Canopy's own daemons: a metadata server per server index and the lock
-/// service, each a process of this binary.
-pub struct CanopyDaemons;
-
-impl Lifecycle for CanopyDaemons {
-    fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, listeners: Listeners) -> Result<usize, String> {
-        local::start(dir, c, flags, listeners)
-    }
-
-    fn wait_ready(&self, c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
-        local::wait_ready(c, dir, timeout)
-    }
-
-    fn stop(&self, dir: &Path) -> Result<usize, String> {
-        local::stop(dir)
-    }
-
-    fn status(&self, c: &ClusterFile) -> Result<usize, String> {
-        local::daemons_status(c)
-    }
+/// What the daemons `start` spawns are told beside their cluster.
+pub struct DaemonFlags<'a> {
+    pub durability: &'a str,
+    pub idle_secs: Option<u64>,
 }
 
-/// The lifecycle of `mode`: its registry entry's.
-pub fn of(mode: &ModeOptions) -> &'static dyn Lifecycle {
-    crate::modes::lifecycle(mode)
-}
+/// Listening sockets `up` opened for the daemons it is about to start, by name.
+/// A daemon inherits its socket, so no port is ever released between being chosen
+/// and being served (two `up`s at once cannot pick the same one).
+pub type Listeners = HashMap<String, OwnedFd>;
 
-/// The lifecycle of `mode`, ready to start: the packages it needs installed.
-pub fn prepared(mode: &ModeOptions) -> Result<&'static dyn Lifecycle, String> {
-    let l = of(mode);
+/// Installs the Debian packages `l`, the lifecycle of `mode`, needs and this
+/// host lacks: what `canopy up`, `bench` and `eval` do before they start it.
+pub fn install_packages(l: &dyn Lifecycle, mode: &str) -> Result<(), String> {
     let missing = missing(l.packages(), installed);
-    if !missing.is_empty() {
-        install(mode.name(), &missing)?;
+    if missing.is_empty() {
+        return Ok(());
     }
-    Ok(l)
+    install(mode, &missing)
 }
 
 /// Those of `packages` that `installed` says are not.
@@ -106,13 +91,5 @@ mod tests {
         let have = |p: &str| p == "zookeeperd";
         assert_eq!(missing(&["zookeeperd", "librocksdb-dev", "zip"], have), ["librocksdb-dev", "zip"]);
         assert!(missing(&["zookeeperd"], have).is_empty());
-    }
-
-    #[test]
-    fn every_mode_of_this_build_runs_canopy_daemons_and_needs_no_package() {
-        for name in canopy_client::cluster::MODES {
-            let l = of(&ModeOptions::named(name).unwrap());
-            assert!(l.packages().is_empty(), "{name}: {:?}", l.packages());
-        }
     }
 }

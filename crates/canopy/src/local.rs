@@ -5,22 +5,19 @@
 //! cluster when none is given, and none at all with `--posix`.
 
 use crate::connect;
-use crate::lifecycle;
-use crate::process::{self, alive, Liveness};
+use crate::canopy_daemons::{listen, own_key, read_pid};
+use crate::lifecycle::{self, DaemonFlags, Listeners};
+use crate::modes;
+use crate::process;
 use canopy_bench::{BenchConfig, BenchDir, Comparison, TargetReport};
 use canopy_client::cluster::{self, ClusterFile};
 use canopy_proto::modes::{LeasePolicy, ModeOptions};
-use canopy_proto::msg::ServerStats;
-use canopy_proto::{Creds, Reply, Request};
-use canopy_rpc::conn::Connection;
-use canopy_rpc::ClientAuth;
+use canopy_proto::Creds;
 use clap::Args;
-use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -55,19 +52,6 @@ pub struct UpArgs {
     /// clients retire theirs after half of it.
     #[arg(long)]
     pub idle_secs: Option<u64>,
-}
-
-/// What the daemons `start` spawns are told beside their cluster.
-pub struct DaemonFlags<'a> {
-    pub durability: &'a str,
-    pub idle_secs: Option<u64>,
-}
-
-impl DaemonFlags<'_> {
-    /// The flags both kinds of daemon take.
-    fn common(&self) -> Vec<String> {
-        self.idle_secs.map(|s| vec!["--idle-secs".to_string(), s.to_string()]).unwrap_or_default()
-    }
 }
 
 #[derive(Args)]
@@ -122,113 +106,6 @@ pub struct BenchArgs {
     /// With --posix: leave the tree in DIR/canopy-bench-<pid> instead of removing it.
     #[arg(long, requires = "posix")]
     pub keep: bool,
-}
-
-fn read_pid(file: &Path) -> Option<i32> {
-    std::fs::read_to_string(file).ok()?.trim().parse().ok()
-}
-
-/// Listening sockets `up` opened for the daemons it is about to start, by name.
-/// A daemon inherits its socket, so no port is ever released between being chosen
-/// and being served (two `up`s at once cannot pick the same one).
-pub type Listeners = HashMap<String, OwnedFd>;
-
-fn listen(addr: &str) -> Result<OwnedFd, String> {
-    canopy_rpc::socket::bind_std(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
-}
-
-/// Starts one daemon in its own session, serving `listener`, logging to
-/// `name.log`, unless its pid file names a live process.
-fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> Result<(), String> {
-    let pid_file = dir.join(format!("{name}.pid"));
-    let log = canopy_rpc::private_dir::create_file(&dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let fd = listener.as_raw_fd();
-    let mut cmd = Command::new(exe);
-    cmd.args(args).arg("--listen-fd").arg(fd.to_string());
-    cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
-    // SAFETY: setsid and fcntl are async-signal-safe. setsid detaches the daemon
-    // from our terminal; clearing close-on-exec lets it inherit its socket.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setsid();
-            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
-    std::fs::write(&pid_file, child.id().to_string()).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// Starts every daemon of the cluster in `dir` that is not running, on the
-/// sockets in `listeners` or, for a known cluster, on its addresses.
-pub fn start(dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
-    let file = dir.join("cluster.json").display().to_string();
-    let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
-    for (i, addr) in c.servers.iter().enumerate() {
-        let data = dir.join(format!("server-{i}")).display().to_string();
-        let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability];
-        daemons.push((format!("server-{i}"), addr, [args.map(String::from).to_vec(), flags.common()].concat()));
-    }
-    let data = dir.join("lockd").display().to_string();
-    let args = ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec();
-    daemons.push(("lockd".into(), &c.lockd, [args, flags.common()].concat()));
-    let mut started = 0;
-    for (name, addr, args) in daemons {
-        if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
-            match process::liveness(pid) {
-                Liveness::Running => continue,
-                // Killed but still holding its socket and database: let it go first.
-                Liveness::Exiting if !process::wait_gone(pid, Duration::from_secs(10)) => {
-                    return Err(format!("{name} (pid {pid}) was killed but has not exited yet; try again"));
-                }
-                Liveness::Exiting | Liveness::Gone => {}
-            }
-        }
-        let listener = match listeners.remove(&name) {
-            Some(l) => l,
-            None => listen(addr)?,
-        };
-        spawn_daemon(dir, &name, &args, listener)?;
-        started += 1;
-    }
-    Ok(started)
-}
-
-async fn ping(addr: &str, me: &ClientAuth) -> Result<Reply, canopy_proto::Errno> {
-    let conn = Connection::connect(addr, me, Duration::from_secs(2)).await?;
-    conn.call(&Creds::root(), &Request::Ping, Duration::from_secs(5)).await
-}
-
-/// How this process proves itself to the cluster `c`.
-fn auth(c: &ClusterFile) -> Result<ClientAuth, String> {
-    Ok(connect::key(c)?.client_auth())
-}
-
-/// The cluster key beside the cluster file of a cluster this process started
-/// (never one named by `$CANOPY_KEY` for some other cluster).
-fn own_key(c: &ClusterFile) -> Result<canopy_client::keyfile::Loaded, String> {
-    canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&c.path))
-}
-
-/// Waits until every daemon answers a ping.
-pub fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
-    let rt = connect::runtime()?;
-    let me = own_key(c)?.client_auth();
-    let deadline = Instant::now() + timeout;
-    let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
-    for addr in addrs {
-        while rt.block_on(ping(addr, &me)).is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Ok(())
 }
 
 /// Makes the cluster key beside the cluster file if there is none (mode 0600:
@@ -366,7 +243,8 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
-    let daemons = lifecycle::prepared(&c.mode)?;
+    let daemons = modes::lifecycle(&c.mode);
+    lifecycle::install_packages(daemons, c.mode.name())?;
     let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
@@ -377,91 +255,21 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Stops the daemons whose pid files are in `dir`: SIGTERM, then SIGKILL after 10 s.
-pub fn stop(dir: &Path) -> Result<usize, String> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|e| e == "pid") {
-            if let Some(pid) = read_pid(&path).filter(|p| alive(*p)) {
-                // SAFETY: plain signal delivery to a daemon we started.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-                pids.push(pid);
-            }
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in &pids {
-        while alive(*pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if alive(*pid) {
-            // SAFETY: as above.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
-    }
-    Ok(pids.len())
-}
-
 pub fn down(args: &DirArgs) -> Result<ExitCode, String> {
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     if !dir.exists() {
         return Err(format!("no local cluster in {}", dir.display()));
     }
     let c = ClusterFile::load(&dir.join("cluster.json"))?;
-    let n = lifecycle::of(&c.mode).stop(&dir)?;
+    let n = modes::lifecycle(&c.mode).stop(&dir)?;
     println!("canopy: stopped {n} daemons in {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn status(cluster: Option<&Path>) -> Result<ExitCode, String> {
     let c = connect::load(cluster)?;
-    let down = lifecycle::of(&c.mode).status(&c)?;
+    let down = modes::lifecycle(&c.mode).status(&c)?;
     Ok(if down == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// Prints a line per server and the lock service of `c`, up or down; how
-/// many are down.
-pub fn daemons_status(c: &ClusterFile) -> Result<usize, String> {
-    let me = auth(c)?;
-    let rt = connect::runtime()?;
-    let mut down = 0;
-    rt.block_on(async {
-        for (i, addr) in c.servers.iter().enumerate() {
-            let stats = match Connection::connect(addr, &me, Duration::from_secs(2)).await {
-                Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
-                Err(e) => Err(e),
-            };
-            match stats {
-                Ok(Reply::Stats(s)) => println!("server {i:<3} {addr:<21} up    {}", server_figures(&s)),
-                Ok(_) | Err(_) => {
-                    down += 1;
-                    println!("server {i:<3} {addr:<21} DOWN");
-                }
-            }
-        }
-        match ping(&c.lockd, &me).await {
-            Ok(_) => println!("lockd      {:<21} up", c.lockd),
-            Err(_) => {
-                down += 1;
-                println!("lockd      {:<21} DOWN", c.lockd);
-            }
-        }
-    });
-    Ok(down)
-}
-
-/// What `status` says of a server that answered: its entries, the RPCs it
-/// served, and its mode's own counters (the entry cache's hits and misses,
-/// IndexFS's lease waits) as `name value` pairs.
-fn server_figures(s: &ServerStats) -> String {
-    let rpcs: u64 = s.rpcs.iter().map(|(_, n)| n).sum();
-    let mut line = format!("dirs {:<8} files {:<10} rpcs {rpcs}", s.dirs, s.files);
-    for (name, n) in &s.counters {
-        line.push_str(&format!("  {name} {n}"));
-    }
-    line
 }
 
 fn config(args: &BenchArgs, root: String) -> BenchConfig {
@@ -564,7 +372,8 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
     ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
-    let daemons = lifecycle::prepared(&c.mode)?;
+    let daemons = modes::lifecycle(&c.mode);
+    lifecycle::install_packages(daemons, c.mode.name())?;
     daemons.start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
     let result = daemons.wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
     daemons.stop(tmp.path())?;
@@ -620,12 +429,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_shows_a_servers_entries_rpcs_and_mode_counters() {
-        let s = ServerStats { server: 1, rpcs: vec![("stat".into(), 5), ("create".into(), 2)], dirs: 3, files: 40, counters: vec![("entry_cache_hits".into(), 9), ("entry_cache_misses".into(), 1)] };
-        let line = server_figures(&s);
-        assert!(line.starts_with("dirs 3 "), "{line}");
-        assert!(line.contains("files 40 ") && line.contains("rpcs 7"), "{line}");
-        assert!(line.ends_with("  entry_cache_hits 9  entry_cache_misses 1"), "{line}");
-        assert!(server_figures(&ServerStats { counters: vec![], ..s }).ends_with("rpcs 7"));
+    fn every_mode_of_this_build_needs_no_package() {
+        for name in canopy_client::cluster::MODES {
+            let l = modes::lifecycle(&ModeOptions::named(name).unwrap());
+            assert!(l.packages().is_empty(), "{name}: {:?}", l.packages());
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! operations, consistency checks and the benchmark.
 
 mod batch;
+mod canopy_daemons;
 mod commands;
 mod connect;
 mod daemon;

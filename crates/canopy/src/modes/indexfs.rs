@@ -1,6 +1,7 @@
 //! What an IndexFS cluster runs: Canopy's metadata servers and lock service.
 
-use crate::lifecycle::{CanopyDaemons, Lifecycle};
+use crate::canopy_daemons::CanopyDaemons;
+use crate::lifecycle::Lifecycle;
 
 /// How `canopy up`, `down` and `status` handle an IndexFS cluster.
 pub const LIFECYCLE: &dyn Lifecycle = &CanopyDaemons;

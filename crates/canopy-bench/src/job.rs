@@ -1,0 +1,54 @@
+//! One batch of operations shared by its workers, and the loop each worker
+//! runs over it, wherever the workers run (`crate::drive`'s tasks or
+//! `crate::pool`'s threads).
+
+use crate::target::{apply, BenchTarget};
+use crate::workload::Op;
+use indicatif::ProgressBar;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A batch being worked on, shared by all its workers.
+pub(crate) struct Job {
+    pub(crate) op: Op,
+    pub(crate) paths: Arc<Vec<String>>,
+    pub(crate) next: AtomicUsize,
+    pub(crate) errors: AtomicU64,
+    pub(crate) bar: ProgressBar,
+}
+
+/// Latencies in nanoseconds, to three significant figures (HdrHistogram).
+pub type Latencies = hdrhistogram::Histogram<u64>;
+
+/// An empty [`Latencies`].
+pub fn latencies() -> Latencies {
+    Latencies::new(3).expect("3 significant figures is a valid precision")
+}
+
+/// [`Latencies`] of the samples `ns`.
+pub fn latencies_of(ns: &[u64]) -> Latencies {
+    let mut h = latencies();
+    for v in ns {
+        h.record(*v).expect("an auto-resizing histogram takes any value");
+    }
+    h
+}
+
+/// One worker's loop over a job; returns its latencies.
+pub(crate) async fn work<T: BenchTarget>(target: &T, job: &Job) -> Latencies {
+    let mut lat = latencies();
+    loop {
+        let i = job.next.fetch_add(1, Ordering::Relaxed);
+        let Some(path) = job.paths.get(i) else { break };
+        let t = Instant::now();
+        if apply(target, job.op, path).await.is_err() {
+            job.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        lat.saturating_record(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        if i.is_multiple_of(1024) {
+            job.bar.set_position(i as u64);
+        }
+    }
+    lat
+}
