@@ -16,7 +16,9 @@ use std::sync::Arc;
 pub enum Backend {
     /// Canopy's metadata servers and lock service, over a transport (every
     /// mode of this build keeps its namespace there). A mode whose state lives
-    /// in a store of its own adds the variant that reaches it.
+    /// in a store of its own finds it from its options, which the cluster
+    /// file holds; it adds a variant here only for something its callers
+    /// build for it (as the mount builds one transport for all its threads).
     Cluster(Arc<dyn Transport>),
 }
 
