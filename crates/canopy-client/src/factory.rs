@@ -27,6 +27,7 @@ impl Backend {
     /// namespace there.
     pub(crate) fn cluster(self, mode: &str) -> Result<Arc<dyn Transport>, String> {
         match self {
+            Backend::Cluster(t) if t.servers() == 0 => Err(format!("{mode} keeps its namespace on Canopy's metadata servers, and the cluster file lists none")),
             Backend::Cluster(t) => Ok(t),
             // Unreachable until a backend of another kind is added.
             #[allow(unreachable_patterns)]
@@ -60,11 +61,18 @@ mod tests {
     fn each_mode_opens_as_itself_over_a_cluster() {
         for name in MODES {
             for delegate in [false, true] {
-                let t = Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Nothing)));
+                let t = Arc::new(canopy_rpc::InProcTransport::new(vec![Arc::new(Nothing)], Arc::new(Nothing)));
                 let ns = open_namespace(&ModeOptions::named(name).unwrap(), Backend::Cluster(t), NsOptions { delegate, ..NsOptions::default() }).unwrap();
                 assert_eq!(ns.mode_name(), *name);
             }
         }
+    }
+
+    #[test]
+    fn a_mode_on_canopys_servers_refuses_a_cluster_of_none() {
+        let t = Arc::new(canopy_rpc::InProcTransport::new(Vec::new(), Arc::new(Nothing)));
+        let err = open_namespace(&ModeOptions::named("indexfs").unwrap(), Backend::Cluster(t), NsOptions::default()).err().expect("refused");
+        assert!(err.contains("indexfs") && err.contains("lists none"), "{err}");
     }
 
     struct Nothing;

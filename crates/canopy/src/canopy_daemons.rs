@@ -6,7 +6,7 @@
 use crate::connect;
 use crate::lifecycle::{DaemonFlags, Lifecycle, Listeners};
 use crate::process::{self, alive, Liveness};
-use canopy_client::cluster::ClusterFile;
+use canopy_client::cluster::{ClusterFile, ModeOptions};
 use canopy_proto::msg::ServerStats;
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
@@ -22,6 +22,15 @@ use std::time::{Duration, Instant};
 pub struct CanopyDaemons;
 
 impl Lifecycle for CanopyDaemons {
+    fn new_cluster(&self, mode: ModeOptions, servers: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String> {
+        if servers == 0 || servers > 1024 {
+            return Err(format!("--servers must be 1 to 1024, not {servers}"));
+        }
+        let addrs = (0..servers).map(|i| listen(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
+        let lockd = listen("lockd".into())?;
+        Ok(ClusterFile { mode, servers: addrs, lockd, path: path.to_path_buf() })
+    }
+
     fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, listeners: Listeners) -> Result<usize, String> {
         start(dir, c, flags, listeners)
     }

@@ -6,7 +6,7 @@
 //! mode has. Each mode's lifecycle is its registry entry's
 //! (`src/modes/<mode>.rs`, listed by `canopy_proto::for_each_mode!`).
 
-use canopy_client::cluster::ClusterFile;
+use canopy_client::cluster::{ClusterFile, ModeOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -14,6 +14,12 @@ use std::time::Duration;
 
 /// How a mode's daemons are run on this host.
 pub trait Lifecycle: Sync {
+    /// The cluster file of a new cluster of `mode` at `path`: where each of
+    /// its daemons will listen, each address bound by `listen` (by the
+    /// daemon's name; the socket is kept for `start`). `servers`: how many
+    /// metadata servers were asked for.
+    fn new_cluster(&self, mode: ModeOptions, servers: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String>;
+
     /// Starts, in `dir`, what cluster `c` needs and is not running yet
     /// (`listeners`: sockets already bound for it); how many it started.
     fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, listeners: Listeners) -> Result<usize, String>;

@@ -204,10 +204,6 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         None => ModeOptions::default(),
     };
     tuning.apply(&mut opts)?;
-    let n = servers.unwrap_or(4);
-    if n == 0 || n > 1024 {
-        return Err(format!("--servers must be 1 to 1024, not {n}"));
-    }
     let sockets = socket_dir(dir, tuning.tcp)?;
     let mut listeners = Listeners::new();
     let mut addr_of = |name: String| -> Result<String, String> {
@@ -225,9 +221,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         listeners.insert(name, fd);
         Ok(addr)
     };
-    let servers = (0..n).map(|i| addr_of(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
-    let lockd = addr_of("lockd".into())?;
-    let c = ClusterFile { mode: opts, servers, lockd, path: file.clone() };
+    let c = modes::lifecycle(&opts).new_cluster(opts.clone(), servers.unwrap_or(4), &file, &mut addr_of)?;
     c.save(&file)?;
     Ok((c, listeners))
 }
