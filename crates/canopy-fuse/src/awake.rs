@@ -160,7 +160,7 @@ impl Drop for AwakeWhileBusy {
 /// The holding thread: asleep until a request, then, window by window while
 /// requests come, holding `req` unless the last window saw a crowd.
 fn hold_while_busy(s: &Shared, req: impl LatencyRequest, window: Duration) {
-    let mut watch = Watch { hold: Hold { req, on: false, said: false } };
+    let mut watch = Watch::new(req);
     loop {
         while !s.busy.load(Ordering::SeqCst) {
             if s.stop.load(Ordering::Acquire) {
@@ -187,6 +187,11 @@ struct Watch<R> {
 }
 
 impl<R: LatencyRequest> Watch<R> {
+    /// Nothing held yet.
+    fn new(req: R) -> Watch<R> {
+        Watch { hold: Hold { req, on: false, said: false } }
+    }
+
     /// A burst's first request: hold, and look again at each window's end.
     fn begin(&mut self, s: &Shared) {
         s.watching.store(true, Ordering::SeqCst);
@@ -301,7 +306,7 @@ mod tests {
 
     /// A holding thread's state and decisions, stepped by the test.
     fn stepped<R: LatencyRequest>(req: R) -> (Shared, Watch<R>) {
-        (Shared::default(), Watch { hold: Hold { req, on: false, said: false } })
+        (Shared::default(), Watch::new(req))
     }
 
     #[test]

@@ -31,20 +31,114 @@ impl Lifecycle for CanopyDaemons {
         Ok(ClusterFile { mode, servers: addrs, lockd, path: path.to_path_buf() })
     }
 
-    fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, listeners: Listeners) -> Result<usize, String> {
-        start(dir, c, flags, listeners)
+    /// Starts every daemon of the cluster in `dir` that is not running, on the
+    /// sockets in `listeners` or, for a known cluster, on its addresses.
+    fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
+        let file = dir.join("cluster.json").display().to_string();
+        let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
+        for (i, addr) in c.servers.iter().enumerate() {
+            let data = dir.join(format!("server-{i}")).display().to_string();
+            let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability];
+            daemons.push((format!("server-{i}"), addr, [args.map(String::from).to_vec(), common(flags)].concat()));
+        }
+        let data = dir.join("lockd").display().to_string();
+        let args = ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec();
+        daemons.push(("lockd".into(), &c.lockd, [args, common(flags)].concat()));
+        let mut started = 0;
+        for (name, addr, args) in daemons {
+            if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
+                match process::liveness(pid) {
+                    Liveness::Running => continue,
+                    // Killed but still holding its socket and database: let it go first.
+                    Liveness::Exiting if !process::wait_gone(pid, Duration::from_secs(10)) => {
+                        return Err(format!("{name} (pid {pid}) was killed but has not exited yet; try again"));
+                    }
+                    Liveness::Exiting | Liveness::Gone => {}
+                }
+            }
+            let listener = match listeners.remove(&name) {
+                Some(l) => l,
+                None => listen(addr)?,
+            };
+            spawn_daemon(dir, &name, &args, listener)?;
+            started += 1;
+        }
+        Ok(started)
     }
 
+    /// Waits until every daemon answers a ping.
     fn wait_ready(&self, c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
-        wait_ready(c, dir, timeout)
+        let rt = connect::runtime()?;
+        let me = own_key(c)?.client_auth();
+        let deadline = Instant::now() + timeout;
+        let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
+        for addr in addrs {
+            while rt.block_on(ping(addr, &me)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
     }
 
+    /// Stops the daemons whose pid files are in `dir`: SIGTERM, then SIGKILL after 10 s.
     fn stop(&self, dir: &Path) -> Result<usize, String> {
-        stop(dir)
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.extension().is_some_and(|e| e == "pid") {
+                if let Some(pid) = read_pid(&path).filter(|p| alive(*p)) {
+                    // SAFETY: plain signal delivery to a daemon we started.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    pids.push(pid);
+                }
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for pid in &pids {
+            while alive(*pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(*pid) {
+                // SAFETY: as above.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+        }
+        Ok(pids.len())
     }
 
+    /// Prints a line per server and the lock service of `c`, up or down; how
+    /// many are down.
     fn status(&self, c: &ClusterFile) -> Result<usize, String> {
-        status(c)
+        let me = auth(c)?;
+        let rt = connect::runtime()?;
+        let mut down = 0;
+        rt.block_on(async {
+            for (i, addr) in c.servers.iter().enumerate() {
+                let stats = match Connection::connect(addr, &me, Duration::from_secs(2)).await {
+                    Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
+                    Err(e) => Err(e),
+                };
+                match stats {
+                    Ok(Reply::Stats(s)) => println!("server {i:<3} {addr:<21} up    {}", server_figures(&s)),
+                    Ok(_) | Err(_) => {
+                        down += 1;
+                        println!("server {i:<3} {addr:<21} DOWN");
+                    }
+                }
+            }
+            match ping(&c.lockd, &me).await {
+                Ok(_) => println!("lockd      {:<21} up", c.lockd),
+                Err(_) => {
+                    down += 1;
+                    println!("lockd      {:<21} DOWN", c.lockd);
+                }
+            }
+        });
+        Ok(down)
     }
 }
 
@@ -87,40 +181,6 @@ fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> R
     Ok(())
 }
 
-/// Starts every daemon of the cluster in `dir` that is not running, on the
-/// sockets in `listeners` or, for a known cluster, on its addresses.
-fn start(dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
-    let file = dir.join("cluster.json").display().to_string();
-    let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
-    for (i, addr) in c.servers.iter().enumerate() {
-        let data = dir.join(format!("server-{i}")).display().to_string();
-        let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability];
-        daemons.push((format!("server-{i}"), addr, [args.map(String::from).to_vec(), common(flags)].concat()));
-    }
-    let data = dir.join("lockd").display().to_string();
-    let args = ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec();
-    daemons.push(("lockd".into(), &c.lockd, [args, common(flags)].concat()));
-    let mut started = 0;
-    for (name, addr, args) in daemons {
-        if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
-            match process::liveness(pid) {
-                Liveness::Running => continue,
-                // Killed but still holding its socket and database: let it go first.
-                Liveness::Exiting if !process::wait_gone(pid, Duration::from_secs(10)) => {
-                    return Err(format!("{name} (pid {pid}) was killed but has not exited yet; try again"));
-                }
-                Liveness::Exiting | Liveness::Gone => {}
-            }
-        }
-        let listener = match listeners.remove(&name) {
-            Some(l) => l,
-            None => listen(addr)?,
-        };
-        spawn_daemon(dir, &name, &args, listener)?;
-        started += 1;
-    }
-    Ok(started)
-}
 
 async fn ping(addr: &str, me: &ClientAuth) -> Result<Reply, canopy_proto::Errno> {
     let conn = Connection::connect(addr, me, Duration::from_secs(2)).await?;
@@ -138,80 +198,8 @@ pub(crate) fn own_key(c: &ClusterFile) -> Result<canopy_client::keyfile::Loaded,
     canopy_client::keyfile::load(&canopy_client::keyfile::cluster_key_path(&c.path))
 }
 
-/// Waits until every daemon answers a ping.
-fn wait_ready(c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
-    let rt = connect::runtime()?;
-    let me = own_key(c)?.client_auth();
-    let deadline = Instant::now() + timeout;
-    let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
-    for addr in addrs {
-        while rt.block_on(ping(addr, &me)).is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Ok(())
-}
 
-/// Stops the daemons whose pid files are in `dir`: SIGTERM, then SIGKILL after 10 s.
-fn stop(dir: &Path) -> Result<usize, String> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|e| e == "pid") {
-            if let Some(pid) = read_pid(&path).filter(|p| alive(*p)) {
-                // SAFETY: plain signal delivery to a daemon we started.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-                pids.push(pid);
-            }
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in &pids {
-        while alive(*pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if alive(*pid) {
-            // SAFETY: as above.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
-    }
-    Ok(pids.len())
-}
 
-/// Prints a line per server and the lock service of `c`, up or down; how
-/// many are down.
-fn status(c: &ClusterFile) -> Result<usize, String> {
-    let me = auth(c)?;
-    let rt = connect::runtime()?;
-    let mut down = 0;
-    rt.block_on(async {
-        for (i, addr) in c.servers.iter().enumerate() {
-            let stats = match Connection::connect(addr, &me, Duration::from_secs(2)).await {
-                Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
-                Err(e) => Err(e),
-            };
-            match stats {
-                Ok(Reply::Stats(s)) => println!("server {i:<3} {addr:<21} up    {}", server_figures(&s)),
-                Ok(_) | Err(_) => {
-                    down += 1;
-                    println!("server {i:<3} {addr:<21} DOWN");
-                }
-            }
-        }
-        match ping(&c.lockd, &me).await {
-            Ok(_) => println!("lockd      {:<21} up", c.lockd),
-            Err(_) => {
-                down += 1;
-                println!("lockd      {:<21} DOWN", c.lockd);
-            }
-        }
-    });
-    Ok(down)
-}
 
 /// What `status` says of a server that answered: its entries, the RPCs it
 /// served, and its mode's own counters (the entry cache's hits and misses,

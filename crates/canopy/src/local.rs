@@ -226,6 +226,13 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
     Ok((c, listeners))
 }
 
+/// The lifecycle of `c`'s mode, with the packages it needs installed.
+fn prepared(c: &ClusterFile) -> Result<&'static dyn lifecycle::Lifecycle, String> {
+    let l = modes::lifecycle(&c.mode);
+    lifecycle::install_packages(l, c.mode.name())?;
+    Ok(l)
+}
+
 pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     args.durability.parse::<canopy_store::Durability>()?;
     if let Some(m) = &args.mode {
@@ -237,8 +244,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
     ensure_cluster_key(&c)?;
-    let daemons = modes::lifecycle(&c.mode);
-    lifecycle::install_packages(daemons, c.mode.name())?;
+    let daemons = prepared(&c)?;
     let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
     println!(
@@ -366,8 +372,7 @@ fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
     ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
-    let daemons = modes::lifecycle(&c.mode);
-    lifecycle::install_packages(daemons, c.mode.name())?;
+    let daemons = prepared(&c)?;
     daemons.start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
     let result = daemons.wait_ready(&c, tmp.path(), Duration::from_secs(30)).and_then(|_| own_key(&c)).and_then(|key| work(&c, &key, tmp.path()));
     daemons.stop(tmp.path())?;
