@@ -1,0 +1,161 @@
+//! The replicated state: the member's store, to which committed proposals
+//! are applied in log order. Each apply writes the batch and the last
+//! applied log id (and membership) in one atomic write, so a member that
+//! restarts resumes exactly after the last entry it applied.
+
+use crate::log_store::encode;
+use crate::snapshot::{self, applied_in, Membership, SnapshotFiles, APPLIED, MEMBERSHIP};
+use crate::{Applied, Families, GroupConfig, MemberId, RAFT_STATE};
+use canopy_store::{Batch, Store, StoreError};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError};
+use parking_lot::Mutex;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Error = StorageError<MemberId>;
+
+/// The snapshot a member would send now.
+type Current = (SnapshotMeta<MemberId, openraft::BasicNode>, SnapshotFiles);
+
+fn sm_write(e: StoreError) -> Error {
+    StorageIOError::write_state_machine(AnyError::new(&e)).into()
+}
+
+fn sm_read(e: StoreError) -> Error {
+    StorageIOError::read_state_machine(AnyError::new(&e)).into()
+}
+
+/// Called with the index of the last entry applied, after each apply.
+pub type OnApplied = Arc<dyn Fn(u64) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct StateMachine {
+    store: Arc<dyn Store>,
+    families: Families,
+    /// Where snapshots are built and received.
+    snapshots: PathBuf,
+    current: Arc<Mutex<Option<Current>>>,
+    builds: Arc<AtomicU64>,
+    on_applied: Option<OnApplied>,
+}
+
+impl StateMachine {
+    /// The state machine over `store`, whose data families are `families`.
+    /// An install a previous run left half done is finished first.
+    pub fn open(store: Arc<dyn Store>, families: Families, snapshots: PathBuf) -> Result<StateMachine, StoreError> {
+        if let Some((files, applied, membership)) = snapshot::pending_install(&*store)? {
+            snapshot::finish_install(&*store, &families, &files, applied, &membership)?;
+        }
+        Ok(StateMachine {
+            store,
+            families,
+            snapshots,
+            current: Arc::default(),
+            builds: Arc::default(),
+            on_applied: None,
+        })
+    }
+
+    /// Calls `f` after each apply with the last applied index.
+    pub fn on_applied(mut self, f: OnApplied) -> StateMachine {
+        self.on_applied = Some(f);
+        self
+    }
+
+    fn snapshot_dir(&self, what: &str) -> PathBuf {
+        self.snapshots.join(format!("{what}-{}", self.builds.fetch_add(1, Ordering::Relaxed)))
+    }
+}
+
+impl RaftStateMachine<GroupConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId<MemberId>>, Membership), Error> {
+        applied_in(&*self.store.snapshot()).map_err(sm_read)
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, Error>
+    where
+        I: IntoIterator<Item = Entry<GroupConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = Batch::new();
+        let mut answers = Vec::new();
+        let mut last = None;
+        for entry in entries {
+            match &entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(p) => p.to_batch(&self.families, &mut batch).map_err(sm_write)?,
+                EntryPayload::Membership(m) => {
+                    batch.put(RAFT_STATE, MEMBERSHIP, encode(&Membership::new(Some(entry.log_id), m.clone())))
+                }
+            }
+            answers.push(Applied { index: entry.log_id.index });
+            last = Some(entry.log_id);
+        }
+        if let Some(last) = last {
+            batch.put(RAFT_STATE, APPLIED, encode(&Some(last)));
+            self.store.write(batch).map_err(sm_write)?;
+            if let Some(f) = &self.on_applied {
+                f(last.index);
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> StateMachine {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFiles>, Error> {
+        let dir = self.snapshot_dir("received");
+        SnapshotFiles::receiving(&dir).map(Box::new).map_err(sm_write)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<MemberId, openraft::BasicNode>,
+        files: Box<SnapshotFiles>,
+    ) -> Result<(), Error> {
+        snapshot::install(&*self.store, &self.families, &files, meta.last_log_id, &meta.last_membership).map_err(sm_write)?;
+        self.keep_current(meta.clone(), *files);
+        if let (Some(f), Some(l)) = (&self.on_applied, meta.last_log_id) {
+            f(l.index);
+        }
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<GroupConfig>>, Error> {
+        Ok(self
+            .current
+            .lock()
+            .as_ref()
+            .map(|(meta, files)| Snapshot { meta: meta.clone(), snapshot: Box::new(files.clone()) }))
+    }
+}
+
+impl StateMachine {
+    /// Makes `files` the current snapshot, removing the one it replaces.
+    fn keep_current(&self, meta: SnapshotMeta<MemberId, openraft::BasicNode>, files: SnapshotFiles) {
+        let old = self.current.lock().replace((meta, files));
+        if let Some((_, old)) = old {
+            let _ = std::fs::remove_dir_all(&old.dir);
+        }
+    }
+}
+
+impl RaftSnapshotBuilder<GroupConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<GroupConfig>, Error> {
+        let dir = self.snapshot_dir("built");
+        let view = self.store.snapshot();
+        let (applied, membership) = applied_in(&*view).map_err(sm_read)?;
+        let files = snapshot::build(&*self.store, &*view, &self.families, &dir).map_err(sm_read)?;
+        drop(view);
+        let id = format!("{}-{}", applied.map(|l| l.index).unwrap_or(0), dir.display());
+        let meta = SnapshotMeta { last_log_id: applied, last_membership: membership, snapshot_id: id };
+        self.keep_current(meta.clone(), files.clone());
+        Ok(Snapshot { meta, snapshot: Box::new(files) })
+    }
+}
