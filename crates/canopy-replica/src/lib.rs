@@ -21,6 +21,8 @@
 mod families;
 mod log_store;
 mod member;
+pub mod overlay;
+mod replicated;
 pub mod network;
 mod proposal;
 pub mod router;
@@ -30,7 +32,8 @@ mod state_machine;
 pub use families::Families;
 pub use log_store::LogStore;
 pub use member::{config, Member};
-pub use proposal::{Applied, Proposal};
+pub use proposal::{Applied, Edit, Proposal};
+pub use replicated::{ReplicatedStore, COMMIT_WAIT};
 pub use snapshot::SnapshotFiles;
 pub use state_machine::StateMachine;
 

@@ -10,6 +10,10 @@ pub enum Edit {
     Put(String, Vec<u8>, Vec<u8>),
     Delete(String, Vec<u8>),
     DeleteRange(String, Vec<u8>, Vec<u8>),
+    /// A table file's bytes, ingested into the family whole (bulk insertion,
+    /// a split's destination, a batch's commit). Applied before the
+    /// proposal's other edits; ingesting it again changes nothing.
+    Table(String, Vec<u8>),
 }
 
 /// One replicated write: a batch applied atomically by every member.
@@ -44,6 +48,14 @@ impl Proposal {
         Proposal { edits }
     }
 
+    /// The table files to ingest first: family and bytes.
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.edits.iter().filter_map(|e| match e {
+            Edit::Table(cf, bytes) => Some((cf.as_str(), bytes.as_slice())),
+            _ => None,
+        })
+    }
+
     /// The batch to apply to a store holding `families`; a family it does
     /// not hold refuses the whole proposal.
     pub fn to_batch(&self, families: &Families, into: &mut Batch) -> Result<(), StoreError> {
@@ -52,6 +64,7 @@ impl Proposal {
                 Edit::Put(cf, k, v) => into.put(families.named(cf)?, k.clone(), v.clone()),
                 Edit::Delete(cf, k) => into.delete(families.named(cf)?, k.clone()),
                 Edit::DeleteRange(cf, from, to) => into.delete_range(families.named(cf)?, from.clone(), to.clone()),
+                Edit::Table(..) => {}
             }
         }
         Ok(())

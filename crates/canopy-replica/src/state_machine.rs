@@ -87,7 +87,10 @@ impl RaftStateMachine<GroupConfig> for StateMachine {
         for entry in entries {
             match &entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(p) => p.to_batch(&self.families, &mut batch).map_err(sm_write)?,
+                EntryPayload::Normal(p) => {
+                    self.ingest_tables(p).map_err(sm_write)?;
+                    p.to_batch(&self.families, &mut batch).map_err(sm_write)?
+                }
                 EntryPayload::Membership(m) => {
                     batch.put(RAFT_STATE, MEMBERSHIP, encode(&Membership::new(Some(entry.log_id), m.clone())))
                 }
@@ -137,6 +140,25 @@ impl RaftStateMachine<GroupConfig> for StateMachine {
 }
 
 impl StateMachine {
+    /// Ingests a proposal's table files. Done before the batch that records
+    /// the entry applied, so a member that dies between the two ingests them
+    /// again when it re-applies the entry, which changes nothing.
+    fn ingest_tables(&self, p: &crate::Proposal) -> Result<(), StoreError> {
+        for (family, bytes) in p.tables() {
+            let family = self.families.named(family)?;
+            let dir = self.store.scratch_dir();
+            std::fs::create_dir_all(&dir)?;
+            // Members of one process may share a scratch directory.
+            static TABLES: AtomicU64 = AtomicU64::new(0);
+            let path = dir.join(format!("replicated-{}-{}.table", std::process::id(), TABLES.fetch_add(1, Ordering::Relaxed)));
+            std::fs::write(&path, bytes)?;
+            let res = self.store.ingest(family, std::slice::from_ref(&path));
+            let _ = std::fs::remove_file(&path);
+            res?;
+        }
+        Ok(())
+    }
+
     /// Makes `files` the current snapshot, removing the one it replaces.
     fn keep_current(&self, meta: SnapshotMeta<MemberId, openraft::BasicNode>, files: SnapshotFiles) {
         let old = self.current.lock().replace((meta, files));

@@ -47,7 +47,7 @@ pub fn in_pass(store: &dyn crate::Store, handlers: &mut dyn FnMut()) -> crate::R
 }
 
 /// Whether this thread's log writes are being deferred.
-pub(crate) fn deferring() -> bool {
+pub fn deferring() -> bool {
     DEFERRING.with(Cell::get)
 }
 

@@ -1,3 +1,5 @@
+#![allow(dead_code)] // each test file uses part of the kit
+
 //! A group of in-process members over memory stores, for the tests.
 
 use canopy_replica::router::{Router, RouterNetwork};

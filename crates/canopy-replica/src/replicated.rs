@@ -1,0 +1,338 @@
+//! A store whose writes its group applies: what a leader's server or lock
+//! service runs over, in place of its local store.
+//!
+//! A write goes into the [`Overlay`] at once (the leader's next reads see
+//! it) and is proposed to the group in the order written; the local store
+//! changes only when the group applies it. Inside a request
+//! ([`ReplicatedStore::begin_request`]) a request's writes are proposed
+//! together with what [`ReplicatedStore::end_request`] adds (its session
+//! record), as one entry, so they are applied together or not at all.
+//! [`Store::flush_log`] waits until every proposal made before it is
+//! applied: a daemon's read pass answers only then, so nothing is
+//! acknowledged that a majority has not logged. A write outside a pass
+//! waits for itself.
+//!
+//! A proposal the group refuses or does not apply in [`COMMIT_WAIT`]
+//! deposes the store: its writes and waits fail from then on (their
+//! outcome unknown to the caller), and the daemon opens a new one when it
+//! leads again.
+
+use crate::overlay::{Overlay, Seen};
+use crate::proposal::Edit;
+use crate::{Proposal, Raft};
+use canopy_store::{Batch, CacheCounts, LogCounts, Pairs, Result, SharedStore, Store, StoreError, View};
+use parking_lot::{Condvar, Mutex};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How long a daemon's proposal may take to be applied before its store
+/// gives up on leading.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
+struct Pending {
+    seq: u64,
+    writes: Vec<u64>,
+    proposal: Proposal,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// Proposals submitted, and the last applied (in order, so every one
+    /// up to it is).
+    proposed: u64,
+    applied: u64,
+    deposed: Option<String>,
+}
+
+struct Shared {
+    overlay: Mutex<(Overlay, u64)>,
+    progress: Mutex<Progress>,
+    moved: Condvar,
+}
+
+impl Shared {
+    fn depose(&self, why: String) {
+        self.overlay.lock().0 = Overlay::default();
+        let mut p = self.progress.lock();
+        p.deposed.get_or_insert(why);
+        self.moved.notify_all();
+    }
+}
+
+pub struct ReplicatedStore {
+    inner: SharedStore,
+    shared: Arc<Shared>,
+    /// Submits proposals in order; holds the progress lock while sending, so
+    /// sequence numbers and submission order agree.
+    submit: mpsc::UnboundedSender<Pending>,
+    commit_wait: Duration,
+}
+
+thread_local! {
+    /// The writes of the request this thread is serving: ids and changes.
+    static REQUEST: RefCell<Option<(Vec<u64>, Batch)>> = const { RefCell::new(None) };
+}
+
+fn not_leading(why: &str) -> StoreError {
+    StoreError::Engine(format!("this member no longer leads its group: {why}"))
+}
+
+impl ReplicatedStore {
+    /// A store over `inner` (the member's own, which the group's state
+    /// machine writes) proposing through `raft`, whose proposer runs on `rt`.
+    /// A proposal not applied within `commit_wait` deposes it.
+    pub fn new(inner: SharedStore, raft: Raft, rt: &tokio::runtime::Handle, commit_wait: Duration) -> Arc<ReplicatedStore> {
+        let shared = Arc::new(Shared { overlay: Mutex::default(), progress: Mutex::default(), moved: Condvar::new() });
+        let (submit, rx) = mpsc::unbounded_channel();
+        rt.spawn(propose_in_order(raft, rx, shared.clone()));
+        Arc::new(ReplicatedStore { inner, shared, submit, commit_wait })
+    }
+
+    /// Whether the store has given up leading, and why.
+    pub fn deposed(&self) -> Option<String> {
+        self.shared.progress.lock().deposed.clone()
+    }
+
+    /// Gives up leading: pending writes fail.
+    pub fn depose(&self, why: &str) {
+        self.shared.depose(why.to_string());
+    }
+
+    /// From now until [`ReplicatedStore::end_request`], this thread's writes
+    /// form one proposal.
+    pub fn begin_request(&self) {
+        REQUEST.with(|r| *r.borrow_mut() = Some((Vec::new(), Batch::new())));
+    }
+
+    /// Proposes the request's writes with `extra` appended (if it wrote
+    /// anything): one entry. Answers whether the request wrote anything.
+    pub fn end_request(&self, extra: impl FnOnce() -> Batch) -> Result<bool> {
+        let Some((writes, mut batch)) = REQUEST.with(|r| r.borrow_mut().take()) else { return Ok(false) };
+        if writes.is_empty() {
+            return Ok(false);
+        }
+        let more = extra();
+        let id = self.add_to_overlay(&more)?;
+        batch.changes.extend(more.changes);
+        let mut writes = writes;
+        writes.push(id);
+        self.propose(writes, Proposal::of_batch(&batch))?;
+        Ok(true)
+    }
+
+    fn add_to_overlay(&self, batch: &Batch) -> Result<u64> {
+        if let Some(why) = self.deposed() {
+            return Err(not_leading(&why));
+        }
+        let mut o = self.shared.overlay.lock();
+        o.1 += 1;
+        let id = o.1;
+        o.0.add(id, batch);
+        Ok(id)
+    }
+
+    /// Submits a proposal; answers its sequence number.
+    fn propose(&self, writes: Vec<u64>, proposal: Proposal) -> Result<u64> {
+        let mut p = self.shared.progress.lock();
+        if let Some(why) = &p.deposed {
+            return Err(not_leading(why));
+        }
+        p.proposed += 1;
+        let seq = p.proposed;
+        self.submit.send(Pending { seq, writes, proposal }).map_err(|_| not_leading("its proposer stopped"))?;
+        Ok(seq)
+    }
+
+    /// Waits until proposal `seq` (and every one before it) is applied.
+    fn wait_applied(&self, seq: u64) -> Result<()> {
+        let deadline = Instant::now() + self.commit_wait;
+        let mut p = self.shared.progress.lock();
+        loop {
+            if p.applied >= seq {
+                return Ok(());
+            }
+            if let Some(why) = &p.deposed {
+                return Err(not_leading(why));
+            }
+            if self.shared.moved.wait_until(&mut p, deadline).timed_out() {
+                drop(p);
+                self.shared.depose(format!("a proposal was not applied within {:?}", self.commit_wait));
+                return Err(not_leading("timed out"));
+            }
+        }
+    }
+
+    fn overlay(&self) -> Option<Overlay> {
+        let o = self.shared.overlay.lock();
+        (!o.0.is_empty()).then(|| o.0.clone())
+    }
+}
+
+/// Sends proposals to Raft in order, and hears each applied in order.
+async fn propose_in_order(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, shared: Arc<Shared>) {
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let hearing = shared.clone();
+    tokio::spawn(async move {
+        while let Some((pending, answer)) = done_rx.recv().await {
+            let pending: Pending = pending;
+            match heard(answer).await {
+                Ok(_) => {
+                    hearing.overlay.lock().0.forget(&pending.writes);
+                    let mut p = hearing.progress.lock();
+                    p.applied = p.applied.max(pending.seq);
+                    hearing.moved.notify_all();
+                }
+                Err(why) => hearing.depose(why),
+            }
+        }
+    });
+    while let Some(pending) = rx.recv().await {
+        let answer = raft.client_write_ff(pending.proposal.clone()).await.map_err(|e| e.to_string());
+        if done_tx.send((pending, answer)).is_err() {
+            return;
+        }
+    }
+}
+
+type Answer = <openraft::impls::OneshotResponder<crate::GroupConfig> as openraft::raft::responder::Responder<crate::GroupConfig>>::Receiver;
+
+/// Whether a submitted proposal was applied, and if not why.
+async fn heard(answer: std::result::Result<Answer, String>) -> std::result::Result<(), String> {
+    match answer?.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl Store for ReplicatedStore {
+    fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        {
+            let o = self.shared.overlay.lock();
+            if !o.0.is_empty() {
+                match o.0.get(cf, key) {
+                    Seen::Put(v) => return Ok(Some(v)),
+                    Seen::Deleted => return Ok(None),
+                    Seen::Store => {}
+                }
+            }
+        }
+        self.inner.get(cf, key)
+    }
+
+    fn write(&self, batch: Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let id = self.add_to_overlay(&batch)?;
+        let in_request = REQUEST.with(|r| match r.borrow_mut().as_mut() {
+            Some((writes, all)) => {
+                writes.push(id);
+                all.changes.extend(batch.changes.iter().cloned());
+                true
+            }
+            None => false,
+        });
+        if in_request {
+            return Ok(());
+        }
+        let seq = self.propose(vec![id], Proposal::of_batch(&batch))?;
+        if canopy_store::deferring() {
+            Ok(())
+        } else {
+            self.wait_applied(seq)
+        }
+    }
+
+    fn flush_log(&self) -> Result<()> {
+        let seq = self.shared.progress.lock().proposed;
+        self.wait_applied(seq)
+    }
+
+    fn scan(&self, cf: &'static str, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Pairs> {
+        let Some(overlay) = self.overlay() else { return self.inner.scan(cf, prefix, after, limit) };
+        let mut out = Vec::new();
+        merged_for_each(&overlay, &*self.inner, cf, prefix, &mut |k, v| {
+            if after.is_none_or(|a| k > a) {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        match self.overlay() {
+            None => self.inner.for_each(cf, prefix, f),
+            Some(overlay) => merged_for_each(&overlay, &*self.inner, cf, prefix, f),
+        }
+    }
+
+    fn snapshot(&self) -> Box<dyn View + '_> {
+        // The overlay first: a write applied between the two is then in both.
+        let overlay = self.overlay().unwrap_or_default();
+        Box::new(MergedView { overlay, view: self.inner.snapshot() })
+    }
+
+    fn write_table(&self, path: &Path, pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<u64> {
+        self.inner.write_table(path, pairs)
+    }
+
+    /// The tables' bytes travel in one proposal, which every member ingests;
+    /// this waits for it to be applied.
+    fn ingest(&self, cf: &'static str, paths: &[PathBuf]) -> Result<()> {
+        let mut edits = Vec::new();
+        for p in paths {
+            edits.push(Edit::Table(cf.to_string(), std::fs::read(p)?));
+        }
+        // Writes this pass left pending come first, as they would locally.
+        let seq = self.propose(Vec::new(), Proposal { edits })?;
+        self.wait_applied(seq)?;
+        for p in paths {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    }
+
+    fn cache_counts(&self) -> Option<CacheCounts> {
+        self.inner.cache_counts()
+    }
+
+    fn log_counts(&self) -> Option<LogCounts> {
+        self.inner.log_counts()
+    }
+
+    fn scratch_dir(&self) -> PathBuf {
+        self.inner.scratch_dir()
+    }
+}
+
+fn merged_for_each(overlay: &Overlay, inner: &dyn Store, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    let mut res = Ok(());
+    overlay.merge(cf, prefix, &mut |g| res = inner.for_each(cf, prefix, g), f);
+    res
+}
+
+struct MergedView<'a> {
+    overlay: Overlay,
+    view: Box<dyn View + 'a>,
+}
+
+impl View for MergedView<'_> {
+    fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.overlay.get(cf, key) {
+            Seen::Put(v) => Ok(Some(v)),
+            Seen::Deleted => Ok(None),
+            Seen::Store => self.view.get(cf, key),
+        }
+    }
+
+    fn for_each(&self, cf: &'static str, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut res = Ok(());
+        self.overlay.merge(cf, prefix, &mut |g| res = self.view.for_each(cf, prefix, g), f);
+        res
+    }
+}
