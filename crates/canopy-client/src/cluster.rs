@@ -24,12 +24,72 @@ pub struct ClusterFile {
     pub servers: Vec<String>,
     /// The lock service: `host:port`.
     pub lockd: String,
+    /// Replica groups of more than one member: each server index's members
+    /// and the lock service's (ids and addresses; the first member's address
+    /// is also the one in `servers` or `lockd`). Absent: every daemon is a
+    /// group of one, member 1, at its address there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Groups>,
     /// Where this file was read from (its key lies beside it); not stored.
     #[serde(skip)]
     pub path: PathBuf,
 }
 
+/// The members of every replica group of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Groups {
+    pub servers: Vec<Vec<GroupMember>>,
+    pub lockd: Vec<GroupMember>,
+}
+
+/// One member of a replica group: its id in the group and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    pub id: u64,
+    pub addr: String,
+}
+
 impl ClusterFile {
+    /// The members of server `index`'s group.
+    pub fn server_members(&self, index: usize) -> Vec<GroupMember> {
+        match &self.groups {
+            Some(g) => g.servers.get(index).cloned().unwrap_or_default(),
+            None => self.servers.get(index).map(|a| vec![GroupMember { id: 1, addr: a.clone() }]).unwrap_or_default(),
+        }
+    }
+
+    /// The members of the lock service's group.
+    pub fn lockd_members(&self) -> Vec<GroupMember> {
+        match &self.groups {
+            Some(g) => g.lockd.clone(),
+            None => vec![GroupMember { id: 1, addr: self.lockd.clone() }],
+        }
+    }
+
+    /// Members per group, as the cluster was made.
+    pub fn replicas(&self) -> usize {
+        self.lockd_members().len()
+    }
+
+    /// A cluster file's groups must name each daemon once, with the
+    /// addresses `servers` and `lockd` give their first members.
+    fn check_groups(&self) -> Result<(), String> {
+        let Some(g) = &self.groups else { return Ok(()) };
+        let first = |m: &[GroupMember]| m.first().map(|m| m.addr.clone());
+        if g.servers.len() != self.servers.len() || g.servers.iter().map(|m| first(m)).ne(self.servers.iter().map(|a| Some(a.clone()))) || first(&g.lockd) != Some(self.lockd.clone()) {
+            return Err("its groups do not agree with its servers and lockd".into());
+        }
+        for members in g.servers.iter().chain(std::iter::once(&g.lockd)) {
+            let mut ids: Vec<u64> = members.iter().map(|m| m.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() != members.len() || ids.first() == Some(&0) {
+                return Err("a group names a member id twice, or member 0".into());
+            }
+        }
+        Ok(())
+    }
+
     pub fn load(path: &Path) -> Result<ClusterFile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
         let bad = |e: serde_json::Error| format!("bad cluster file {}: {e}", path.display());
@@ -39,6 +99,7 @@ impl ClusterFile {
             check_mode(mode).map_err(|e| format!("cluster file {}: {e}", path.display()))?;
         }
         let mut c: ClusterFile = serde_json::from_value(value).map_err(bad)?;
+        c.check_groups().map_err(|e| format!("bad cluster file {}: {e}", path.display()))?;
         c.path = path.to_path_buf();
         Ok(c)
     }
@@ -92,8 +153,16 @@ mod tests {
     #[test]
     fn a_cluster_file_reads_back_as_written() {
         let mode = ModeOptions::Indexfs(IndexFsOptions { lease: LeasePolicy::Rate { l_ms: 9 }, split_threshold: 4 });
-        let c = ClusterFile { mode, servers: vec!["a".into(), "b".into()], lockd: "l".into(), path: PathBuf::new() };
+        let c = ClusterFile { mode, servers: vec!["a".into(), "b".into()], lockd: "l".into(), groups: None, path: PathBuf::new() };
         assert_eq!(read(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+        assert_eq!(c.server_members(1), vec![GroupMember { id: 1, addr: "b".into() }], "a daemon without a group is one of one");
+        let m = |id, a: &str| GroupMember { id, addr: a.into() };
+        let grouped = ClusterFile { groups: Some(Groups { servers: vec![vec![m(1, "a"), m(2, "a2")], vec![m(1, "b"), m(3, "b3")]], lockd: vec![m(1, "l"), m(2, "l2")] }), ..c };
+        assert_eq!(read(&serde_json::to_string(&grouped).unwrap()).unwrap(), grouped);
+        assert_eq!((grouped.server_members(1)[1].id, grouped.replicas()), (3, 2));
+        assert!(ClusterFile { servers: vec!["x".into(), "b".into()], ..grouped.clone() }.check_groups().is_err(), "a first member elsewhere than `servers` says");
+        let twice = Groups { lockd: vec![m(1, "l"), m(1, "l2")], ..grouped.groups.clone().unwrap() };
+        assert!(ClusterFile { groups: Some(twice), ..grouped }.check_groups().is_err());
     }
 
     #[test]

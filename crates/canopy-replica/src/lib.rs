@@ -19,10 +19,14 @@
 #![allow(clippy::result_large_err)]
 
 mod families;
+pub mod leadership;
 mod log_store;
 mod member;
 pub mod overlay;
 mod replicated;
+pub mod service;
+pub mod sessions;
+pub mod tcp;
 pub mod network;
 mod proposal;
 pub mod router;

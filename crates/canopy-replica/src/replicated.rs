@@ -6,7 +6,10 @@
 //! changes only when the group applies it. Inside a request
 //! ([`ReplicatedStore::begin_request`]) a request's writes are proposed
 //! together with what [`ReplicatedStore::end_request`] adds (its session
-//! record), as one entry, so they are applied together or not at all.
+//! record), as one entry, so they are applied together or not at all. The
+//! entry keeps the place in the log order of the request's first write: a
+//! write another thread makes after it (under the same locks, once the
+//! request let them go) is applied after it, as the leader saw them.
 //! [`Store::flush_log`] waits until every proposal made before it is
 //! applied: a daemon's read pass answers only then, so nothing is
 //! acknowledged that a majority has not logged. A write outside a pass
@@ -71,9 +74,19 @@ pub struct ReplicatedStore {
     commit_wait: Duration,
 }
 
+/// The writes of the request a thread is serving not yet proposed: their
+/// ids and changes, and whether it proposed any already (an ingest does).
+#[derive(Default)]
+struct InRequest {
+    writes: Vec<u64>,
+    batch: Batch,
+    /// The place in the log order its writes hold, once it wrote.
+    slot: Option<u64>,
+    proposed: bool,
+}
+
 thread_local! {
-    /// The writes of the request this thread is serving: ids and changes.
-    static REQUEST: RefCell<Option<(Vec<u64>, Batch)>> = const { RefCell::new(None) };
+    static REQUEST: RefCell<Option<InRequest>> = const { RefCell::new(None) };
 }
 
 fn not_leading(why: &str) -> StoreError {
@@ -104,22 +117,35 @@ impl ReplicatedStore {
     /// From now until [`ReplicatedStore::end_request`], this thread's writes
     /// form one proposal.
     pub fn begin_request(&self) {
-        REQUEST.with(|r| *r.borrow_mut() = Some((Vec::new(), Batch::new())));
+        // A request that never ended (its handler panicked) gives up its
+        // place with what it wrote, so later proposals are not held behind it.
+        let left = REQUEST.with(|r| r.borrow_mut().replace(InRequest::default()));
+        if let Some(InRequest { writes, batch, slot: Some(slot), .. }) = left {
+            let _ = self.fill(slot, writes, Proposal::of_batch(&batch));
+        }
     }
 
     /// Proposes the request's writes with `extra` appended (if it wrote
     /// anything): one entry. Answers whether the request wrote anything.
     pub fn end_request(&self, extra: impl FnOnce() -> Batch) -> Result<bool> {
-        let Some((writes, mut batch)) = REQUEST.with(|r| r.borrow_mut().take()) else { return Ok(false) };
-        if writes.is_empty() {
+        let Some(InRequest { mut writes, mut batch, slot, proposed }) = REQUEST.with(|r| r.borrow_mut().take()) else { return Ok(false) };
+        if slot.is_none() && !proposed {
             return Ok(false);
         }
+        let slot = match slot {
+            Some(s) => s,
+            None => self.reserve()?,
+        };
         let more = extra();
-        let id = self.add_to_overlay(&more)?;
+        match self.add_to_overlay(&more) {
+            Ok(id) => writes.push(id),
+            Err(e) => {
+                let _ = self.fill(slot, writes, Proposal::of_batch(&batch));
+                return Err(e);
+            }
+        }
         batch.changes.extend(more.changes);
-        let mut writes = writes;
-        writes.push(id);
-        self.propose(writes, Proposal::of_batch(&batch))?;
+        self.fill(slot, writes, Proposal::of_batch(&batch))?;
         Ok(true)
     }
 
@@ -136,14 +162,24 @@ impl ReplicatedStore {
 
     /// Submits a proposal; answers its sequence number.
     fn propose(&self, writes: Vec<u64>, proposal: Proposal) -> Result<u64> {
+        let seq = self.reserve()?;
+        self.fill(seq, writes, proposal)?;
+        Ok(seq)
+    }
+
+    /// A place in the order of proposals, filled later ([`Self::fill`]):
+    /// none after it is sent to the group before it is.
+    fn reserve(&self) -> Result<u64> {
         let mut p = self.shared.progress.lock();
         if let Some(why) = &p.deposed {
             return Err(not_leading(why));
         }
         p.proposed += 1;
-        let seq = p.proposed;
-        self.submit.send(Pending { seq, writes, proposal }).map_err(|_| not_leading("its proposer stopped"))?;
-        Ok(seq)
+        Ok(p.proposed)
+    }
+
+    fn fill(&self, seq: u64, writes: Vec<u64>, proposal: Proposal) -> Result<()> {
+        self.submit.send(Pending { seq, writes, proposal }).map_err(|_| not_leading("its proposer stopped"))
     }
 
     /// Waits until proposal `seq` (and every one before it) is applied.
@@ -189,10 +225,18 @@ async fn propose_in_order(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, 
             }
         }
     });
+    // Proposals arrive as their places are filled; each is sent once every
+    // place before it has been.
+    let mut next = 1;
+    let mut waiting = std::collections::BTreeMap::new();
     while let Some(pending) = rx.recv().await {
-        let answer = raft.client_write_ff(pending.proposal.clone()).await.map_err(|e| e.to_string());
-        if done_tx.send((pending, answer)).is_err() {
-            return;
+        waiting.insert(pending.seq, pending);
+        while let Some(pending) = waiting.remove(&next) {
+            next += 1;
+            let answer = raft.client_write_ff(pending.proposal.clone()).await.map_err(|e| e.to_string());
+            if done_tx.send((pending, answer)).is_err() {
+                return;
+            }
         }
     }
 }
@@ -228,14 +272,19 @@ impl Store for ReplicatedStore {
             return Ok(());
         }
         let id = self.add_to_overlay(&batch)?;
-        let in_request = REQUEST.with(|r| match r.borrow_mut().as_mut() {
-            Some((writes, all)) => {
-                writes.push(id);
-                all.changes.extend(batch.changes.iter().cloned());
-                true
+        let in_request = REQUEST.with(|r| -> Result<bool> {
+            match r.borrow_mut().as_mut() {
+            Some(req) => {
+                if req.slot.is_none() {
+                    req.slot = Some(self.reserve()?);
+                }
+                req.writes.push(id);
+                req.batch.changes.extend(batch.changes.iter().cloned());
+                Ok(true)
             }
-            None => false,
-        });
+            None => Ok(false),
+            }
+        })?;
         if in_request {
             return Ok(());
         }
@@ -288,7 +337,18 @@ impl Store for ReplicatedStore {
         for p in paths {
             edits.push(Edit::Table(cf.to_string(), std::fs::read(p)?));
         }
-        // Writes this pass left pending come first, as they would locally.
+        // What the request wrote before comes first, as it would locally: it
+        // is proposed now, on its own; the request's later writes go with its
+        // session record.
+        let before = REQUEST.with(|r| {
+            r.borrow_mut().as_mut().and_then(|req| {
+                req.proposed = true;
+                Some((req.slot.take()?, std::mem::take(&mut req.writes), std::mem::take(&mut req.batch)))
+            })
+        });
+        if let Some((slot, writes, batch)) = before {
+            self.fill(slot, writes, Proposal::of_batch(&batch))?;
+        }
         let seq = self.propose(Vec::new(), Proposal { edits })?;
         self.wait_applied(seq)?;
         for p in paths {

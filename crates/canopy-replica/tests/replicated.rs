@@ -90,3 +90,45 @@ async fn what_a_pass_acknowledges_every_member_holds_and_a_request_is_one_entry(
         assert_eq!(g.data(id), want, "member {id}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_applies_writes_in_the_order_the_leader_made_them() {
+    let g = Group::new(1, 9, test_config(10_000)).await;
+    let leader = g.leader().await;
+    let store = replicated(&g, leader, Duration::from_secs(20));
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || {
+        in_pass(&*s, &mut || {
+            // A request writes k, then another thread writes k after it
+            // (as a background thread would once the request let its locks
+            // go), then the request ends: the group applies them in that order.
+            s.begin_request();
+            s.write(put("k", "request")).unwrap();
+            let other = s.clone();
+            let after = std::thread::spawn(move || other.write(put("k", "after")));
+            // Its write waits for the request's entry, which comes first.
+            while s.get(DATA, b"k").unwrap() != Some(b"after".to_vec()) {
+                std::thread::yield_now();
+            }
+            assert!(s.end_request(|| put("session", "answer")).unwrap());
+            after.join().unwrap().unwrap();
+            // A request that clears a range, then ingests a table into it:
+            // the table is applied after the clearing.
+            s.begin_request();
+            let mut clear = Batch::new();
+            clear.delete_range(DATA, b"t".to_vec(), b"u".to_vec());
+            s.write(clear).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.table");
+            s.write_table(&path, &mut (0..3u8).map(|i| (vec![b't', i], vec![i]))).unwrap();
+            s.ingest(DATA, &[path]).unwrap();
+            assert!(s.end_request(Batch::new).unwrap());
+        })
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    let data = g.data(leader);
+    assert!(data.contains(&(b"k".to_vec(), b"after".to_vec())), "{data:?}");
+    assert_eq!(data.iter().filter(|(k, _)| k[0] == b't').count(), 3, "{data:?}");
+}

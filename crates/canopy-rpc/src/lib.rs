@@ -22,6 +22,7 @@
 
 pub mod blocking;
 pub mod conn;
+pub mod groups;
 pub mod handshake;
 pub mod owed;
 pub mod registry;

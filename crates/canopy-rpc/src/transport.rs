@@ -2,16 +2,17 @@
 //! over TCP or inside this process, behind one trait.
 
 use crate::conn::Connection;
+use crate::groups::{Group, GroupCounts, Member, Session};
 use crate::handshake::ClientAuth;
 use crate::owed::{self, Owed, Taken};
 use crate::{Handled, RpcResult, Service};
 use canopy_proto::auth::Identity;
-use canopy_proto::{Creds, Errno, Request};
+use canopy_proto::{Creds, Errno, Reply, Request};
 use futures::future::join_all;
 use futures::future::BoxFuture;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which daemon a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +49,11 @@ pub trait Transport: Send + Sync + 'static {
     fn post_soon<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, Result<(), Errno>> {
         self.post(target, creds, req)
     }
+
+    /// Redirects and failovers among the members of replica groups.
+    fn group_counts(&self) -> GroupCounts {
+        GroupCounts::default()
+    }
 }
 
 /// Requests to a server index outside the cluster are refused with this.
@@ -77,17 +83,37 @@ impl Endpoint {
 }
 
 pub struct TcpTransport {
-    servers: Vec<Endpoint>,
-    lockd: Endpoint,
+    servers: Vec<Group<Endpoint>>,
+    lockd: Group<Endpoint>,
     me: ClientAuth,
     timeout: Duration,
     owed: Option<Arc<Owed>>,
 }
 
 impl TcpTransport {
+    /// Daemons of one member each.
     pub fn new(servers: &[String], lockd: &str, me: ClientAuth, timeout: Duration) -> TcpTransport {
-        let ep = |a: &str| Endpoint { addr: a.to_string(), conn: tokio::sync::Mutex::new(None) };
-        TcpTransport { servers: servers.iter().map(|a| ep(a)).collect(), lockd: ep(lockd), me, timeout, owed: None }
+        let one = |a: &String| vec![Member { id: 1, addr: a.clone() }];
+        TcpTransport::of_groups(servers.iter().map(one).collect(), one(&lockd.to_string()), me, timeout)
+    }
+
+    /// Each metadata server and the lock service a replica group.
+    pub fn of_groups(servers: Vec<Vec<Member>>, lockd: Vec<Member>, me: ClientAuth, timeout: Duration) -> TcpTransport {
+        let group = |members: Vec<Member>| {
+            let eps = members.into_iter().map(|m| {
+                let ep = Endpoint { addr: m.addr.clone(), conn: tokio::sync::Mutex::new(None) };
+                (m, ep)
+            });
+            Group::new(eps.collect())
+        };
+        TcpTransport { servers: servers.into_iter().map(group).collect(), lockd: group(lockd), me, timeout, owed: None }
+    }
+
+    fn group(&self, target: Daemon) -> Result<&Group<Endpoint>, Errno> {
+        match target {
+            Daemon::Server(i) => self.servers.get(i as usize).ok_or(Errno::EINVAL),
+            Daemon::Lockd => Ok(&self.lockd),
+        }
     }
 
     /// This transport owes its [`Transport::post_soon`] posts in `owed`, and
@@ -210,24 +236,70 @@ impl Transport for TcpTransport {
         self.servers.len() as u32
     }
 
+    fn group_counts(&self) -> GroupCounts {
+        let all = self.servers.iter().chain(std::iter::once(&self.lockd)).map(|g| g.counts.get());
+        all.fold(GroupCounts::default(), |a, c| GroupCounts {
+            redirects: a.redirects + c.redirects,
+            failovers: a.failovers + c.failovers,
+            resent: a.resent + c.resent,
+        })
+    }
+
     fn call<'a>(&'a self, target: Daemon, creds: &'a Creds, req: Request) -> BoxFuture<'a, RpcResult> {
         Box::pin(async move {
             let timeout = match &req {
                 Request::Lock { wait_ms, .. } => self.timeout + Duration::from_millis(*wait_ms as u64),
                 _ => self.timeout,
             };
-            let c = self.connection(target).await?;
-            let sent = match self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout)) {
-                // Found broken before anything was written (the server closed
-                // it meanwhile): certainly never sent, so sent again once, on
-                // a new connection.
-                Err(Errno::ECONNREFUSED) => {
-                    let c = self.connection(target).await?;
-                    self.sending_owed(target, |before| c.start_call(before, creds, &req, timeout))?
+            let group = self.group(target)?;
+            let (req, seq) = match req.changes_nothing() {
+                true => (req, None),
+                false => {
+                    let session = group.session(now_secs(), random_u32);
+                    let (once, seq) = session.wrap(&req);
+                    (once, Some(Ended { session, seq }))
                 }
-                r => r?,
             };
-            sent.await
+            let deadline = Instant::now() + FAILOVER_WAIT;
+            let mut round = 0u32;
+            loop {
+                let at = group.leader();
+                let r = self.call_once(target, creds, &req, timeout).await;
+                let again = match &r {
+                    Ok(Reply::NotLeader { leader }) => {
+                        group.redirected(at, *leader);
+                        true
+                    }
+                    // Never sent: any member may take it.
+                    Err(Errno::ECONNREFUSED) if group.replicated() => {
+                        group.unreachable(at);
+                        true
+                    }
+                    // Its answer lost: asked again under its session, or
+                    // as it is if it changes nothing.
+                    Err(Errno::ENOTCONN | Errno::ETIMEDOUT) if group.replicated() => {
+                        group.unreachable(at);
+                        if seq.is_some() {
+                            group.counts.resent();
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                if !again || Instant::now() >= deadline {
+                    drop(seq);
+                    // Nobody led in time: the request was not applied.
+                    return match r {
+                        Ok(Reply::NotLeader { .. }) => Err(Errno::ECONNREFUSED),
+                        r => r,
+                    };
+                }
+                if group.leader() <= at {
+                    // A round of the members: let an election end.
+                    round += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(round.min(10)))).await;
+                }
+            }
         })
     }
 
@@ -249,15 +321,54 @@ impl Transport for TcpTransport {
     }
 }
 
+/// How long a request goes round a group's members for one that leads.
+const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+
+/// Ends a mutation's number in its session when the call ends, however.
+struct Ended {
+    session: Arc<Session>,
+    seq: u64,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.session.end(self.seq);
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Random bits telling this client's sessions from others begun the same
+/// second (the process id, should the kernel give none).
+fn random_u32() -> u32 {
+    crate::random::bytes().map_or(std::process::id(), u32::from_be_bytes)
+}
+
 impl TcpTransport {
+    /// Sends `req` to `target`'s member believed to lead.
+    async fn call_once(&self, target: Daemon, creds: &Creds, req: &Request, timeout: Duration) -> RpcResult {
+        let c = self.connection(target).await?;
+        let sent = match self.sending_owed(target, |before| c.start_call(before, creds, req, timeout)) {
+            // Found broken before anything was written (the server closed
+            // it meanwhile): certainly never sent, so sent again once, on
+            // a new connection.
+            Err(Errno::ECONNREFUSED) => {
+                let c = self.connection(target).await?;
+                self.sending_owed(target, |before| c.start_call(before, creds, req, timeout))?
+            }
+            r => r?,
+        };
+        sent.await
+    }
+
     /// The connection to `target`, made if need be. Nothing was sent when it
     /// cannot be made: the outcome is certain, which ECONNREFUSED says (see
     /// `Connection::call`).
     async fn connection(&self, target: Daemon) -> Result<Arc<Connection>, Errno> {
-        let ep = match target {
-            Daemon::Server(i) => self.servers.get(i as usize).ok_or(Errno::EINVAL)?,
-            Daemon::Lockd => &self.lockd,
-        };
+        let group = self.group(target)?;
+        let (_, ep) = group.members.get(group.leader()).ok_or(Errno::EINVAL)?;
         ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
             Errno::EACCES | Errno::EPROTO => e,
             _ => Errno::ECONNREFUSED,

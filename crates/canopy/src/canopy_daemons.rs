@@ -6,8 +6,8 @@
 use crate::connect;
 use crate::lifecycle::{DaemonFlags, Lifecycle, Listeners};
 use crate::process::{self, alive, Liveness};
-use canopy_client::cluster::{ClusterFile, ModeOptions};
-use canopy_proto::msg::ServerStats;
+use canopy_client::cluster::{ClusterFile, GroupMember, Groups, ModeOptions};
+use canopy_proto::msg::{GroupInfo, ServerStats};
 use canopy_proto::{Creds, Reply, Request};
 use canopy_rpc::conn::Connection;
 use canopy_rpc::ClientAuth;
@@ -22,28 +22,47 @@ use std::time::{Duration, Instant};
 pub struct CanopyDaemons;
 
 impl Lifecycle for CanopyDaemons {
-    fn new_cluster(&self, mode: ModeOptions, servers: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String> {
+    fn new_cluster(&self, mode: ModeOptions, servers: u32, replicas: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String> {
         if servers == 0 || servers > 1024 {
             return Err(format!("--servers must be 1 to 1024, not {servers}"));
         }
-        let addrs = (0..servers).map(|i| listen(format!("server-{i}"))).collect::<Result<Vec<_>, _>>()?;
-        let lockd = listen("lockd".into())?;
-        Ok(ClusterFile { mode, servers: addrs, lockd, path: path.to_path_buf() })
+        if replicas == 0 || replicas > 7 {
+            return Err(format!("--replicas must be 1 to 7, not {replicas}"));
+        }
+        let mut group = |kind: Kind| -> Result<Vec<GroupMember>, String> {
+            (1..=u64::from(replicas)).map(|id| Ok(GroupMember { id, addr: listen(daemon_name(kind, id, replicas as usize))? })).collect()
+        };
+        let server_groups = (0..servers).map(|i| group(Kind::Server(i as usize))).collect::<Result<Vec<_>, _>>()?;
+        let lockd_group = group(Kind::Lockd)?;
+        let first = |g: &[GroupMember]| g[0].addr.clone();
+        Ok(ClusterFile {
+            mode,
+            servers: server_groups.iter().map(|g| first(g)).collect(),
+            lockd: first(&lockd_group),
+            groups: (replicas > 1).then_some(Groups { servers: server_groups, lockd: lockd_group }),
+            path: path.to_path_buf(),
+        })
     }
 
     /// Starts every daemon of the cluster in `dir` that is not running, on the
     /// sockets in `listeners` or, for a known cluster, on its addresses.
     fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
         let file = dir.join("cluster.json").display().to_string();
-        let mut daemons: Vec<(String, &String, Vec<String>)> = Vec::new();
-        for (i, addr) in c.servers.iter().enumerate() {
-            let data = dir.join(format!("server-{i}")).display().to_string();
-            let args = ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability];
-            daemons.push((format!("server-{i}"), addr, [args.map(String::from).to_vec(), common(flags)].concat()));
+        let mut daemons: Vec<(String, String, Vec<String>)> = Vec::new();
+        for (kind, m, replicas) in members(c) {
+            let name = daemon_name(kind, m.id, replicas);
+            let data = dir.join(&name).display().to_string();
+            let mut args: Vec<String> = match kind {
+                Kind::Server(i) => ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability].map(String::from).to_vec(),
+                Kind::Lockd => ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec(),
+            };
+            args.extend(["--member".to_string(), m.id.to_string()]);
+            // A daemon of a new cluster: its group is founded now.
+            if listeners.contains_key(&name) {
+                args.push("--found".into());
+            }
+            daemons.push((name, m.addr, [args, common(flags)].concat()));
         }
-        let data = dir.join("lockd").display().to_string();
-        let args = ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec();
-        daemons.push(("lockd".into(), &c.lockd, [args, common(flags)].concat()));
         let mut started = 0;
         for (name, addr, args) in daemons {
             if let Some(pid) = read_pid(&dir.join(format!("{name}.pid"))) {
@@ -58,7 +77,7 @@ impl Lifecycle for CanopyDaemons {
             }
             let listener = match listeners.remove(&name) {
                 Some(l) => l,
-                None => listen(addr)?,
+                None => listen(&addr)?,
             };
             spawn_daemon(dir, &name, &args, listener)?;
             started += 1;
@@ -66,16 +85,28 @@ impl Lifecycle for CanopyDaemons {
         Ok(started)
     }
 
-    /// Waits until every daemon answers a ping.
+    /// Waits until every group has a member that leads and answers a ping.
     fn wait_ready(&self, c: &ClusterFile, dir: &Path, timeout: Duration) -> Result<(), String> {
         let rt = connect::runtime()?;
         let me = own_key(c)?.client_auth();
         let deadline = Instant::now() + timeout;
-        let addrs: Vec<&String> = c.servers.iter().chain(std::iter::once(&c.lockd)).collect();
-        for addr in addrs {
-            while rt.block_on(ping(addr, &me)).is_err() {
+        let groups = (0..c.servers.len()).map(|i| c.server_members(i)).chain(std::iter::once(c.lockd_members()));
+        for group in groups {
+            loop {
+                let led = rt.block_on(async {
+                    for m in &group {
+                        if matches!(ping(&m.addr, &me).await, Ok(Reply::Pong { .. })) {
+                            return true;
+                        }
+                    }
+                    false
+                });
+                if led {
+                    break;
+                }
                 if Instant::now() > deadline {
-                    return Err(format!("{addr} did not come up; see the logs in {}", dir.display()));
+                    let addrs: Vec<&str> = group.iter().map(|m| m.addr.as_str()).collect();
+                    return Err(format!("no member of the group at {} came up to lead it; see the logs in {}", addrs.join(", "), dir.display()));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -110,36 +141,104 @@ impl Lifecycle for CanopyDaemons {
         Ok(pids.len())
     }
 
-    /// Prints a line per server and the lock service of `c`, up or down; how
-    /// many are down.
+    /// Prints a line per server and the lock service of `c`, up or down,
+    /// with a line per member of a group of more: its role, term, and how
+    /// far it is behind its leader. How many groups have no leader.
     fn status(&self, c: &ClusterFile) -> Result<usize, String> {
         let me = auth(c)?;
         let rt = connect::runtime()?;
         let mut down = 0;
         rt.block_on(async {
-            for (i, addr) in c.servers.iter().enumerate() {
-                let stats = match Connection::connect(addr, &me, Duration::from_secs(2)).await {
-                    Ok(conn) => conn.call(&Creds::root(), &Request::Stats, Duration::from_secs(5)).await,
-                    Err(e) => Err(e),
+            let groups = (0..c.servers.len()).map(|i| (Kind::Server(i), c.server_members(i))).chain(std::iter::once((Kind::Lockd, c.lockd_members())));
+            for (kind, members) in groups {
+                let label = match kind {
+                    Kind::Server(i) => format!("server {i:<3}"),
+                    Kind::Lockd => "lockd     ".to_string(),
                 };
-                match stats {
-                    Ok(Reply::Stats(s)) => println!("server {i:<3} {addr:<21} up    {}", server_figures(&s)),
-                    Ok(_) | Err(_) => {
-                        down += 1;
-                        println!("server {i:<3} {addr:<21} DOWN");
-                    }
+                let mut views = Vec::new();
+                for m in &members {
+                    let view = match call(&m.addr, &me, Request::GroupStatus).await {
+                        Ok(Reply::Group(g)) => Some(g),
+                        _ => None,
+                    };
+                    views.push((m, view));
                 }
-            }
-            match ping(&c.lockd, &me).await {
-                Ok(_) => println!("lockd      {:<21} up", c.lockd),
-                Err(_) => {
+                let leader = views.iter().find(|(m, v)| v.as_ref().is_some_and(|v| v.leader == Some(m.id)));
+                let Some((lm, lv)) = leader else {
                     down += 1;
-                    println!("lockd      {:<21} DOWN", c.lockd);
+                    println!("{label} {:<21} DOWN", members[0].addr);
+                    print_members(&views, None);
+                    continue;
+                };
+                let figures = match kind {
+                    Kind::Server(_) => match call(&lm.addr, &me, Request::Stats).await {
+                        Ok(Reply::Stats(s)) => format!("    {}", server_figures(&s)),
+                        _ => String::new(),
+                    },
+                    Kind::Lockd => String::new(),
+                };
+                println!("{label} {:<21} up{figures}", lm.addr);
+                if members.len() > 1 {
+                    print_members(&views, lv.as_ref());
                 }
             }
         });
         Ok(down)
     }
+}
+
+/// A line per member: leader or follower (and its term), or down; how many
+/// entries a follower is behind, as its leader knows it.
+fn print_members(views: &[(&GroupMember, Option<GroupInfo>)], leader: Option<&GroupInfo>) {
+    for (m, v) in views {
+        let Some(v) = v else {
+            println!("  member {:<2} {:<21} DOWN", m.id, m.addr);
+            continue;
+        };
+        let role = if v.leader == Some(m.id) { "leader  " } else { "follower" };
+        let behind = leader.and_then(|l| l.matched.iter().find(|(id, _)| *id == m.id).map(|(_, at)| l.last_log.saturating_sub(at.unwrap_or(0))));
+        let behind = behind.map_or(String::new(), |b| format!("  behind {b}"));
+        println!("  member {:<2} {:<21} {role} term {:<4} applied {}{behind}", m.id, m.addr, v.term, v.applied);
+    }
+}
+
+async fn call(addr: &str, me: &ClientAuth, req: Request) -> Result<Reply, canopy_proto::Errno> {
+    let conn = Connection::connect(addr, me, Duration::from_secs(2)).await?;
+    conn.call(&Creds::root(), &req, Duration::from_secs(5)).await
+}
+
+/// The two kinds of daemon; a server by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Server(usize),
+    Lockd,
+}
+
+/// A daemon's name in the cluster directory (its pid file, log, data and
+/// socket): `server-G` and `lockd` for a group of one, `server-G-M` and
+/// `lockd-M` for member M of a larger one.
+pub(crate) fn daemon_name(kind: Kind, member: u64, replicas: usize) -> String {
+    let base = match kind {
+        Kind::Server(i) => format!("server-{i}"),
+        Kind::Lockd => "lockd".to_string(),
+    };
+    match (kind, replicas) {
+        (_, 1) => base,
+        (Kind::Server(_), _) => format!("{base}-{member}"),
+        (Kind::Lockd, _) => format!("{base}-{member}"),
+    }
+}
+
+/// Every member of every group of `c`, with its group's size.
+pub(crate) fn members(c: &ClusterFile) -> Vec<(Kind, GroupMember, usize)> {
+    let servers = (0..c.servers.len()).map(|i| (Kind::Server(i), c.server_members(i)));
+    servers
+        .chain(std::iter::once((Kind::Lockd, c.lockd_members())))
+        .flat_map(|(kind, group)| {
+            let n = group.len();
+            group.into_iter().map(move |m| (kind, m, n))
+        })
+        .collect()
 }
 
 /// The flags both kinds of daemon take.

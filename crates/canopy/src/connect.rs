@@ -10,6 +10,7 @@ use canopy_client::keyfile::{self, Loaded};
 use canopy_client::{open_namespace, Backend, Client, Namespace, NsOptions};
 use canopy_proto::auth::Identity;
 use canopy_proto::Creds;
+use canopy_rpc::groups::Member;
 use canopy_rpc::TcpTransport;
 use std::path::Path;
 use std::sync::Arc;
@@ -117,7 +118,9 @@ pub fn transport(c: &ClusterFile, key: &Loaded) -> Arc<dyn canopy_rpc::Transport
 
 /// [`transport`], as its own type (to share a box of owed posts).
 pub fn tcp_transport(c: &ClusterFile, key: &Loaded) -> TcpTransport {
-    TcpTransport::new(&c.servers, &c.lockd, key.client_auth(), RPC_TIMEOUT)
+    let members = |g: Vec<cluster::GroupMember>| g.into_iter().map(|m| Member { id: m.id, addr: m.addr }).collect();
+    let servers = (0..c.servers.len()).map(|i| members(c.server_members(i))).collect();
+    TcpTransport::of_groups(servers, members(c.lockd_members()), key.client_auth(), RPC_TIMEOUT)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -13,7 +13,9 @@ use canopy_rpc::Service;
 use canopy_server::keys::{with_entry_cache, ALL_CFS, DEFAULT_ENTRY_CACHE_MIB};
 use canopy_proto::clock::SystemClock;
 use canopy_server::{MetaServer, ServerConfig};
-use canopy_store::{Durability, RocksStore, SharedStore};
+use canopy_store::{Durability, SharedStore};
+use crate::member::{self, MemberArgs};
+use canopy_replica::leadership::Open;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +53,8 @@ pub struct ServerArgs {
     /// How the kernel schedules the daemon's threads (see docs/performance.md).
     #[arg(long, value_enum, default_value = "batch")]
     pub sched: Sched,
+    #[command(flatten)]
+    pub member: MemberArgs,
 }
 
 #[derive(Args)]
@@ -70,6 +74,8 @@ pub struct LockdArgs {
     /// How the kernel schedules the daemon's threads (see docs/performance.md).
     #[arg(long, value_enum, default_value = "batch")]
     pub sched: Sched,
+    #[command(flatten)]
+    pub member: MemberArgs,
 }
 
 /// What one daemon lets its peers hold, and the key it checks them against.
@@ -175,17 +181,16 @@ fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result
 
 /// A client of `cluster` holding the cluster key, acting as root: what a daemon
 /// uses to run delegated operations and recovery.
-fn cluster_client(cluster: &ClusterFile, key: &ServeOpts) -> Result<canopy_client::Client, String> {
-    let loaded = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: key.key.clone(), path: cluster.path.clone() };
+fn cluster_client(cluster: &ClusterFile, key: &canopy_proto::auth::Key) -> Result<canopy_client::Client, String> {
+    let loaded = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: key.clone(), path: cluster.path.clone() };
     connect::client(cluster, &loaded, canopy_proto::Creds::root())
 }
 
-/// The metadata server of the cluster's mode, over its RocksDB store (the
+/// The metadata server of the cluster's mode, over its group's store (the
 /// server picks the mode's half of itself; it refuses a mode it does not know
 /// and a store another mode made).
-fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, args: &ServerArgs, cluster_key: &canopy_proto::auth::Key) -> Result<Arc<MetaServer>, String> {
-    let store: SharedStore = Arc::new(RocksStore::open(&args.data, ALL_CFS, args.durability).map_err(|e| e.to_string())?);
-    let store = with_entry_cache(store, args.entry_cache_mib);
+fn metadata_server(cluster: &ClusterFile, cfg: ServerConfig, store: SharedStore, entry_cache_mib: usize, cluster_key: &canopy_proto::auth::Key) -> Result<Arc<MetaServer>, String> {
+    let store = with_entry_cache(store, entry_cache_mib);
     // Giraffa's directory proofs: every server derives the same key.
     let proof_key = cluster_key.derive(b"giraffa directory proofs").to_bytes();
     Ok(Arc::new(MetaServer::open_with(&cluster.mode, cfg, store, SystemClock::shared(), proof_key)?))
@@ -205,24 +210,38 @@ fn private_store(dir: &std::path::Path) -> Result<(), String> {
 
 pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
-    let addr = cluster.servers.get(args.index as usize).ok_or_else(|| format!("the cluster file has no server {}", args.index))?.clone();
+    let members = cluster.server_members(args.index as usize);
+    if members.is_empty() {
+        return Err(format!("the cluster file has no server {}", args.index));
+    }
+    let addr = args.member.addr(&members, &format!("server {}", args.index))?;
     let opts = args.limits.opts(&cluster)?;
     private_store(&args.data)?;
     let cfg = ServerConfig { index: args.index, servers: cluster.servers.len() as u32 };
-    let meta = metadata_server(&cluster, cfg, args, &opts.key)?;
     // The mode's background work (IndexFS splits) reaches the other servers
     // over TCP with the cluster key.
     let key = keyfile::Loaded { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone(), path: cluster.path.clone() };
-    if meta.needs_open_transactions() {
-        meta.open_transactions(&open_transactions(&cluster, &key)?)?;
-    }
-    meta.start_background(connect::transport(&cluster, &key));
-    let server = Arc::new(Delegating::new(meta));
-    let client = cluster_client(&cluster, &opts)?;
-    let delegating = server.clone();
-    let set_client: Beside = Box::new(move || Box::pin(async move { delegating.set_client(client) }));
-    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what: format!("server {}", args.index), opts, sched: args.sched };
-    serve(d, server, Some(set_client))
+    let (c, entry_cache_mib, cluster_key) = (cluster.clone(), args.entry_cache_mib, opts.key.clone());
+    // Opened whenever this member begins to lead: a restart's work.
+    let open: Open = Arc::new(move |store| {
+        let meta = metadata_server(&c, cfg, store, entry_cache_mib, &cluster_key)?;
+        if meta.needs_open_transactions() {
+            meta.open_transactions(&open_transactions(&c, &key)?)?;
+        }
+        meta.start_background(connect::transport(&c, &key));
+        let server = Arc::new(Delegating::new(meta));
+        server.set_client(cluster_client(&c, &cluster_key)?);
+        Ok(server as Arc<dyn Service>)
+    });
+    let what = format!("server {} member {}", args.index, args.member.member);
+    let running = member::start(&args.member, &members, &args.data, ALL_CFS, args.durability, key_auth(&opts), open)?;
+    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what, opts, sched: args.sched };
+    serve(d, running.service.clone(), None)
+}
+
+/// How a member proves itself to its peers: the cluster key.
+fn key_auth(opts: &ServeOpts) -> canopy_rpc::ClientAuth {
+    canopy_rpc::ClientAuth { identity: canopy_proto::auth::Identity::Cluster, key: opts.key.clone() }
 }
 
 /// The transactions open at the lock service, asked before a server serves
@@ -258,19 +277,23 @@ fn open_transactions(cluster: &ClusterFile, key: &keyfile::Loaded) -> Result<Vec
 
 pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     let cluster = connect::load(args.cluster.as_deref())?;
+    let members = cluster.lockd_members();
+    let addr = args.member.addr(&members, "the lock service")?;
     let opts = args.limits.opts(&cluster)?;
     private_store(&args.data)?;
-    let store: SharedStore = Arc::new(RocksStore::open(&args.data, LOCK_CFS, Durability::Wal).map_err(|e| e.to_string())?);
-    let service = LockService::open(store)?;
+    let open: Open = Arc::new(|store| Ok(Arc::new(LockDaemon(LockService::open(store)?)) as Arc<dyn Service>));
+    let running = member::start(&args.member, &members, &args.data, LOCK_CFS, Durability::Wal, key_auth(&opts), open)?;
+    // Every member sweeps: its requests go to whichever leads.
     let sweep = match args.sweep_ms {
         0 => None,
         ms => {
-            let client = cluster_client(&cluster, &opts)?;
+            let client = cluster_client(&cluster, &opts.key)?;
             let every = Duration::from_millis(ms);
             let work: Beside = Box::new(move || Box::pin(canopy_client::sweep::sweep_forever(client, every)));
             Some(work)
         }
     };
-    let d = Daemon { addr: cluster.lockd.clone(), fd: args.listen_fd, threads: 1, what: "lock service".into(), opts, sched: args.sched };
-    serve(d, Arc::new(LockDaemon(service)), sweep)
+    let what = format!("lock service member {}", args.member.member);
+    let d = Daemon { addr, fd: args.listen_fd, threads: 1, what, opts, sched: args.sched };
+    serve(d, running.service.clone(), sweep)
 }

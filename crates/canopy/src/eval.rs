@@ -37,6 +37,7 @@ fn real_bench(mode: &str, files: usize, stats: usize) -> Result<canopy_bench::Be
         lease: None,
         split_threshold: None,
         tcp: false,
+        replicas: 1,
         posix: Vec::new(),
         keep: false,
     };

@@ -17,8 +17,9 @@ pub trait Lifecycle: Sync {
     /// The cluster file of a new cluster of `mode` at `path`: where each of
     /// its daemons will listen, each address bound by `listen` (by the
     /// daemon's name; the socket is kept for `start`). `servers`: how many
-    /// metadata servers were asked for.
-    fn new_cluster(&self, mode: ModeOptions, servers: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String>;
+    /// metadata servers were asked for; `replicas`: how many copies of each
+    /// (members per replica group).
+    fn new_cluster(&self, mode: ModeOptions, servers: u32, replicas: u32, path: &Path, listen: &mut dyn FnMut(String) -> Result<String, String>) -> Result<ClusterFile, String>;
 
     /// Starts, in `dir`, what cluster `c` needs and is not running yet
     /// (`listeners`: sockets already bound for it); how many it started.

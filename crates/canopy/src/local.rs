@@ -52,6 +52,11 @@ pub struct UpArgs {
     /// clients retire theirs after half of it.
     #[arg(long)]
     pub idle_secs: Option<u64>,
+    /// Copies of every server and of the lock service in a new cluster: each
+    /// a replica group of this many members, kept with Raft (default 1; 3
+    /// survives the loss of any one). An existing cluster keeps its own.
+    #[arg(long)]
+    pub replicas: Option<u32>,
 }
 
 #[derive(Args)]
@@ -99,6 +104,9 @@ pub struct BenchArgs {
     /// The temporary cluster listens on loopback TCP (see `canopy up --tcp`).
     #[arg(long, conflicts_with = "posix")]
     pub tcp: bool,
+    /// Members of each replica group of the temporary cluster (see `canopy up`).
+    #[arg(long, default_value_t = 1, conflicts_with = "posix")]
+    pub replicas: u32,
     /// Bench this directory with system calls instead of Canopy; no cluster is
     /// started or used. Repeat to compare directories side by side.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["servers", "durability"])]
@@ -125,11 +133,13 @@ struct Tuning<'a> {
     lease: Option<&'a str>,
     split_threshold: Option<u64>,
     tcp: bool,
+    /// Members per replica group.
+    replicas: Option<u32>,
 }
 
 impl Tuning<'_> {
     /// `canopy up`'s defaults.
-    const DEFAULT: Tuning<'static> = Tuning { lease: None, split_threshold: None, tcp: false };
+    const DEFAULT: Tuning<'static> = Tuning { lease: None, split_threshold: None, tcp: false, replicas: None };
 }
 
 impl Tuning<'_> {
@@ -171,8 +181,8 @@ fn socket_dir(dir: &Path, tcp: bool) -> Result<Option<PathBuf>, String> {
         return Ok(None);
     }
     let abs = dir.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
-    // The longest name is "server-1023.sock".
-    if abs.as_os_str().len() + "/server-1023.sock".len() > canopy_rpc::socket::MAX_UNIX_PATH {
+    // The longest name is "server-1023-7.sock".
+    if abs.as_os_str().len() + "/server-1023-7.sock".len() > canopy_rpc::socket::MAX_UNIX_PATH {
         eprintln!("canopy: {} is too long a path for Unix sockets; the daemons listen on loopback TCP", abs.display());
         return Ok(None);
     }
@@ -190,6 +200,9 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         if opts != c.mode {
             c.mode = opts;
             c.save(&file)?;
+        }
+        if let Some(r) = tuning.replicas.filter(|r| *r as usize != c.replicas()) {
+            return Err(format!("the cluster in {} has {} members per group, not {r}; `canopy down` and remove it to change", dir.display(), c.replicas()));
         }
         if let Some(n) = servers.filter(|n| *n as usize != c.servers.len()) {
             return Err(format!("the cluster in {} has {} servers, not {n}; `canopy down` and remove it to change", dir.display(), c.servers.len()));
@@ -221,7 +234,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
         listeners.insert(name, fd);
         Ok(addr)
     };
-    let c = modes::lifecycle(&opts).new_cluster(opts.clone(), servers.unwrap_or(4), &file, &mut addr_of)?;
+    let c = modes::lifecycle(&opts).new_cluster(opts.clone(), servers.unwrap_or(4), tuning.replicas.unwrap_or(1), &file, &mut addr_of)?;
     c.save(&file)?;
     Ok((c, listeners))
 }
@@ -238,7 +251,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     if let Some(m) = &args.mode {
         cluster::check_mode(m)?;
     }
-    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp };
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp, replicas: args.replicas };
     tuning.check()?;
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -247,8 +260,12 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     let daemons = prepared(&c)?;
     let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
+    let copies = match c.replicas() {
+        1 => String::new(),
+        r => format!(", {r} members each"),
+    };
     println!(
-        "canopy: {} servers and a lock service up ({started} started); cluster file {}",
+        "canopy: {} servers and a lock service up{copies} ({started} started); cluster file {}",
         c.servers.len(),
         dir.join("cluster.json").display()
     );
@@ -351,7 +368,7 @@ pub fn bench(args: &BenchArgs, cluster: Option<&Path>) -> Result<ExitCode, Strin
 pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::BenchReport, String> {
     args.durability.parse::<canopy_store::Durability>()?;
     cluster::check_mode(&args.mode)?;
-    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp };
+    let tuning = Tuning { lease: args.lease.as_deref(), split_threshold: args.split_threshold, tcp: args.tcp, replicas: Some(args.replicas) };
     tuning.check()?;
     on_temporary_cluster(args.servers, &args.mode, &args.durability, &tuning, |c, key, dir| {
         let before = daemon_cpu_seconds(dir);

@@ -11,6 +11,7 @@ mod format;
 mod keys;
 mod lifecycle;
 mod local;
+mod member;
 mod mount;
 mod process;
 mod sched;

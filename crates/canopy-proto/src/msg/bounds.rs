@@ -36,7 +36,9 @@ impl Request {
             Request::WriteData { .. } | Request::RenameOut { .. } => SMALL_REPLY + INLINE_LIMIT as usize,
             Request::ReadDir { limit, .. } | Request::IxReadDir { limit, .. } => SMALL_REPLY + (*limit).min(MAX_PAGE) as usize * DIR_ENTRY_MAX,
             Request::Delegate { call } => call.reply_bound(),
-            Request::GfVouched { inner, .. } => postcard::from_bytes::<Request>(inner).map_or(SMALL_REPLY, |r| r.reply_bound().min(crate::frame::MAX_FRAME)),
+            Request::GfVouched { inner, .. } | Request::Once { inner, .. } => {
+                postcard::from_bytes::<Request>(inner).map_or(SMALL_REPLY, |r| r.reply_bound().min(crate::frame::MAX_FRAME))
+            }
             Request::Ping
             | Request::Stat { .. }
             | Request::Create { .. }
@@ -93,9 +95,39 @@ impl Request {
             | Request::GfSetSubdirs { .. }
             | Request::BatchOpen { .. }
             | Request::BatchStage { .. }
-            | Request::BatchClose { .. } => SMALL_REPLY,
+            | Request::BatchClose { .. }
+            | Request::GroupStatus => SMALL_REPLY,
             _ => crate::frame::MAX_FRAME,
         }
+    }
+
+    /// Whether serving this changes nothing a daemon keeps durably: a client
+    /// of a replica group may send it again after a failover as it is, while
+    /// every other request goes in a [`Request::Once`].
+    pub fn changes_nothing(&self) -> bool {
+        matches!(
+            self,
+            Request::Ping
+                | Request::Stat { .. }
+                | Request::Readlink { .. }
+                | Request::Access { .. }
+                | Request::ReadDir { .. }
+                | Request::InodeStat { .. }
+                | Request::DirProbe { .. }
+                | Request::RecoveryStat { .. }
+                | Request::ReadData { .. }
+                | Request::Stats
+                | Request::Fsck
+                | Request::ListTxns
+                | Request::IxLookup { .. }
+                | Request::IxReadDir { .. }
+                | Request::GfScan { .. }
+                | Request::BatchList
+                | Request::LinkPending { .. }
+                | Request::GroupStatus
+                | Request::Peer { .. }
+                | Request::Once { .. }
+        )
     }
 
     /// Whether a connection bound to one user (a user key) may send this. Those
@@ -121,6 +153,8 @@ impl Request {
                 | Request::Extend { .. }
                 | Request::Stats
                 | Request::Delegate { .. }
+                | Request::Once { .. }
+                | Request::GroupStatus
         )
     }
 }

@@ -6,7 +6,8 @@
 //! `0x00xx` generic (file operations every mode serves, data, stats, delegation),
 //! `0x01xx` ShardFS (replicated directory transactions, fences, migration,
 //! recovery), `0x02xx` the lock service; `0x03xx` is kept for IndexFS, `0x04xx` for
-//! Giraffa, `0x05xx` for BatchFS. A frame whose opcode disagrees with its payload
+//! Giraffa, `0x05xx` for BatchFS, `0x06xx` for replica groups (members' Raft
+//! messages, requests applied once, a member's view of its group). A frame whose opcode disagrees with its payload
 //! is rejected. The payload is postcard, whose enum tag is the variant's position,
 //! so both enums are append-only: a new request or reply goes at the end of its
 //! enum, never between others, and no existing opcode changes. `tests` below pins

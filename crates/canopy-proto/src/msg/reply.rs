@@ -81,4 +81,11 @@ pub enum Reply {
     /// What a link transaction recorded here and has not settled: the
     /// inodes it added a count to, and those it made a name for.
     Pending { counted: Vec<u64>, named: Vec<u64> },
+    /// Replica groups: the answer to a `Peer` message, opaque.
+    PeerReply(Vec<u8>),
+    /// Replica groups: this member does not lead its group and applied
+    /// nothing; `leader` is the member it believes does.
+    NotLeader { leader: Option<u64> },
+    /// Replica groups: a member's view of its group.
+    Group(GroupInfo),
 }

@@ -338,6 +338,19 @@ requests! {
     /// What link transaction `txn` recorded here and has not settled
     /// (`Reply::Pending`): what recovery of a dead link settles.
     LinkPending { txn: u64 } = 0x0110,
+    /// Replica groups: a message between members of one group (its Raft's,
+    /// opaque here). Only from the cluster key.
+    Peer { call: Vec<u8> } = 0x0601,
+    /// Replica groups: the request encoded in `inner` (not itself a `Once`),
+    /// applied at most once: it is request `seq` of client session
+    /// `session`, whose client has heard the answer of every request of the
+    /// session below `done_below`. Sent again (same session and `seq`), it
+    /// is answered what it was first, not applied again. `ESTALE`: the group
+    /// no longer knows the session's answer for `seq` (heard and forgotten,
+    /// or the session expired) and did not apply it again.
+    Once { session: u64, seq: u64, done_below: u64, inner: Vec<u8> } = 0x0602,
+    /// Replica groups: this member's view of its group (`Reply::Group`).
+    GroupStatus = 0x0603,
 }
 
 /// The id of the directory a ShardFS mkdir makes as transaction `txn`: the lock

@@ -102,6 +102,9 @@ const PINNED: &[(&str, u16)] = &[
     ("Revoke", 0x010E),
     ("LinkSettle", 0x010F),
     ("LinkPending", 0x0110),
+    ("Peer", 0x0601),
+    ("Once", 0x0602),
+    ("GroupStatus", 0x0603),
 ];
 
 #[test]
@@ -113,7 +116,7 @@ fn the_opcode_table_is_append_only() {
     ops.dedup();
     assert_eq!(ops.len(), OPCODES.len(), "two requests share an opcode");
     for (name, op) in OPCODES {
-        assert!(matches!(op >> 8, 0x00..=0x05), "{name}: {op:#06x} is in no family");
+        assert!(matches!(op >> 8, 0x00..=0x06), "{name}: {op:#06x} is in no family");
         assert_eq!(op_name(*op), Some(*name));
     }
     assert_eq!(op_name(0x0300), None, "no request is 0x0300");
@@ -163,6 +166,9 @@ fn pinned_tag(r: &Reply) -> u8 {
         Reply::RenameChecked { .. } => 30,
         Reply::RenameOfFile => 31,
         Reply::Pending { .. } => 32,
+        Reply::PeerReply(_) => 33,
+        Reply::NotLeader { .. } => 34,
+        Reply::Group(_) => 35,
     }
 }
 
@@ -205,6 +211,9 @@ fn reply_tags_are_append_only() {
         Reply::RenameChecked { below: false, times: None },
         Reply::RenameOfFile,
         Reply::Pending { counted: vec![], named: vec![] },
+        Reply::PeerReply(vec![]),
+        Reply::NotLeader { leader: None },
+        Reply::Group(GroupInfo::default()),
     ];
     for r in &samples {
         assert_eq!(postcard::to_stdvec(r).unwrap()[0], pinned_tag(r), "{r:?}");

@@ -317,6 +317,28 @@ impl NsCall {
     }
 }
 
+/// One member's view of its replica group (`Request::GroupStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    /// This member's id.
+    pub member: u64,
+    /// The member it believes leads, and the term.
+    pub leader: Option<u64>,
+    pub term: u64,
+    /// The last entry of its log, and the last it applied.
+    pub last_log: u64,
+    pub applied: u64,
+    /// Voting members and learners: id and address.
+    pub voters: Vec<(u64, String)>,
+    pub learners: Vec<(u64, String)>,
+    /// On a leader: each member's last entry known to match its own.
+    pub matched: Vec<(u64, Option<u64>)>,
+    /// Times this member began to lead, and proposals it gave up on
+    /// because it stopped leading.
+    pub terms_led: u64,
+    pub deposed: u64,
+}
+
 /// Per-server counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStats {

@@ -1,0 +1,238 @@
+//! A daemon's service as a member of a replica group: the leader serves
+//! through the service it opened over a [`ReplicatedStore`]; any other
+//! member answers `Reply::NotLeader` and applies nothing.
+//!
+//! Reads are never stale: before a pass's first request the leader
+//! confirms it still leads with a round of heartbeats to a majority and
+//! waits until it applied everything committed by then (openraft's
+//! `ensure_linearizable`, ReadIndex), so a deposed leader that has not
+//! heard yet answers nothing. One round per read pass, not per read.
+//!
+//! Mutations come in `Request::Once` ([`crate::sessions`]): their answer is
+//! recorded in the entry that applies them, and a retry at the next leader
+//! is answered from it.
+
+use crate::network::{Peer, PeerCall};
+use crate::sessions::{self, Known};
+use crate::{MemberId, Raft, ReplicatedStore};
+use canopy_proto::auth::Identity;
+use canopy_proto::clock::SharedClock;
+use canopy_proto::msg::GroupInfo;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_rpc::{Handled, Service};
+use parking_lot::RwLock;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What a leader serves with, for one term.
+pub struct Leading {
+    pub term: u64,
+    pub store: Arc<ReplicatedStore>,
+    pub service: Arc<dyn Service>,
+}
+
+pub struct ReplicatedService {
+    pub member: MemberId,
+    raft: Raft,
+    peer: Arc<Peer>,
+    rt: tokio::runtime::Handle,
+    clock: SharedClock,
+    leading: RwLock<Option<Arc<Leading>>>,
+    terms_led: AtomicU64,
+    deposed: AtomicU64,
+}
+
+thread_local! {
+    /// Whether this thread's pass has confirmed its member leads.
+    static CONFIRMED: Cell<bool> = const { Cell::new(false) };
+}
+
+impl ReplicatedService {
+    pub fn new(member: MemberId, raft: Raft, peer: Arc<Peer>, rt: tokio::runtime::Handle, clock: SharedClock) -> ReplicatedService {
+        ReplicatedService {
+            member,
+            raft,
+            peer,
+            rt,
+            clock,
+            leading: RwLock::new(None),
+            terms_led: AtomicU64::new(0),
+            deposed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// What this member leads with now, if it leads.
+    pub fn leading(&self) -> Option<Arc<Leading>> {
+        let l = self.leading.read().clone()?;
+        match l.store.deposed() {
+            Some(_) => None,
+            None => Some(l),
+        }
+    }
+
+    /// Serves as leader with `l` from now on.
+    pub fn lead(&self, l: Leading) {
+        self.terms_led.fetch_add(1, Ordering::Relaxed);
+        if let Some(old) = self.leading.write().replace(Arc::new(l)) {
+            old.store.depose("a newer term began");
+        }
+    }
+
+    /// Stops serving as leader: what is pending fails.
+    pub fn stop_leading(&self, why: &str) {
+        if let Some(old) = self.leading.write().take() {
+            if old.store.deposed().is_none() {
+                self.deposed.fetch_add(1, Ordering::Relaxed);
+            }
+            old.store.depose(why);
+        }
+    }
+
+    /// The term this member leads in, if it serves as leader.
+    pub fn leading_term(&self) -> Option<u64> {
+        self.leading().map(|l| l.term)
+    }
+
+    fn not_leader(&self) -> Handled {
+        let leader = self.raft.metrics().borrow().current_leader.filter(|l| *l != self.member);
+        Handled::Now(Ok(Reply::NotLeader { leader }))
+    }
+
+    /// Runs `f` on the group's runtime and waits for it here.
+    fn block_on<T: Send + 'static>(&self, f: impl std::future::Future<Output = T> + Send + 'static) -> Option<T> {
+        futures::executor::block_on(self.rt.spawn(f)).ok()
+    }
+
+    /// Confirms, once per pass, that this member still leads (ReadIndex).
+    fn confirm(&self) -> bool {
+        if CONFIRMED.with(Cell::get) {
+            return true;
+        }
+        let raft = self.raft.clone();
+        let ok = matches!(self.block_on(async move { raft.ensure_linearizable().await }), Some(Ok(_)));
+        CONFIRMED.with(|c| c.set(ok));
+        ok
+    }
+
+    fn group_info(&self) -> GroupInfo {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voter_ids: Vec<MemberId> = membership.voter_ids().collect();
+        let (mut voters, mut learners) = (Vec::new(), Vec::new());
+        for (id, node) in membership.nodes() {
+            let entry = (*id, node.addr.clone());
+            if voter_ids.contains(id) { voters.push(entry) } else { learners.push(entry) }
+        }
+        GroupInfo {
+            member: self.member,
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log: m.last_log_index.unwrap_or(0),
+            applied: m.last_applied.map_or(0, |l| l.index),
+            voters,
+            learners,
+            matched: m.replication.map(|r| r.into_iter().map(|(id, l)| (id, l.map(|l| l.index))).collect()).unwrap_or_default(),
+            terms_led: self.terms_led.load(Ordering::Relaxed),
+            deposed: self.deposed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn serve_peer(&self, peer: &Identity, call: Vec<u8>) -> Handled {
+        if !peer.is_cluster() {
+            return Handled::Now(Err(Errno::EPERM));
+        }
+        let Ok((from, call)) = postcard::from_bytes::<(MemberId, PeerCall)>(&call) else {
+            return Handled::Now(Err(Errno::EPROTO));
+        };
+        let me = self.peer.clone();
+        let served = self.rt.spawn(async move { me.serve(from, call).await });
+        Handled::Later(Box::pin(async move {
+            let reply = served.await.map_err(|_| Errno::EIO)?;
+            Ok(Reply::PeerReply(postcard::to_allocvec(&reply).map_err(|_| Errno::EIO)?))
+        }))
+    }
+
+    /// A request applied at most once for its session.
+    fn once(&self, lead: &Leading, peer: &Identity, creds: Creds, numbered: Numbered, inner: &[u8]) -> Handled {
+        let Numbered { session, seq, done_below } = numbered;
+        let req = match postcard::from_bytes::<Request>(inner) {
+            Ok(Request::Once { .. } | Request::Peer { .. }) | Err(_) => return Handled::Now(Err(Errno::EPROTO)),
+            Ok(r) => r,
+        };
+        let now = self.clock.wall_ms();
+        let floor = match sessions::lookup(&*lead.store, session, seq, now) {
+            Ok(Known::Answered(a)) => return Handled::Now(a),
+            Ok(Known::Forgotten) => return Handled::Now(Err(Errno::ESTALE)),
+            Ok(Known::New(f)) => f,
+            Err(_) => return Handled::Now(Err(Errno::EIO)),
+        };
+        lead.store.begin_request();
+        let handled = lead.service.call(peer, creds, req);
+        let ended = match &handled {
+            Handled::Now(answer) => lead.store.end_request(|| sessions::record(session, seq, done_below, floor, answer, now)),
+            // An answer that comes later (a lock that waits) is not recorded.
+            Handled::Later(_) => lead.store.end_request(canopy_store::Batch::new),
+        };
+        match ended {
+            Ok(_) => handled,
+            Err(_) => self.not_leader(),
+        }
+    }
+}
+
+/// A `Once` request's place in its client's session.
+struct Numbered {
+    session: u64,
+    seq: u64,
+    done_below: u64,
+}
+
+impl Service for ReplicatedService {
+    fn call(&self, peer: &Identity, creds: Creds, req: Request) -> Handled {
+        match req {
+            Request::Peer { call } => return self.serve_peer(peer, call),
+            Request::GroupStatus => return Handled::Now(Ok(Reply::Group(self.group_info()))),
+            _ => {}
+        }
+        let Some(lead) = self.leading() else { return self.not_leader() };
+        if !self.confirm() {
+            return self.not_leader();
+        }
+        match req {
+            Request::Once { session, seq, done_below, inner } => self.once(&lead, peer, creds, Numbered { session, seq, done_below }, &inner),
+            req => {
+                lead.store.begin_request();
+                let handled = lead.service.call(peer, creds, req);
+                match lead.store.end_request(canopy_store::Batch::new) {
+                    Ok(_) => handled,
+                    Err(_) => self.not_leader(),
+                }
+            }
+        }
+    }
+
+    fn blocks(&self, req: &Request) -> bool {
+        self.leading().is_some_and(|l| l.service.blocks(req))
+    }
+
+    fn waits(&self, req: &Request) -> bool {
+        self.leading().is_some_and(|l| l.service.waits(req))
+    }
+
+    /// Answers only once the group applied what the pass wrote; if it did
+    /// not, the outcome is unknown to the client (`ENOTCONN`), which asks
+    /// again under its session.
+    fn in_pass(&self, handlers: &mut dyn FnMut()) -> Result<(), Errno> {
+        CONFIRMED.with(|c| c.set(false));
+        let Some(lead) = self.leading() else {
+            handlers();
+            return Ok(());
+        };
+        canopy_store::in_pass(&*lead.store, handlers).map_err(|_| Errno::ENOTCONN)
+    }
+}

@@ -1,0 +1,80 @@
+//! A daemon as a member of its replica group: its store, its Raft on a
+//! runtime of its own, and the service that answers as leader or sends
+//! clients to the leader (`canopy_replica::service`). A daemon whose group
+//! has one member runs the same way, leading at once.
+
+use canopy_client::cluster::GroupMember;
+use canopy_proto::clock::SystemClock;
+use canopy_replica::leadership::{self, Open};
+use canopy_replica::service::ReplicatedService;
+use canopy_replica::sessions::SESSIONS;
+use canopy_replica::tcp::TcpPeers;
+use canopy_replica::{Families, Member, COMMIT_WAIT, RAFT_CFS};
+use canopy_rpc::ClientAuth;
+use canopy_store::{Durability, RocksStore, SharedStore};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Which member of its group a daemon is.
+#[derive(Args, Clone)]
+pub struct MemberArgs {
+    /// This daemon's member id in its group (the cluster file lists them).
+    #[arg(long, default_value_t = 1)]
+    pub member: u64,
+    /// Found the group: set by `canopy up` when it makes a new cluster. The
+    /// group's lowest member then records the group's first membership. A
+    /// group of one founds itself.
+    #[arg(long)]
+    pub found: bool,
+}
+
+/// How long a group of one may take to begin leading (it may wait for the
+/// lock service, to learn its open transactions).
+const LEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A running member: keep it for the daemon's life.
+pub struct Running {
+    /// Where the group's Raft runs, apart from the daemon's serving thread,
+    /// which waits on it.
+    _raft: tokio::runtime::Runtime,
+    pub service: Arc<ReplicatedService>,
+}
+
+impl MemberArgs {
+    /// This member's address among `members`.
+    pub fn addr(&self, members: &[GroupMember], what: &str) -> Result<String, String> {
+        members.iter().find(|m| m.id == self.member).map(|m| m.addr.clone()).ok_or_else(|| format!("the cluster file lists no member {} of {what}", self.member))
+    }
+}
+
+/// Opens the member's store in `data` (the service's families `cfs`, the
+/// sessions and Raft's), joins its group and follows its leadership,
+/// opening the daemon's service with `open` whenever it leads.
+pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'static str], durability: Durability, auth: ClientAuth, open: Open) -> Result<Running, String> {
+    let replicated: Vec<&'static str> = cfs.iter().copied().chain([SESSIONS]).collect();
+    let all: Vec<&'static str> = replicated.iter().copied().chain(RAFT_CFS.iter().copied()).collect();
+    let store: SharedStore = Arc::new(RocksStore::open(data, &all, durability).map_err(|e| e.to_string())?);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("canopy-raft").enable_all().build().map_err(|e| e.to_string())?;
+    let peers = TcpPeers { me: args.member, auth: Arc::new(auth) };
+    let me = args.member;
+    let member = rt.block_on(Member::open(me, store.clone(), Families::new(&replicated), data.join("snapshots"), peers, canopy_replica::config()))?;
+    if (args.found || members.len() == 1) && members.iter().map(|m| m.id).min() == Some(me) {
+        let all: BTreeMap<u64, String> = members.iter().map(|m| (m.id, m.addr.clone())).collect();
+        rt.block_on(member.found(&all))?;
+    }
+    let service = Arc::new(ReplicatedService::new(me, member.raft.clone(), member.peer.clone(), rt.handle().clone(), SystemClock::shared()));
+    rt.spawn(leadership::follow(service.clone(), store, open, COMMIT_WAIT));
+    // A group of one has nobody to send clients to: it serves once it leads.
+    if members.len() == 1 {
+        let deadline = std::time::Instant::now() + LEAD_WAIT;
+        while service.leading().is_none() {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("member {me} did not begin to lead its group of one within {LEAD_WAIT:?}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    Ok(Running { _raft: rt, service })
+}
