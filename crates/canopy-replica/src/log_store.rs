@@ -25,14 +25,35 @@ const LAST_LOG: &[u8] = b"last_log";
 
 type Error = StorageError<MemberId>;
 
+/// How many of the newest entries are kept in memory as well: the state
+/// machine reads each entry back to apply it, mostly moments after it was
+/// appended, and a copy costs less than a read and a decode.
+const RECENT: usize = 4096;
+
 #[derive(Clone)]
 pub struct LogStore {
     store: Arc<dyn Store>,
+    recent: Arc<parking_lot::Mutex<std::collections::BTreeMap<u64, Entry<GroupConfig>>>>,
 }
 
 impl LogStore {
     pub fn new(store: Arc<dyn Store>) -> LogStore {
-        LogStore { store }
+        LogStore { store, recent: Arc::default() }
+    }
+
+    /// The entries of `range` if memory holds them all.
+    fn recent_in<RB: RangeBounds<u64>>(&self, range: &RB) -> Option<Vec<Entry<GroupConfig>>> {
+        let recent = self.recent.lock();
+        let first = *recent.keys().next()?;
+        let last = *recent.keys().next_back()?;
+        let from = first_index(range);
+        let covered = from >= first
+            && match range.end_bound() {
+                Bound::Included(e) => *e <= last,
+                Bound::Excluded(e) => *e <= last + 1,
+                Bound::Unbounded => true,
+            };
+        covered.then(|| recent.range((range.start_bound().cloned(), range.end_bound().cloned())).map(|(_, e)| e.clone()).collect())
     }
 
     fn state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, Error> {
@@ -73,6 +94,9 @@ impl RaftLogReader<GroupConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<GroupConfig>>, Error> {
+        if let Some(entries) = self.recent_in(&range) {
+            return Ok(entries);
+        }
         let mut entries = Vec::new();
         let mut after = first_index(&range).checked_sub(1).map(index_key);
         loop {
@@ -144,19 +168,35 @@ impl RaftLogStorage<GroupConfig> for LogStore {
     {
         let mut b = Batch::new();
         let mut last = None;
+        let mut kept = Vec::new();
         for e in entries {
             b.put(RAFT_LOG, index_key(e.get_log_id().index), encode(&e));
             last = Some(*e.get_log_id());
+            kept.push(e);
         }
         if let Some(last) = last {
             b.put(RAFT_STATE, LAST_LOG, encode(&last));
         }
         let res = self.write(b);
+        if res.is_ok() {
+            let mut recent = self.recent.lock();
+            // Appended entries follow the last kept, or replace those after.
+            if let Some(first) = kept.first().map(|e| e.get_log_id().index) {
+                recent.split_off(&first);
+            }
+            for e in kept {
+                recent.insert(e.get_log_id().index, e);
+            }
+            while recent.len() > RECENT {
+                recent.pop_first();
+            }
+        }
         callback.log_io_completed(res.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
         res
     }
 
     async fn truncate(&mut self, log_id: LogId<MemberId>) -> Result<(), Error> {
+        self.recent.lock().split_off(&log_id.index);
         let mut b = Batch::new();
         b.delete_range(RAFT_LOG, index_key(log_id.index).to_vec(), index_key(u64::MAX).to_vec());
         b.delete(RAFT_LOG, index_key(u64::MAX));
@@ -172,6 +212,10 @@ impl RaftLogStorage<GroupConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<MemberId>) -> Result<(), Error> {
+        {
+            let mut recent = self.recent.lock();
+            *recent = recent.split_off(&(log_id.index + 1));
+        }
         let mut b = Batch::new();
         b.delete_range(RAFT_LOG, index_key(0).to_vec(), index_key(log_id.index + 1).to_vec());
         b.put(RAFT_STATE, LAST_PURGED, encode(&log_id));

@@ -61,6 +61,7 @@ impl Overlay {
 
     /// Forgets the changes of the writes in `ids`: the store holds them now.
     pub fn forget(&mut self, ids: &[u64]) {
+        let ids: std::collections::HashSet<u64> = ids.iter().copied().collect();
         self.points.retain(|_, (id, _)| !ids.contains(id));
         self.ranges.retain(|(id, ..)| !ids.contains(id));
     }

@@ -5,15 +5,17 @@ use crate::Families;
 use canopy_store::{Batch, Change, StoreError};
 use serde::{Deserialize, Serialize};
 
+/// Keys and values go as byte strings (a length and the bytes), not as
+/// sequences of numbers: `serde_bytes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Edit {
-    Put(String, Vec<u8>, Vec<u8>),
-    Delete(String, Vec<u8>),
-    DeleteRange(String, Vec<u8>, Vec<u8>),
+    Put(String, #[serde(with = "serde_bytes")] Vec<u8>, #[serde(with = "serde_bytes")] Vec<u8>),
+    Delete(String, #[serde(with = "serde_bytes")] Vec<u8>),
+    DeleteRange(String, #[serde(with = "serde_bytes")] Vec<u8>, #[serde(with = "serde_bytes")] Vec<u8>),
     /// A table file's bytes, ingested into the family whole (bulk insertion,
     /// a split's destination, a batch's commit). Applied before the
     /// proposal's other edits; ingesting it again changes nothing.
-    Table(String, Vec<u8>),
+    Table(String, #[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// One replicated write: a batch applied atomically by every member.

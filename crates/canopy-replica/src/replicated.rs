@@ -53,7 +53,9 @@ struct Progress {
 struct Shared {
     overlay: Mutex<(Overlay, u64)>,
     progress: Mutex<Progress>,
+    /// Wakes threads and tasks waiting for progress.
     moved: Condvar,
+    moved_async: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -61,7 +63,22 @@ impl Shared {
         self.overlay.lock().0 = Overlay::default();
         let mut p = self.progress.lock();
         p.deposed.get_or_insert(why);
+        self.wake();
+    }
+
+    fn wake(&self) {
         self.moved.notify_all();
+        self.moved_async.notify_waiters();
+    }
+
+    /// Whether proposal `seq` is applied (`Some(Ok)`), never will be by this
+    /// store (`Some(Err)`), or not yet (`None`).
+    fn applied(&self, seq: u64) -> Option<Result<()>> {
+        let p = self.progress.lock();
+        if p.applied >= seq {
+            return Some(Ok(()));
+        }
+        p.deposed.as_ref().map(|why| Err(not_leading(why)))
     }
 }
 
@@ -98,7 +115,7 @@ impl ReplicatedStore {
     /// machine writes) proposing through `raft`, whose proposer runs on `rt`.
     /// A proposal not applied within `commit_wait` deposes it.
     pub fn new(inner: SharedStore, raft: Raft, rt: &tokio::runtime::Handle, commit_wait: Duration) -> Arc<ReplicatedStore> {
-        let shared = Arc::new(Shared { overlay: Mutex::default(), progress: Mutex::default(), moved: Condvar::new() });
+        let shared = Arc::new(Shared { overlay: Mutex::default(), progress: Mutex::default(), moved: Condvar::new(), moved_async: tokio::sync::Notify::new() });
         let (submit, rx) = mpsc::unbounded_channel();
         rt.spawn(propose_in_order(raft, rx, shared.clone()));
         Arc::new(ReplicatedStore { inner, shared, submit, commit_wait })
@@ -201,44 +218,102 @@ impl ReplicatedStore {
         }
     }
 
+    /// When every proposal made so far is applied: `None` if it is now, else
+    /// a future that ends then (an error if this store is deposed first, or
+    /// the wait runs out, which deposes it).
+    pub fn applied_later(&self) -> Option<futures::future::BoxFuture<'static, Result<()>>> {
+        let seq = self.shared.progress.lock().proposed;
+        if matches!(self.shared.applied(seq), Some(Ok(()))) {
+            return None;
+        }
+        let (shared, wait) = (self.shared.clone(), self.commit_wait);
+        Some(Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let moved = shared.moved_async.notified();
+                tokio::pin!(moved);
+                moved.as_mut().enable();
+                if let Some(done) = shared.applied(seq) {
+                    return done;
+                }
+                if tokio::time::timeout_at(deadline, moved).await.is_err() {
+                    shared.depose(format!("a proposal was not applied within {wait:?}"));
+                    return Err(not_leading("timed out"));
+                }
+            }
+        }))
+    }
+
     fn overlay(&self) -> Option<Overlay> {
         let o = self.shared.overlay.lock();
         (!o.0.is_empty()).then(|| o.0.clone())
     }
 }
 
+/// Proposals sent to the group as one entry: the last place it fills, and
+/// the overlay's writes it carries.
+struct Sent {
+    last: u64,
+    writes: Vec<u64>,
+}
+
 /// Sends proposals to Raft in order, and hears each applied in order.
+/// Proposals arrive as their places are filled; each is sent once every
+/// place before it has been. Those ready together go as one entry (a read
+/// pass's requests, mostly): one round of the log, not one each.
 async fn propose_in_order(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, shared: Arc<Shared>) {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Heard>();
     let hearing = shared.clone();
     tokio::spawn(async move {
-        while let Some((pending, answer)) = done_rx.recv().await {
-            let pending: Pending = pending;
+        while let Some((sent, answer)) = done_rx.recv().await {
             match heard(answer).await {
                 Ok(_) => {
-                    hearing.overlay.lock().0.forget(&pending.writes);
+                    hearing.overlay.lock().0.forget(&sent.writes);
                     let mut p = hearing.progress.lock();
-                    p.applied = p.applied.max(pending.seq);
-                    hearing.moved.notify_all();
+                    p.applied = p.applied.max(sent.last);
+                    drop(p);
+                    hearing.wake();
                 }
                 Err(why) => hearing.depose(why),
             }
         }
     });
-    // Proposals arrive as their places are filled; each is sent once every
-    // place before it has been.
     let mut next = 1;
     let mut waiting = std::collections::BTreeMap::new();
     while let Some(pending) = rx.recv().await {
         waiting.insert(pending.seq, pending);
-        while let Some(pending) = waiting.remove(&next) {
+        while let Ok(more) = rx.try_recv() {
+            waiting.insert(more.seq, more);
+        }
+        let mut entry = Proposal::default();
+        let mut sent = Sent { last: 0, writes: Vec::new() };
+        while let Some(p) = waiting.remove(&next) {
             next += 1;
-            let answer = raft.client_write_ff(pending.proposal.clone()).await.map_err(|e| e.to_string());
-            if done_tx.send((pending, answer)).is_err() {
+            // A table is ingested before its entry's other edits: it goes
+            // in an entry of its own, after what came before it.
+            let alone = p.proposal.tables().next().is_some();
+            if alone && sent.last != 0 && !send(&raft, &done_tx, std::mem::take(&mut entry), std::mem::replace(&mut sent, Sent { last: 0, writes: Vec::new() })).await {
+                return;
+            }
+            entry.edits.extend(p.proposal.edits);
+            sent.writes.extend(p.writes);
+            sent.last = p.seq;
+            if alone && !send(&raft, &done_tx, std::mem::take(&mut entry), std::mem::replace(&mut sent, Sent { last: 0, writes: Vec::new() })).await {
                 return;
             }
         }
+        if sent.last != 0 && !send(&raft, &done_tx, entry, sent).await {
+            return;
+        }
     }
+}
+
+type Heard = (Sent, std::result::Result<Answer, String>);
+
+/// Sends one entry; false once nobody hears the outcomes any more.
+async fn send(raft: &Raft, done_tx: &mpsc::UnboundedSender<Heard>, entry: Proposal, sent: Sent) -> bool {
+    let answer = raft.client_write_ff(entry).await.map_err(|e| e.to_string());
+    done_tx.send((sent, answer)).is_ok()
 }
 
 type Answer = <openraft::impls::OneshotResponder<crate::GroupConfig> as openraft::raft::responder::Responder<crate::GroupConfig>>::Receiver;

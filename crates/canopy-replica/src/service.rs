@@ -109,14 +109,22 @@ impl ReplicatedService {
     }
 
     /// Confirms, once per pass, that this member still leads (ReadIndex).
+    /// The only voter of its group needs no round: no other member can be
+    /// elected but through a membership change it logs itself.
     fn confirm(&self) -> bool {
-        if CONFIRMED.with(Cell::get) {
+        if CONFIRMED.with(Cell::get) || self.sole_voter() {
             return true;
         }
         let raft = self.raft.clone();
         let ok = matches!(self.block_on(async move { raft.ensure_linearizable().await }), Some(Ok(_)));
         CONFIRMED.with(|c| c.set(ok));
         ok
+    }
+
+    fn sole_voter(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state.is_leader() && m.membership_config.membership().voter_ids().eq([self.member])
     }
 
     fn group_info(&self) -> GroupInfo {
@@ -165,16 +173,16 @@ impl ReplicatedService {
             Ok(r) => r,
         };
         let now = self.clock.wall_ms();
-        let floor = match sessions::lookup(&*lead.store, session, seq, now) {
+        let kept = match sessions::lookup(&*lead.store, session, seq, now) {
             Ok(Known::Answered(a)) => return Handled::Now(a),
             Ok(Known::Forgotten) => return Handled::Now(Err(Errno::ESTALE)),
-            Ok(Known::New(f)) => f,
+            Ok(Known::New(r)) => r,
             Err(_) => return Handled::Now(Err(Errno::EIO)),
         };
         lead.store.begin_request();
         let handled = lead.service.call(peer, creds, req);
         let ended = match &handled {
-            Handled::Now(answer) => lead.store.end_request(|| sessions::record(session, seq, done_below, floor, answer, now)),
+            Handled::Now(answer) => lead.store.end_request(|| sessions::record(kept, session, seq, done_below, answer, now)),
             // An answer that comes later (a lock that waits) is not recorded.
             Handled::Later(_) => lead.store.end_request(canopy_store::Batch::new),
         };
@@ -234,5 +242,18 @@ impl Service for ReplicatedService {
             return Ok(());
         };
         canopy_store::in_pass(&*lead.store, handlers).map_err(|_| Errno::ENOTCONN)
+    }
+
+    /// As `in_pass`, without waiting: the pass's answers wait for the group
+    /// to apply what it wrote (and what was proposed before, which its reads
+    /// may have seen), while the daemon reads its next pass.
+    fn in_pass_later(&self, handlers: &mut dyn FnMut()) -> Result<Option<canopy_rpc::Durable>, Errno> {
+        CONFIRMED.with(|c| c.set(false));
+        let Some(lead) = self.leading() else {
+            handlers();
+            return Ok(None);
+        };
+        canopy_store::log_deferred(handlers);
+        Ok(lead.store.applied_later().map(|f| -> canopy_rpc::Durable { Box::pin(async move { f.await.map_err(|_| Errno::ENOTCONN) }) }))
     }
 }

@@ -74,7 +74,18 @@ pub trait Service: Send + Sync + 'static {
         handlers();
         Ok(())
     }
+
+    /// As [`Service::in_pass`], for a service whose writes become durable
+    /// after the pass (a replica group applies them): `Some(f)`: the pass's
+    /// answers wait for `f` (its error becomes every answer), while the
+    /// daemon goes on to its next pass.
+    fn in_pass_later(&self, handlers: &mut dyn FnMut()) -> Result<Option<Durable>, Errno> {
+        self.in_pass(handlers).map(|_| None)
+    }
 }
+
+/// When a pass's writes are durable ([`Service::in_pass_later`]).
+pub type Durable = BoxFuture<'static, Result<(), Errno>>;
 
 /// Answers `req` on a blocking thread of its own (it may wait long, see
 /// [`Service::waits`]), then whatever the handler handed back.

@@ -284,6 +284,9 @@ type Incoming = (u64, u16, Result<(Creds, Request), Errno>);
 enum Answer {
     Now(u64, u16, RpcResult),
     Later(u64, u16, usize, BoxFuture<'static, RpcResult>),
+    /// A pass's answers, sent once what it wrote is durable; the bound on
+    /// their replies.
+    Durable(Vec<(u64, u16, RpcResult)>, usize, crate::Durable),
 }
 
 /// A reply worked out later, and the room it holds in the budget until written.
@@ -362,13 +365,21 @@ fn answer_apart(peer: &Identity, service: &Arc<dyn Service>, (id, op, decoded): 
 fn answer_now(peer: &Identity, service: &dyn Service, requests: Vec<Incoming>) -> Vec<Answer> {
     let mut requests = Some(requests);
     let mut answers = Vec::new();
-    let durable = service.in_pass(&mut || answers = requests.take().unwrap_or_default().into_iter().map(|incoming| answer_one(peer, service, incoming)).collect());
+    let bounds: Vec<usize> = requests.iter().flatten().map(|(_, _, r)| r.as_ref().map_or(0, |(_, req)| req.reply_bound())).collect();
+    let durable = service.in_pass_later(&mut || answers = requests.take().unwrap_or_default().into_iter().map(|incoming| answer_one(peer, service, incoming)).collect());
     match durable {
-        Ok(()) => answers,
+        Ok(None) => answers,
+        Ok(Some(later)) => {
+            let (now, mut rest): (Vec<Answer>, Vec<Answer>) = answers.into_iter().partition(|a| matches!(a, Answer::Now(..)));
+            let now: Vec<(u64, u16, RpcResult)> = now.into_iter().filter_map(|a| if let Answer::Now(id, op, r) = a { Some((id, op, r)) } else { None }).collect();
+            rest.push(Answer::Durable(now, bounds.iter().sum(), later));
+            rest
+        }
         Err(e) => answers
             .into_iter()
             .map(|a| match a {
                 Answer::Now(id, op, _) | Answer::Later(id, op, _, _) => Answer::Now(id, op, Err(e)),
+                Answer::Durable(..) => unreachable!("made only here"),
             })
             .collect(),
     }
@@ -411,6 +422,22 @@ impl Conn<'_> {
         for a in answers {
             match a {
                 Answer::Now(id, op, result) => encode_answer(out, id, op, &result),
+                Answer::Durable(answers, bound, durable) => {
+                    self.state.in_flight.fetch_add(1, Ordering::AcqRel);
+                    let (tx, budget) = (self.late_tx.clone(), self.budget.clone());
+                    tokio::spawn(async move {
+                        let room = budget.kib.clone().acquire_many_owned(budget.permits_for(bound)).await.ok();
+                        let outcome = durable.await;
+                        let mut late = BytesMut::new();
+                        for (id, op, result) in answers {
+                            match outcome {
+                                Ok(()) => encode_answer(&mut late, id, op, &result),
+                                Err(e) => encode_answer(&mut late, id, op, &Err(e)),
+                            }
+                        }
+                        let _ = tx.send((late, room));
+                    });
+                }
                 Answer::Later(id, op, _, _) if self.state.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT => {
                     encode_answer(out, id, op, &Err(Errno::EAGAIN));
                 }

@@ -26,7 +26,7 @@ thread_local! {
 /// Runs `f` with this thread's log writes left buffered. The caller must call
 /// [`Store::flush_log`](crate::Store::flush_log) before it lets anyone learn of
 /// what `f` wrote ([`in_pass`] does both).
-pub(crate) fn log_deferred(f: &mut dyn FnMut()) {
+pub fn log_deferred(f: &mut dyn FnMut()) {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {

@@ -24,7 +24,7 @@ mod rocks;
 
 pub use cached::{CacheCounts, CachedStore};
 pub use rocks::LogCounts;
-pub use deferred::{deferring, in_pass};
+pub use deferred::{deferring, in_pass, log_deferred};
 pub use mem::MemStore;
 pub use rocks::{rocksdb_build, RocksStore};
 

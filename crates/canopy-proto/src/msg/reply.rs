@@ -82,7 +82,7 @@ pub enum Reply {
     /// inodes it added a count to, and those it made a name for.
     Pending { counted: Vec<u64>, named: Vec<u64> },
     /// Replica groups: the answer to a `Peer` message, opaque.
-    PeerReply(Vec<u8>),
+    PeerReply(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Replica groups: this member does not lead its group and applied
     /// nothing; `leader` is the member it believes does.
     NotLeader { leader: Option<u64> },

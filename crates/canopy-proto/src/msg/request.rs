@@ -6,9 +6,9 @@ use super::*;
 use serde::{Deserialize, Serialize};
 
 macro_rules! requests {
-    ($($(#[$doc:meta])* $name:ident $({ $($field:ident : $ty:ty),* $(,)? })? = $op:literal,)*) => {
+    ($($(#[$doc:meta])* $name:ident $({ $($(#[$fattr:meta])* $field:ident : $ty:ty),* $(,)? })? = $op:literal,)*) => {
         #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-        pub enum Request { $($(#[$doc])* $name $({ $($field: $ty),* })?,)* }
+        pub enum Request { $($(#[$doc])* $name $({ $($(#[$fattr])* $field: $ty),* })?,)* }
 
         /// Every request's name and wire opcode, in declaration order (which is
         /// also the payload's variant tag: see the module doc).
@@ -340,7 +340,7 @@ requests! {
     LinkPending { txn: u64 } = 0x0110,
     /// Replica groups: a message between members of one group (its Raft's,
     /// opaque here). Only from the cluster key.
-    Peer { call: Vec<u8> } = 0x0601,
+    Peer { #[serde(with = "serde_bytes")] call: Vec<u8> } = 0x0601,
     /// Replica groups: the request encoded in `inner` (not itself a `Once`),
     /// applied at most once: it is request `seq` of client session
     /// `session`, whose client has heard the answer of every request of the
@@ -348,7 +348,7 @@ requests! {
     /// is answered what it was first, not applied again. `ESTALE`: the group
     /// no longer knows the session's answer for `seq` (heard and forgotten,
     /// or the session expired) and did not apply it again.
-    Once { session: u64, seq: u64, done_below: u64, inner: Vec<u8> } = 0x0602,
+    Once { session: u64, seq: u64, done_below: u64, #[serde(with = "serde_bytes")] inner: Vec<u8> } = 0x0602,
     /// Replica groups: this member's view of its group (`Reply::Group`).
     GroupStatus = 0x0603,
 }
