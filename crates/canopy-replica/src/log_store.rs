@@ -1,11 +1,13 @@
-//! The Raft log, the vote and the commit point, kept in the member's store
+//! The Raft log and the vote, kept in the member's store
 //! (families [`RAFT_LOG`] and [`RAFT_STATE`]) beside the data, so one
 //! RocksDB holds a member's whole durable state.
 //!
 //! An entry is `raft_log[index as 8 big-endian bytes] = postcard(entry)`.
-//! `raft_state` holds the vote, the commit point, the last purged log id
-//! and the last log id, each written in the same batch as the change that
-//! moves it. A write returns once it is in the store's write-ahead log, so
+//! `raft_state` holds the vote, the last purged log id and the last log id,
+//! each written in the same batch as the change that moves it. The commit
+//! point is not kept: a member that restarts learns it again from its
+//! leader (or, alone, commits its log again), and applies from its last
+//! applied entry. A write returns once it is in the store's write-ahead log, so
 //! the append callback is called at once.
 
 use crate::{GroupConfig, MemberId, RAFT_LOG, RAFT_STATE};
@@ -19,7 +21,6 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 const VOTE: &[u8] = b"vote";
-const COMMITTED: &[u8] = b"committed";
 const LAST_PURGED: &[u8] = b"last_purged";
 const LAST_LOG: &[u8] = b"last_log";
 
@@ -149,16 +150,6 @@ impl RaftLogStorage<GroupConfig> for LogStore {
 
     async fn read_vote(&mut self) -> Result<Option<Vote<MemberId>>, Error> {
         read_state(&*self.store, VOTE).map_err(|e| StorageIOError::read_vote(AnyError::error(e)).into())
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId<MemberId>>) -> Result<(), Error> {
-        let mut b = Batch::new();
-        b.put(RAFT_STATE, COMMITTED, encode(&committed));
-        self.write(b)
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId<MemberId>>, Error> {
-        Ok(self.state::<Option<LogId<MemberId>>>(COMMITTED)?.flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<GroupConfig>) -> Result<(), Error>

@@ -19,8 +19,6 @@ pub enum Seen {
     Deleted,
 }
 
-/// A key of one family.
-type Key = (&'static str, Vec<u8>);
 /// The write that changed a key last, and its value (`None`: deleted).
 type Newest = (u64, Option<Vec<u8>>);
 /// Visits pairs in key order while the visitor says go on.
@@ -30,14 +28,15 @@ pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> bool + 'a;
 pub struct Overlay {
     /// The newest pending change of each key: the write's id and its value
     /// (`None`: deleted).
-    points: BTreeMap<Key, Newest>,
+    /// By family, then key: a lookup by a borrowed key allocates nothing.
+    points: BTreeMap<&'static str, BTreeMap<Vec<u8>, Newest>>,
     /// Pending range deletions: id, family, `[from, to)`.
     ranges: Vec<(u64, &'static str, Vec<u8>, Vec<u8>)>,
 }
 
 impl Overlay {
     pub fn is_empty(&self) -> bool {
-        self.points.is_empty() && self.ranges.is_empty()
+        self.points.values().all(BTreeMap::is_empty) && self.ranges.is_empty()
     }
 
     /// Records write `id`'s changes, in order.
@@ -45,14 +44,16 @@ impl Overlay {
         for c in &batch.changes {
             match c {
                 Change::Put(cf, k, v) => {
-                    self.points.insert((*cf, k.clone()), (id, Some(v.clone())));
+                    self.points.entry(cf).or_default().insert(k.clone(), (id, Some(v.clone())));
                 }
                 Change::Delete(cf, k) => {
-                    self.points.insert((*cf, k.clone()), (id, None));
+                    self.points.entry(cf).or_default().insert(k.clone(), (id, None));
                 }
                 Change::DeleteRange(cf, from, to) => {
                     // A range deletes what came before it in the write too.
-                    self.points.retain(|(c, k), _| !(c == cf && k >= from && k < to));
+                    if let Some(family) = self.points.get_mut(cf) {
+                        family.retain(|k, _| !(k >= from && k < to));
+                    }
                     self.ranges.push((id, cf, from.clone(), to.clone()));
                 }
             }
@@ -62,7 +63,9 @@ impl Overlay {
     /// Forgets the changes of the writes in `ids`: the store holds them now.
     pub fn forget(&mut self, ids: &[u64]) {
         let ids: std::collections::HashSet<u64> = ids.iter().copied().collect();
-        self.points.retain(|_, (id, _)| !ids.contains(id));
+        for family in self.points.values_mut() {
+            family.retain(|_, (id, _)| !ids.contains(id));
+        }
         self.ranges.retain(|(id, ..)| !ids.contains(id));
     }
 
@@ -72,7 +75,7 @@ impl Overlay {
     }
 
     pub fn get(&self, cf: &'static str, key: &[u8]) -> Seen {
-        let point = self.points.get(&(cf, key.to_vec()));
+        let point = self.points.get(cf).and_then(|f| f.get(key));
         let range = self.range_over(cf, key);
         match (point, range) {
             (Some((pid, v)), r) if r.is_none_or(|r| *pid > r) => match v {
@@ -92,11 +95,12 @@ impl Overlay {
 
     /// The pending puts of `cf` whose keys start with `prefix`, in key order.
     pub fn puts_in(&self, cf: &'static str, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.points
-            .range((cf, prefix.to_vec())..)
-            .take_while(|((c, k), _)| *c == cf && k.starts_with(prefix))
-            .filter(|((c, k), _)| matches!(self.get(c, k), Seen::Put(_)))
-            .filter_map(|((_, k), (_, v))| v.clone().map(|v| (k.clone(), v)))
+        let Some(family) = self.points.get(cf) else { return Vec::new() };
+        family
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| matches!(self.get(cf, k), Seen::Put(_)))
+            .filter_map(|(k, (_, v))| v.clone().map(|v| (k.clone(), v)))
             .collect()
     }
 

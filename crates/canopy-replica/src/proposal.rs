@@ -37,6 +37,20 @@ pub struct Applied {
 }
 
 impl Proposal {
+    /// The proposal of `batch`, taking its keys and values.
+    pub fn from_batch(batch: Batch) -> Proposal {
+        let edits = batch
+            .changes
+            .into_iter()
+            .map(|c| match c {
+                Change::Put(cf, k, v) => Edit::Put(cf.to_string(), k, v),
+                Change::Delete(cf, k) => Edit::Delete(cf.to_string(), k),
+                Change::DeleteRange(cf, from, to) => Edit::DeleteRange(cf.to_string(), from, to),
+            })
+            .collect();
+        Proposal { edits }
+    }
+
     pub fn of_batch(batch: &Batch) -> Proposal {
         let edits = batch
             .changes

@@ -138,7 +138,7 @@ impl ReplicatedStore {
         // place with what it wrote, so later proposals are not held behind it.
         let left = REQUEST.with(|r| r.borrow_mut().replace(InRequest::default()));
         if let Some(InRequest { writes, batch, slot: Some(slot), .. }) = left {
-            let _ = self.fill(slot, writes, Proposal::of_batch(&batch));
+            let _ = self.fill(slot, writes, Proposal::from_batch(batch));
         }
     }
 
@@ -157,12 +157,12 @@ impl ReplicatedStore {
         match self.add_to_overlay(&more) {
             Ok(id) => writes.push(id),
             Err(e) => {
-                let _ = self.fill(slot, writes, Proposal::of_batch(&batch));
+                let _ = self.fill(slot, writes, Proposal::from_batch(batch));
                 return Err(e);
             }
         }
         batch.changes.extend(more.changes);
-        self.fill(slot, writes, Proposal::of_batch(&batch))?;
+        self.fill(slot, writes, Proposal::from_batch(batch))?;
         Ok(true)
     }
 
@@ -342,7 +342,7 @@ impl Store for ReplicatedStore {
         self.inner.get(cf, key)
     }
 
-    fn write(&self, batch: Batch) -> Result<()> {
+    fn write(&self, mut batch: Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -354,7 +354,7 @@ impl Store for ReplicatedStore {
                     req.slot = Some(self.reserve()?);
                 }
                 req.writes.push(id);
-                req.batch.changes.extend(batch.changes.iter().cloned());
+                req.batch.changes.append(&mut batch.changes);
                 Ok(true)
             }
             None => Ok(false),
@@ -363,7 +363,7 @@ impl Store for ReplicatedStore {
         if in_request {
             return Ok(());
         }
-        let seq = self.propose(vec![id], Proposal::of_batch(&batch))?;
+        let seq = self.propose(vec![id], Proposal::from_batch(batch))?;
         if canopy_store::deferring() {
             Ok(())
         } else {
@@ -422,7 +422,7 @@ impl Store for ReplicatedStore {
             })
         });
         if let Some((slot, writes, batch)) = before {
-            self.fill(slot, writes, Proposal::of_batch(&batch))?;
+            self.fill(slot, writes, Proposal::from_batch(batch))?;
         }
         let seq = self.propose(Vec::new(), Proposal { edits })?;
         self.wait_applied(seq)?;

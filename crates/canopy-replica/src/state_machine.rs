@@ -1,7 +1,8 @@
 //! The replicated state: the member's store, to which committed proposals
 //! are applied in log order. Each apply writes the batch and the last
 //! applied log id (and membership) in one atomic write, so a member that
-//! restarts resumes exactly after the last entry it applied.
+//! restarts resumes exactly after the last entry it applied. That write is
+//! not made durable by itself: the log is, and a lost apply is redone.
 
 use crate::log_store::encode;
 use crate::snapshot::{self, applied_in, Membership, SnapshotFiles, APPLIED, MEMBERSHIP};
@@ -100,7 +101,12 @@ impl RaftStateMachine<GroupConfig> for StateMachine {
         }
         if let Some(last) = last {
             batch.put(RAFT_STATE, APPLIED, encode(&Some(last)));
-            self.store.write(batch).map_err(sm_write)?;
+            // Left in the store's log buffer: the Raft log holds the entries,
+            // and a member that loses this write (with the applied mark in
+            // it) applies them again. The next append writes it out.
+            let mut res = Ok(());
+            canopy_store::log_deferred(&mut || res = self.store.write(std::mem::take(&mut batch)));
+            res.map_err(sm_write)?;
             if let Some(f) = &self.on_applied {
                 f(last.index);
             }

@@ -252,7 +252,9 @@ impl Transport for TcpTransport {
                 _ => self.timeout,
             };
             let group = self.group(target)?;
-            let (req, seq) = match req.changes_nothing() {
+            // Only a client that may send a mutation again (to another
+            // member, after an unknown outcome) needs it applied once.
+            let (req, seq) = match req.changes_nothing() || !group.replicated() {
                 true => (req, None),
                 false => {
                     let session = group.session(now_secs(), random_u32);

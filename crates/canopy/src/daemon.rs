@@ -234,6 +234,8 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
         Ok(server as Arc<dyn Service>)
     });
     let what = format!("server {} member {}", args.index, args.member.member);
+    // Before the group's threads start, so they inherit it.
+    args.sched.apply()?;
     let running = member::start(&args.member, &members, &args.data, ALL_CFS, args.durability, key_auth(&opts), open)?;
     let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what, opts, sched: args.sched };
     serve(d, running.service.clone(), None)
@@ -282,6 +284,7 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     let opts = args.limits.opts(&cluster)?;
     private_store(&args.data)?;
     let open: Open = Arc::new(|store| Ok(Arc::new(LockDaemon(LockService::open(store)?)) as Arc<dyn Service>));
+    args.sched.apply()?;
     let running = member::start(&args.member, &members, &args.data, LOCK_CFS, Durability::Wal, key_auth(&opts), open)?;
     // Every member sweeps: its requests go to whichever leads.
     let sweep = match args.sweep_ms {
