@@ -1,0 +1,120 @@
+//! Replica groups as an operator runs them: `canopy up --replicas 3`, the
+//! leader of every group and of the lock service killed with SIGKILL, and
+//! the namespace still serving, with nothing acknowledged lost, in every
+//! mode; two creates of one name racing at R = 3 get exactly one EEXIST.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Cluster {
+    home: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn up(mode: &str) -> Cluster {
+        let c = Cluster { home: tempfile::tempdir().unwrap() };
+        c.ok(&["up", "--servers", "2", "--replicas", "3", "--mode", mode]);
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        common::canopy_ok(self.home.path(), args)
+    }
+
+    fn dir(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// The daemons `canopy status` marks as their group's leader.
+    fn leaders(&self) -> Vec<String> {
+        let status = self.ok(&["status"]);
+        let mut names = Vec::new();
+        let mut group = String::new();
+        for line in status.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["server", i, ..] => group = format!("server-{i}"),
+                ["lockd", ..] => group = "lockd".into(),
+                ["member", id, _, "leader", ..] => names.push(format!("{group}-{id}")),
+                _ => {}
+            }
+        }
+        names
+    }
+
+    fn kill(&self, name: &str) {
+        let pid = std::fs::read_to_string(self.dir().join(format!("{name}.pid"))).unwrap();
+        assert!(Command::new("kill").args(["-9", pid.trim()]).status().unwrap().success());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = common::canopy(self.home.path(), &["down"]);
+    }
+}
+
+fn files(c: &Cluster, dir: &str, from: u32, to: u32) {
+    for i in from..to {
+        c.ok(&["touch", &format!("{dir}/f{i}")]);
+    }
+}
+
+fn killing_every_leader_loses_nothing(mode: &str) {
+    let c = Cluster::up(mode);
+    c.ok(&["mkdir", "/a", "/b"]);
+    files(&c, "/a", 0, 10);
+    let leaders = c.leaders();
+    assert_eq!(leaders.len(), 3, "a leader per group: {leaders:?}");
+    for l in &leaders {
+        c.kill(l);
+    }
+    // Served again once new leaders are elected (the client waits for them).
+    let t = Instant::now();
+    files(&c, "/a", 10, 20);
+    let failover = t.elapsed();
+    c.ok(&["mkdir", "/c"]);
+    c.ok(&["mv", "/b", "/c/b"]);
+    files(&c, "/c/b", 0, 5);
+    let listed = c.ok(&["ls", "/a"]);
+    for i in 0..20 {
+        assert!(listed.lines().any(|l| l == format!("f{i}")), "{mode}: /a/f{i} lost after the leaders died: {listed}");
+    }
+    assert_eq!(c.ok(&["ls", "/c/b"]).lines().count(), 5);
+    assert!(c.ok(&["fsck"]).contains(": clean"), "{mode}");
+    assert!(failover < Duration::from_secs(10), "{mode}: the groups took {failover:?} to serve again");
+    // The killed members come back and catch up.
+    c.ok(&["up"]);
+    let status = c.ok(&["status"]);
+    assert!(!status.contains("DOWN"), "{mode}: {status}");
+}
+
+#[test]
+fn killing_every_leader_loses_nothing_on_shardfs() {
+    killing_every_leader_loses_nothing("shardfs");
+}
+
+#[test]
+fn killing_every_leader_loses_nothing_on_indexfs() {
+    killing_every_leader_loses_nothing("indexfs");
+}
+
+#[test]
+fn killing_every_leader_loses_nothing_on_giraffa() {
+    killing_every_leader_loses_nothing("giraffa");
+}
+
+#[test]
+fn two_creates_of_one_name_at_three_replicas_get_one_eexist() {
+    let c = Cluster::up("shardfs");
+    c.ok(&["mkdir", "/d"]);
+    for i in 0..8 {
+        let target = format!("/d/l{i}");
+        let racers: Vec<_> = (0..2).map(|_| common::command(c.dir()).args(["ln", "-s", "/x", &target]).spawn().unwrap()).collect();
+        let won = racers.into_iter().map(|r| r.wait_with_output().unwrap().status.success()).filter(|ok| *ok).count();
+        assert_eq!(won, 1, "{target}: {won} of two creates succeeded");
+    }
+}
