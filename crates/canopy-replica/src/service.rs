@@ -2,11 +2,16 @@
 //! through the service it opened over a [`ReplicatedStore`]; any other
 //! member answers `Reply::NotLeader` and applies nothing.
 //!
-//! Reads are never stale: before a pass's first request the leader
-//! confirms it still leads with a round of heartbeats to a majority and
-//! waits until it applied everything committed by then (openraft's
-//! `ensure_linearizable`, ReadIndex), so a deposed leader that has not
-//! heard yet answers nothing. One round per read pass, not per read.
+//! Reads are never stale. The leader holds a **lease**: a round of
+//! heartbeats that a majority acknowledged (openraft's ReadIndex,
+//! `ensure_linearizable`), begun at `t`, lets it serve until `t` + half of
+//! openraft's leader lease (the election timeout's upper end: 500 ms for a
+//! daemon). A member that acknowledged it refuses to vote for anyone else
+//! until the whole leader lease has passed since, so no other leader exists
+//! before then, and the other half covers clocks running at different
+//! rates. A task renews the
+//! lease every [`RENEW_EVERY`]; a pass that finds it run out makes the round
+//! itself, once, and a member that cannot gather a majority answers nothing.
 //!
 //! Mutations come in `Request::Once` ([`crate::sessions`]): their answer is
 //! recorded in the entry that applies them, and a retry at the next leader
@@ -24,6 +29,7 @@ use parking_lot::RwLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What a leader serves with, for one term.
 pub struct Leading {
@@ -39,6 +45,8 @@ pub struct ReplicatedService {
     rt: tokio::runtime::Handle,
     clock: SharedClock,
     leading: RwLock<Option<Arc<Leading>>>,
+    /// Until when this member may serve reads without a round.
+    lease_until: parking_lot::Mutex<Option<Instant>>,
     terms_led: AtomicU64,
     deposed: AtomicU64,
 }
@@ -47,6 +55,9 @@ thread_local! {
     /// Whether this thread's pass has confirmed its member leads.
     static CONFIRMED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// How often a leader renews its lease.
+pub const RENEW_EVERY: Duration = Duration::from_millis(150);
 
 impl ReplicatedService {
     pub fn new(member: MemberId, raft: Raft, peer: Arc<Peer>, rt: tokio::runtime::Handle, clock: SharedClock) -> ReplicatedService {
@@ -57,6 +68,7 @@ impl ReplicatedService {
             rt,
             clock,
             leading: RwLock::new(None),
+            lease_until: parking_lot::Mutex::new(None),
             terms_led: AtomicU64::new(0),
             deposed: AtomicU64::new(0),
         }
@@ -85,6 +97,7 @@ impl ReplicatedService {
 
     /// Stops serving as leader: what is pending fails.
     pub fn stop_leading(&self, why: &str) {
+        *self.lease_until.lock() = None;
         if let Some(old) = self.leading.write().take() {
             if old.store.deposed().is_none() {
                 self.deposed.fetch_add(1, Ordering::Relaxed);
@@ -108,17 +121,58 @@ impl ReplicatedService {
         futures::executor::block_on(self.rt.spawn(f)).ok()
     }
 
-    /// Confirms, once per pass, that this member still leads (ReadIndex).
-    /// The only voter of its group needs no round: no other member can be
-    /// elected but through a membership change it logs itself.
+    /// Confirms, once per pass, that this member still leads: under its
+    /// lease, or after a round of its own. The only voter of its group needs
+    /// neither: no other member can be elected but through a membership
+    /// change it logs itself.
     fn confirm(&self) -> bool {
-        if CONFIRMED.with(Cell::get) || self.sole_voter() {
+        if CONFIRMED.with(Cell::get) || self.sole_voter() || self.leased() {
             return true;
         }
         let raft = self.raft.clone();
-        let ok = matches!(self.block_on(async move { raft.ensure_linearizable().await }), Some(Ok(_)));
+        let me = self.member;
+        let began = Instant::now();
+        let ok = matches!(self.block_on(async move { renew(&raft, me).await }), Some(Some(_)));
+        if ok {
+            self.extend_lease(began);
+        }
         CONFIRMED.with(|c| c.set(ok));
         ok
+    }
+
+    fn leased(&self) -> bool {
+        self.lease_until.lock().is_some_and(|until| Instant::now() < until)
+    }
+
+    /// How long an acknowledged round lets this member serve: half of
+    /// openraft's leader lease, the election timeout's upper end.
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.raft.config().election_timeout_max / 2)
+    }
+
+    /// A round begun at `began` was acknowledged by a majority.
+    fn extend_lease(&self, began: Instant) {
+        let until = began + self.lease();
+        let mut l = self.lease_until.lock();
+        if l.is_none_or(|u| u < until) {
+            *l = Some(until);
+        }
+    }
+
+    /// Renews the lease every [`RENEW_EVERY`] while this member leads; for
+    /// the member's life.
+    pub async fn keep_lease(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            if self.leading().is_none() || self.sole_voter() {
+                *self.lease_until.lock() = None;
+                continue;
+            }
+            let began = Instant::now();
+            if renew(&self.raft, self.member).await.is_some() {
+                self.extend_lease(began);
+            }
+        }
     }
 
     fn sole_voter(&self) -> bool {
@@ -198,6 +252,13 @@ struct Numbered {
     session: u64,
     seq: u64,
     done_below: u64,
+}
+
+/// A round of heartbeats acknowledged by a majority, with everything
+/// committed before it applied: `Some` if this member still leads.
+async fn renew(raft: &Raft, me: MemberId) -> Option<()> {
+    raft.ensure_linearizable().await.ok()?;
+    (raft.metrics().borrow().current_leader == Some(me)).then_some(())
 }
 
 impl Service for ReplicatedService {
