@@ -8,11 +8,14 @@
 
 use crate::snapshot::{Chunk, SnapshotFiles};
 use crate::{GroupConfig, MemberId, Raft};
-use openraft::error::{Fatal, RaftError};
+use openraft::error::{Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
-use openraft::{BasicNode, Snapshot, SnapshotMeta, Vote};
+use openraft::{BasicNode, OptionalSend, Snapshot, SnapshotMeta, Vote};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
 use tokio::sync::Mutex;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,5 +79,89 @@ impl Peer {
         }
         let snapshot = Snapshot { meta, snapshot: files };
         self.raft.install_full_snapshot(vote, snapshot).await.map_err(|e: Fatal<MemberId>| e.to_string())
+    }
+}
+
+/// What carries one member's messages to one peer: a socket
+/// ([`crate::tcp`]) or the in-process router ([`crate::router`]).
+pub trait Carrier: Send + Sync + 'static {
+    /// Delivers `call` and brings back the answer, within `timeout`.
+    fn carry(&mut self, call: PeerCall, timeout: Duration) -> impl Future<Output = Result<PeerReply, Unreachable>> + Send;
+}
+
+/// Raft's view of the way to one peer: its messages as [`PeerCall`]s over a
+/// [`Carrier`].
+pub struct Link<C> {
+    pub to: MemberId,
+    pub carrier: C,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Failed(pub String);
+
+fn unexpected(reply: PeerReply) -> NetworkError {
+    NetworkError::new(&Failed(format!("unexpected reply {reply:?}")))
+}
+
+fn refused(why: String) -> NetworkError {
+    NetworkError::new(&Failed(why))
+}
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<MemberId, BasicNode, RaftError<MemberId, E>>;
+
+/// How long a snapshot's message may take at least.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl<C: Carrier> RaftNetwork<GroupConfig> for Link<C> {
+    async fn append_entries(&mut self, rpc: AppendEntriesRequest<GroupConfig>, option: RPCOption) -> Result<AppendEntriesResponse<MemberId>, RpcErr> {
+        match self.carrier.carry(PeerCall::Append(rpc), option.hard_ttl()).await? {
+            PeerReply::Append(Ok(r)) => Ok(r),
+            PeerReply::Append(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
+            other => Err(RPCError::Network(unexpected(other))),
+        }
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<MemberId>, option: RPCOption) -> Result<VoteResponse<MemberId>, RpcErr> {
+        match self.carrier.carry(PeerCall::Vote(rpc), option.hard_ttl()).await? {
+            PeerReply::Vote(Ok(r)) => Ok(r),
+            PeerReply::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
+            other => Err(RPCError::Network(unexpected(other))),
+        }
+    }
+
+    /// `Begin`, the chunks, `Install`; any failure sends it again from the
+    /// start (openraft retries).
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<MemberId>,
+        snapshot: Snapshot<GroupConfig>,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<MemberId>, StreamingError<GroupConfig, Fatal<MemberId>>> {
+        let timeout = option.hard_ttl().max(SNAPSHOT_TIMEOUT);
+        let chunks = snapshot.snapshot.chunks().map(|c| c.map(PeerCall::Chunk));
+        for call in std::iter::once(Ok(PeerCall::Begin)).chain(chunks) {
+            let call = call.map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+            match self.carrier.carry(call, timeout).await? {
+                PeerReply::Chunk(Ok(())) => {}
+                PeerReply::Chunk(Err(why)) => return Err(StreamingError::Network(refused(why))),
+                other => return Err(StreamingError::Network(unexpected(other))),
+            }
+        }
+        match self.carrier.carry(PeerCall::Install { vote, meta: snapshot.meta }, timeout).await? {
+            PeerReply::Install(Ok(r)) => Ok(r),
+            PeerReply::Install(Err(why)) => Err(StreamingError::Network(refused(why))),
+            other => Err(StreamingError::Network(unexpected(other))),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn install_snapshot(
+        &mut self,
+        _rpc: openraft::raft::InstallSnapshotRequest<GroupConfig>,
+        _option: RPCOption,
+    ) -> Result<openraft::raft::InstallSnapshotResponse<MemberId>, RpcErr<InstallSnapshotError>> {
+        Err(RPCError::Network(refused("snapshots are sent whole (full_snapshot)".into())))
     }
 }

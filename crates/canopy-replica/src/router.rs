@@ -3,17 +3,15 @@
 //! after they are served), duplicated and delayed, from a seeded random
 //! source so a failing run can be replayed.
 
-use crate::network::{Peer, PeerCall, PeerReply};
+use crate::network::{Carrier, Failed, Link, Peer, PeerCall, PeerReply};
 use crate::{GroupConfig, MemberId};
-use openraft::error::{Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
-use openraft::{BasicNode, OptionalSend, Snapshot, Vote};
+use openraft::error::Unreachable;
+use openraft::network::RaftNetworkFactory;
+use openraft::BasicNode;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,9 +43,6 @@ pub struct Router {
     rng: Mutex<StdRng>,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Lost(String);
 
 impl Router {
     pub fn new(seed: u64) -> Arc<Router> {
@@ -102,7 +97,7 @@ impl Router {
             let unreachable = l.cut.contains(&(from, to));
             match l.members.get(&to) {
                 Some(p) if !unreachable => (p.clone(), l.faults.clone()),
-                _ => return Err(Unreachable::new(&Lost(format!("member {to} unreachable from {from}")))),
+                _ => return Err(Unreachable::new(&Failed(format!("member {to} unreachable from {from}")))),
             }
         };
         if !faults.delay_max.is_zero() {
@@ -110,17 +105,17 @@ impl Router {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         if matches!(call, PeerCall::Begin | PeerCall::Chunk(_) | PeerCall::Install { .. }) && self.lose_snapshot_message() {
-            return Err(Unreachable::new(&Lost("snapshot message lost".into())));
+            return Err(Unreachable::new(&Failed("snapshot message lost".into())));
         }
         if self.chance(faults.drop_request) {
-            return Err(Unreachable::new(&Lost("request dropped".into())));
+            return Err(Unreachable::new(&Failed("request dropped".into())));
         }
         let reply = peer.serve(from, call.clone()).await;
         if self.chance(faults.duplicate) {
             let _ = peer.serve(from, call).await;
         }
         if self.chance(faults.drop_reply) {
-            return Err(Unreachable::new(&Lost("reply dropped".into())));
+            return Err(Unreachable::new(&Failed("reply dropped".into())));
         }
         Ok(reply)
     }
@@ -133,82 +128,23 @@ pub struct RouterNetwork {
     pub from: MemberId,
 }
 
-pub struct RouterLink {
+/// The router's way from one member to another.
+pub struct RouterCarrier {
     router: Arc<Router>,
     from: MemberId,
     to: MemberId,
 }
 
 impl RaftNetworkFactory<GroupConfig> for RouterNetwork {
-    type Network = RouterLink;
+    type Network = Link<RouterCarrier>;
 
-    async fn new_client(&mut self, to: MemberId, _node: &BasicNode) -> RouterLink {
-        RouterLink { router: self.router.clone(), from: self.from, to }
+    async fn new_client(&mut self, to: MemberId, _node: &BasicNode) -> Link<RouterCarrier> {
+        Link { to, carrier: RouterCarrier { router: self.router.clone(), from: self.from, to } }
     }
 }
 
-type RpcErr<E = openraft::error::Infallible> = RPCError<MemberId, BasicNode, RaftError<MemberId, E>>;
-
-impl RouterLink {
-    async fn call(&self, call: PeerCall) -> Result<PeerReply, Unreachable> {
+impl Carrier for RouterCarrier {
+    async fn carry(&mut self, call: PeerCall, _timeout: Duration) -> Result<PeerReply, Unreachable> {
         self.router.call(self.from, self.to, call).await
-    }
-}
-
-fn unexpected(reply: PeerReply) -> NetworkError {
-    NetworkError::new(&Lost(format!("unexpected reply {reply:?}")))
-}
-
-impl RaftNetwork<GroupConfig> for RouterLink {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<GroupConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<MemberId>, RpcErr> {
-        match self.call(PeerCall::Append(rpc)).await? {
-            PeerReply::Append(Ok(r)) => Ok(r),
-            PeerReply::Append(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
-            other => Err(RPCError::Network(unexpected(other))),
-        }
-    }
-
-    async fn vote(&mut self, rpc: VoteRequest<MemberId>, _option: RPCOption) -> Result<VoteResponse<MemberId>, RpcErr> {
-        match self.call(PeerCall::Vote(rpc)).await? {
-            PeerReply::Vote(Ok(r)) => Ok(r),
-            PeerReply::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
-            other => Err(RPCError::Network(unexpected(other))),
-        }
-    }
-
-    async fn full_snapshot(
-        &mut self,
-        vote: Vote<MemberId>,
-        snapshot: Snapshot<GroupConfig>,
-        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
-        _option: RPCOption,
-    ) -> Result<SnapshotResponse<MemberId>, StreamingError<GroupConfig, Fatal<MemberId>>> {
-        let chunks = snapshot.snapshot.chunks().map(|c| c.map(PeerCall::Chunk));
-        for call in std::iter::once(Ok(PeerCall::Begin)).chain(chunks) {
-            let call = call.map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
-            match self.call(call).await? {
-                PeerReply::Chunk(Ok(())) => {}
-                PeerReply::Chunk(Err(why)) => return Err(StreamingError::Network(NetworkError::new(&Lost(why)))),
-                other => return Err(StreamingError::Network(unexpected(other))),
-            }
-        }
-        match self.call(PeerCall::Install { vote, meta: snapshot.meta }).await? {
-            PeerReply::Install(Ok(r)) => Ok(r),
-            PeerReply::Install(Err(why)) => Err(StreamingError::Network(NetworkError::new(&Lost(why)))),
-            other => Err(StreamingError::Network(unexpected(other))),
-        }
-    }
-
-    #[allow(deprecated)]
-    async fn install_snapshot(
-        &mut self,
-        _rpc: openraft::raft::InstallSnapshotRequest<GroupConfig>,
-        _option: RPCOption,
-    ) -> Result<openraft::raft::InstallSnapshotResponse<MemberId>, RpcErr<InstallSnapshotError>> {
-        Err(RPCError::Network(NetworkError::new(&Lost("snapshots are sent whole (full_snapshot)".into()))))
     }
 }
