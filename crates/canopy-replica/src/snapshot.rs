@@ -240,8 +240,12 @@ fn link_tables(store: &dyn Store, files: &SnapshotFiles, family: &str) -> Result
     let scratch = store.scratch_dir();
     std::fs::create_dir_all(&scratch).map_err(io)?;
     let mut links = Vec::new();
+    // Stores of one process may share a scratch directory (memory stores use
+    // the system's): each link gets a name of its own.
+    static LINKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     for t in files.tables.iter().filter(|t| t.family == family) {
-        let link = scratch.join(format!("install-{}", t.name));
+        let n = LINKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let link = scratch.join(format!("install-{}-{n}-{}", std::process::id(), t.name));
         let _ = std::fs::remove_file(&link);
         if std::fs::hard_link(files.dir.join(&t.name), &link).is_err() {
             std::fs::copy(files.dir.join(&t.name), &link).map_err(io)?;

@@ -49,6 +49,12 @@ impl StateMachine {
         if let Some((files, applied, membership)) = snapshot::pending_install(&*store)? {
             snapshot::finish_install(&*store, &families, &files, applied, &membership)?;
         }
+        // What an earlier run built or received is of no use now (a member
+        // builds its snapshot again when one is asked for), and its names
+        // would be taken.
+        if snapshots.exists() {
+            std::fs::remove_dir_all(&snapshots)?;
+        }
         Ok(StateMachine {
             store,
             families,
