@@ -1,0 +1,57 @@
+//! A leader cut off from its group stops answering reads once its lease
+//! runs out: it never answers from state a newer leader may have changed.
+
+mod kit;
+
+use canopy_proto::auth::Identity;
+use canopy_proto::clock::SystemClock;
+use canopy_proto::{Creds, Errno, Reply, Request};
+use canopy_replica::service::{Leading, ReplicatedService};
+use canopy_replica::ReplicatedStore;
+use canopy_rpc::{Handled, Service};
+use kit::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Answers every request `Pong`: what matters is whether it is asked.
+struct Answers;
+
+impl Service for Answers {
+    fn call(&self, _peer: &Identity, _creds: Creds, _req: Request) -> Handled {
+        Handled::Now(Ok(Reply::Pong { server: 0, servers: 1 }))
+    }
+}
+
+fn read(svc: &ReplicatedService) -> Result<Reply, Errno> {
+    let mut answer = None;
+    svc.in_pass(&mut || {
+        answer = Some(match svc.call(&Identity::Cluster, Creds::root(), Request::Ping) {
+            Handled::Now(r) => r,
+            Handled::Later(_) => Err(Errno::EIO),
+        })
+    })
+    .unwrap();
+    answer.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_stops_answering_reads_within_its_lease() {
+    let g = Group::new(3, 11, test_config(10_000)).await;
+    let leader = g.leader().await;
+    let m = &g.members[&leader];
+    let svc = Arc::new(ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), SystemClock::shared()));
+    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
+    let term = m.raft.metrics().borrow().current_term;
+    svc.lead(Leading { term, store, service: Arc::new(Answers) });
+    tokio::spawn(svc.clone().keep_lease());
+    let s = svc.clone();
+    assert!(matches!(tokio::task::spawn_blocking(move || read(&s)).await.unwrap(), Ok(Reply::Pong { .. })), "a leader with its group answers");
+    g.router.partition(&[leader]);
+    let cut = Instant::now();
+    // The lease is half the election timeout's upper end (150 ms here):
+    // once it has run out, and a round cannot be made, nothing is answered.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let s = svc.clone();
+    let answer = tokio::task::spawn_blocking(move || read(&s)).await.unwrap();
+    assert!(matches!(answer, Ok(Reply::NotLeader { .. })), "a leader cut off {:?} ago answered {answer:?}", cut.elapsed());
+}
