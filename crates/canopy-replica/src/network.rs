@@ -3,10 +3,14 @@
 //!
 //! A snapshot travels as [`PeerCall::Begin`], which starts a new reception,
 //! [`PeerCall::Chunk`]s of at most [`crate::snapshot::CHUNK_BYTES`], then
-//! [`PeerCall::Install`]. A chunk out of order is refused,
-//! and the leader sends the snapshot again from its start.
+//! [`PeerCall::Install`], all naming one stream. A leader may begin a new
+//! stream before an old one has stopped (a replication restarted by a change
+//! of membership): a chunk or install of any stream but the receiver's
+//! newest is refused, and an install names every file it needs, so files of
+//! two streams are never mixed and a reception emptied by a newer `Begin` is
+//! never installed. A refused stream is sent again from its start.
 
-use crate::snapshot::{Chunk, SnapshotFiles};
+use crate::snapshot::{Chunk, SnapshotFiles, TableFile};
 use crate::{GroupConfig, MemberId, Raft};
 use openraft::error::{Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork};
@@ -22,9 +26,9 @@ use tokio::sync::Mutex;
 pub enum PeerCall {
     Append(AppendEntriesRequest<GroupConfig>),
     Vote(VoteRequest<MemberId>),
-    Begin,
-    Chunk(Chunk),
-    Install { vote: Vote<MemberId>, meta: SnapshotMeta<MemberId, BasicNode> },
+    Begin { stream: u64 },
+    Chunk { stream: u64, chunk: Chunk },
+    Install { stream: u64, vote: Vote<MemberId>, meta: SnapshotMeta<MemberId, BasicNode>, tables: Vec<TableFile> },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -36,10 +40,10 @@ pub enum PeerReply {
 }
 
 /// One member's side of the conversation: its Raft and the snapshots it is
-/// receiving, one per sender.
+/// receiving, the newest stream of each sender.
 pub struct Peer {
     pub raft: Raft,
-    inbox: Mutex<HashMap<MemberId, Box<SnapshotFiles>>>,
+    inbox: Mutex<HashMap<MemberId, (u64, Box<SnapshotFiles>)>>,
 }
 
 impl Peer {
@@ -52,29 +56,49 @@ impl Peer {
         match call {
             PeerCall::Append(req) => PeerReply::Append(self.raft.append_entries(req).await),
             PeerCall::Vote(req) => PeerReply::Vote(self.raft.vote(req).await),
-            PeerCall::Begin => PeerReply::Chunk(self.begin(from).await),
-            PeerCall::Chunk(chunk) => PeerReply::Chunk(self.receive(from, chunk).await),
-            PeerCall::Install { vote, meta } => PeerReply::Install(self.install(from, vote, meta).await),
+            PeerCall::Begin { stream } => PeerReply::Chunk(self.begin(from, stream).await),
+            PeerCall::Chunk { stream, chunk } => PeerReply::Chunk(self.receive(from, stream, chunk).await),
+            PeerCall::Install { stream, vote, meta, tables } => PeerReply::Install(self.install(from, stream, vote, meta, tables).await),
         }
     }
 
-    async fn begin(&self, from: MemberId) -> Result<(), String> {
+    async fn begin(&self, from: MemberId, stream: u64) -> Result<(), String> {
         let files = self.raft.begin_receiving_snapshot().await.map_err(|e| e.to_string())?;
-        if let Some(old) = self.inbox.lock().await.insert(from, files) {
+        if let Some((_, old)) = self.inbox.lock().await.insert(from, (stream, files)) {
             let _ = std::fs::remove_dir_all(&old.dir);
         }
         Ok(())
     }
 
-    async fn receive(&self, from: MemberId, chunk: Chunk) -> Result<(), String> {
+    async fn receive(&self, from: MemberId, stream: u64, chunk: Chunk) -> Result<(), String> {
         let mut inbox = self.inbox.lock().await;
-        let files = inbox.get_mut(&from).ok_or("a snapshot chunk before its stream began")?;
-        files.receive(chunk).map_err(|e| e.to_string())
+        match inbox.get_mut(&from) {
+            Some((open, files)) if *open == stream => files.receive(chunk).map_err(|e| e.to_string()),
+            _ => Err(format!("a snapshot chunk of stream {stream}, which is not open")),
+        }
     }
 
-    async fn install(&self, from: MemberId, vote: Vote<MemberId>, meta: SnapshotMeta<MemberId, BasicNode>) -> Result<SnapshotResponse<MemberId>, String> {
-        let files = self.inbox.lock().await.remove(&from).ok_or("a snapshot installed before it was sent")?;
-        if !files.complete() {
+    async fn install(
+        &self,
+        from: MemberId,
+        stream: u64,
+        vote: Vote<MemberId>,
+        meta: SnapshotMeta<MemberId, BasicNode>,
+        tables: Vec<TableFile>,
+    ) -> Result<SnapshotResponse<MemberId>, String> {
+        let files = {
+            let mut inbox = self.inbox.lock().await;
+            let open = inbox.get(&from).is_some_and(|(open, _)| *open == stream);
+            match inbox.remove(&from) {
+                Some((_, files)) if open => files,
+                other => {
+                    inbox.extend(other.map(|o| (from, o)));
+                    return Err(format!("an install of snapshot stream {stream}, which is not open"));
+                }
+            }
+        };
+        if files.tables != tables || !files.complete() {
+            let _ = std::fs::remove_dir_all(&files.dir);
             return Err("the snapshot's files are incomplete".into());
         }
         let snapshot = Snapshot { meta, snapshot: files };
@@ -130,29 +154,18 @@ impl<C: Carrier> RaftNetwork<GroupConfig> for Link<C> {
         }
     }
 
-    /// `Begin`, the chunks, `Install`; any failure sends it again from the
-    /// start (openraft retries).
+    /// `Begin`, the chunks, `Install`, until openraft cancels it; any failure
+    /// sends it again from the start (openraft retries).
     async fn full_snapshot(
         &mut self,
         vote: Vote<MemberId>,
         snapshot: Snapshot<GroupConfig>,
-        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<MemberId>, StreamingError<GroupConfig, Fatal<MemberId>>> {
-        let timeout = option.hard_ttl().max(SNAPSHOT_TIMEOUT);
-        let chunks = snapshot.snapshot.chunks().map(|c| c.map(PeerCall::Chunk));
-        for call in std::iter::once(Ok(PeerCall::Begin)).chain(chunks) {
-            let call = call.map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
-            match self.carrier.carry(call, timeout).await? {
-                PeerReply::Chunk(Ok(())) => {}
-                PeerReply::Chunk(Err(why)) => return Err(StreamingError::Network(refused(why))),
-                other => return Err(StreamingError::Network(unexpected(other))),
-            }
-        }
-        match self.carrier.carry(PeerCall::Install { vote, meta: snapshot.meta }, timeout).await? {
-            PeerReply::Install(Ok(r)) => Ok(r),
-            PeerReply::Install(Err(why)) => Err(StreamingError::Network(refused(why))),
-            other => Err(StreamingError::Network(unexpected(other))),
+        tokio::select! {
+            sent = self.send_snapshot(vote, snapshot, option) => sent,
+            closed = cancel => Err(StreamingError::Closed(closed)),
         }
     }
 
@@ -163,5 +176,32 @@ impl<C: Carrier> RaftNetwork<GroupConfig> for Link<C> {
         _option: RPCOption,
     ) -> Result<openraft::raft::InstallSnapshotResponse<MemberId>, RpcErr<InstallSnapshotError>> {
         Err(RPCError::Network(refused("snapshots are sent whole (full_snapshot)".into())))
+    }
+}
+
+impl<C: Carrier> Link<C> {
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote<MemberId>,
+        snapshot: Snapshot<GroupConfig>,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<MemberId>, StreamingError<GroupConfig, Fatal<MemberId>>> {
+        let timeout = option.hard_ttl().max(SNAPSHOT_TIMEOUT);
+        let stream = rand::random::<u64>();
+        let chunks = snapshot.snapshot.chunks().map(|c| c.map(|chunk| PeerCall::Chunk { stream, chunk }));
+        for call in std::iter::once(Ok(PeerCall::Begin { stream })).chain(chunks) {
+            let call = call.map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+            match self.carrier.carry(call, timeout).await? {
+                PeerReply::Chunk(Ok(())) => {}
+                PeerReply::Chunk(Err(why)) => return Err(StreamingError::Network(refused(why))),
+                other => return Err(StreamingError::Network(unexpected(other))),
+            }
+        }
+        let install = PeerCall::Install { stream, vote, meta: snapshot.meta, tables: snapshot.snapshot.tables.clone() };
+        match self.carrier.carry(install, timeout).await? {
+            PeerReply::Install(Ok(r)) => Ok(r),
+            PeerReply::Install(Err(why)) => Err(StreamingError::Network(refused(why))),
+            other => Err(StreamingError::Network(unexpected(other))),
+        }
     }
 }

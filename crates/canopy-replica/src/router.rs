@@ -104,7 +104,7 @@ impl Router {
             let ms = self.rng.lock().gen_range(0..=faults.delay_max.as_millis() as u64);
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
-        if matches!(call, PeerCall::Begin | PeerCall::Chunk(_) | PeerCall::Install { .. }) && self.lose_snapshot_message() {
+        if matches!(call, PeerCall::Begin { .. } | PeerCall::Chunk { .. } | PeerCall::Install { .. }) && self.lose_snapshot_message() {
             return Err(Unreachable::new(&Failed("snapshot message lost".into())));
         }
         if self.chance(faults.drop_request) {

@@ -3,6 +3,7 @@
 
 mod kit;
 
+use canopy_replica::network::{PeerCall, PeerReply};
 use canopy_replica::router::Faults;
 use canopy_replica::snapshot::{self, SnapshotFiles, CHUNK_BYTES};
 use canopy_replica::{Families, StateMachine};
@@ -65,6 +66,37 @@ async fn a_wiped_member_is_replaced_without_stopping_the_group() {
     let other = (1..=4).find(|m| *m != leader && *m != wiped && *m != 4).unwrap();
     g.kill(other).await;
     g.put(b"two of three", b"yes").await;
+}
+
+/// A leader may begin a new stream to a member before its old one stops
+/// (a replication restarted by a change of membership). Neither stream's
+/// install may take in a reception the other emptied or filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_of_a_stream_a_newer_one_replaced_is_refused() {
+    let g = Group::new(1, 7, test_config(50)).await;
+    let peer = &g.members[&1].peer;
+    let dir = tempfile::tempdir().unwrap();
+    let from = new_store();
+    let mut b = Batch::new();
+    b.put(DATA, b"k".to_vec(), b"v".to_vec());
+    from.write(b).unwrap();
+    let files = snapshot::build(&*from, &*from.snapshot(), &families(), &dir.path().join("s")).unwrap();
+    let meta = openraft::SnapshotMeta { last_log_id: None, last_membership: Default::default(), snapshot_id: "s".into() };
+    let install = |stream| PeerCall::Install { stream, vote: Default::default(), meta: meta.clone(), tables: files.tables.clone() };
+    let refused = |reply| matches!(reply, PeerReply::Install(Err(_)) | PeerReply::Chunk(Err(_)));
+
+    // The old stream sends its file, a newer one begins, the old installs.
+    assert!(!refused(peer.serve(9, PeerCall::Begin { stream: 1 }).await));
+    for chunk in files.chunks() {
+        assert!(!refused(peer.serve(9, PeerCall::Chunk { stream: 1, chunk: chunk.unwrap() }).await));
+    }
+    assert!(!refused(peer.serve(9, PeerCall::Begin { stream: 2 }).await));
+    assert!(refused(peer.serve(9, install(1)).await), "an install of a replaced stream was taken");
+    let chunk = files.chunks().next().unwrap().unwrap();
+    assert!(refused(peer.serve(9, PeerCall::Chunk { stream: 1, chunk }).await), "a chunk of a replaced stream was taken");
+    // The newer stream has no file yet: its install must not clear the data.
+    assert!(!refused(peer.serve(9, PeerCall::Begin { stream: 3 }).await));
+    assert!(refused(peer.serve(9, install(3)).await), "an install without its files was taken");
 }
 
 #[test]
