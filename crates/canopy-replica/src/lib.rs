@@ -20,6 +20,7 @@
 
 mod families;
 pub mod leadership;
+pub mod membership;
 mod log_store;
 mod member;
 pub mod overlay;

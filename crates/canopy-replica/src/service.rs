@@ -22,7 +22,8 @@ use crate::sessions::{self, Known};
 use crate::{MemberId, Raft, ReplicatedStore};
 use canopy_proto::auth::Identity;
 use canopy_proto::clock::SharedClock;
-use canopy_proto::msg::GroupInfo;
+use canopy_proto::msg::{GroupChange, GroupInfo};
+use crate::membership;
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Handled, Service};
 use parking_lot::RwLock;
@@ -182,26 +183,7 @@ impl ReplicatedService {
     }
 
     fn group_info(&self) -> GroupInfo {
-        let m = self.raft.metrics().borrow().clone();
-        let membership = m.membership_config.membership();
-        let voter_ids: Vec<MemberId> = membership.voter_ids().collect();
-        let (mut voters, mut learners) = (Vec::new(), Vec::new());
-        for (id, node) in membership.nodes() {
-            let entry = (*id, node.addr.clone());
-            if voter_ids.contains(id) { voters.push(entry) } else { learners.push(entry) }
-        }
-        GroupInfo {
-            member: self.member,
-            leader: m.current_leader,
-            term: m.current_term,
-            last_log: m.last_log_index.unwrap_or(0),
-            applied: m.last_applied.map_or(0, |l| l.index),
-            voters,
-            learners,
-            matched: m.replication.map(|r| r.into_iter().map(|(id, l)| (id, l.map(|l| l.index))).collect()).unwrap_or_default(),
-            terms_led: self.terms_led.load(Ordering::Relaxed),
-            deposed: self.deposed.load(Ordering::Relaxed),
-        }
+        group_info(self.member, &self.raft, self.terms_led.load(Ordering::Relaxed), self.deposed.load(Ordering::Relaxed))
     }
 
     fn serve_peer(&self, peer: &Identity, call: Vec<u8>) -> Handled {
@@ -216,6 +198,31 @@ impl ReplicatedService {
         Handled::Later(Box::pin(async move {
             let reply = served.await.map_err(|_| Errno::EIO)?;
             Ok(Reply::PeerReply(postcard::to_allocvec(&reply).map_err(|_| Errno::EIO)?))
+        }))
+    }
+
+    /// Changes the group's voters, as its leader: a member added catches up
+    /// as a learner first, so the group never waits on it to commit.
+    fn change_group(&self, peer: &Identity, change: GroupChange) -> Handled {
+        if !peer.is_cluster() {
+            return Handled::Now(Err(Errno::EPERM));
+        }
+        if !change.valid() {
+            return Handled::Now(Err(Errno::EINVAL));
+        }
+        if self.leading().is_none() {
+            return self.not_leader();
+        }
+        let raft = self.raft.clone();
+        let changed = self.rt.spawn(async move { membership::change(&raft, change).await });
+        let (me, raft) = (self.member, self.raft.clone());
+        let (terms_led, deposed) = (self.terms_led.load(Ordering::Relaxed), self.deposed.load(Ordering::Relaxed));
+        Handled::Later(Box::pin(async move {
+            match changed.await.map_err(|_| Errno::EIO)? {
+                Ok(()) => Ok(Reply::Group(group_info(me, &raft, terms_led, deposed))),
+                Err(membership::Refused::NotLeader(leader)) => Ok(Reply::NotLeader { leader }),
+                Err(membership::Refused::Errno(e)) => Err(e),
+            }
         }))
     }
 
@@ -247,6 +254,31 @@ impl ReplicatedService {
     }
 }
 
+/// What member `member` knows of its group; `terms_led` and `deposed` are
+/// its own counters.
+fn group_info(member: MemberId, raft: &Raft, terms_led: u64, deposed: u64) -> GroupInfo {
+    let m = raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voter_ids: Vec<MemberId> = membership.voter_ids().collect();
+    let (mut voters, mut learners) = (Vec::new(), Vec::new());
+    for (id, node) in membership.nodes() {
+        let entry = (*id, node.addr.clone());
+        if voter_ids.contains(id) { voters.push(entry) } else { learners.push(entry) }
+    }
+    GroupInfo {
+        member,
+        leader: m.current_leader,
+        term: m.current_term,
+        last_log: m.last_log_index.unwrap_or(0),
+        applied: m.last_applied.map_or(0, |l| l.index),
+        voters,
+        learners,
+        matched: m.replication.map(|r| r.into_iter().map(|(id, l)| (id, l.map(|l| l.index))).collect()).unwrap_or_default(),
+        terms_led,
+        deposed,
+    }
+}
+
 /// A `Once` request's place in its client's session.
 struct Numbered {
     session: u64,
@@ -266,6 +298,7 @@ impl Service for ReplicatedService {
         match req {
             Request::Peer { call } => return self.serve_peer(peer, call),
             Request::GroupStatus => return Handled::Now(Ok(Reply::Group(self.group_info()))),
+            Request::GroupChange { change } => return self.change_group(peer, change),
             _ => {}
         }
         let Some(lead) = self.leading() else { return self.not_leader() };

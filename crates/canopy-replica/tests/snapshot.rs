@@ -6,10 +6,10 @@ mod kit;
 use canopy_replica::network::{PeerCall, PeerReply};
 use canopy_replica::router::Faults;
 use canopy_replica::snapshot::{self, SnapshotFiles, CHUNK_BYTES};
-use canopy_replica::{Families, StateMachine};
+use canopy_proto::msg::GroupChange;
+use canopy_replica::{membership, Families, StateMachine};
 use canopy_store::{Batch, Store};
 use kit::*;
-use openraft::BasicNode;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -56,9 +56,14 @@ async fn a_wiped_member_is_replaced_without_stopping_the_group() {
     g.stores.insert(4, new_store());
     g.start(4).await;
     let raft = &g.members[&leader].raft;
-    raft.add_learner(4, BasicNode::new("m4"), true).await.unwrap();
-    let voters: std::collections::BTreeSet<u64> = [1, 2, 3, 4].into_iter().filter(|m| *m != wiped).collect();
-    raft.change_membership(voters, false).await.unwrap();
+    let add = GroupChange::Add { id: 4, addr: "m4".into() };
+    membership::change(raft, add.clone()).await.unwrap();
+    membership::change(raft, GroupChange::Remove { id: wiped }).await.unwrap();
+    // Each change made again changes nothing.
+    membership::change(raft, add).await.unwrap();
+    membership::change(raft, GroupChange::Remove { id: wiped }).await.unwrap();
+    let voters: Vec<u64> = raft.metrics().borrow().membership_config.membership().voter_ids().collect();
+    assert_eq!(voters, [1, 2, 3, 4].into_iter().filter(|m| *m != wiped).collect::<Vec<_>>());
     let last = fill(&g, 100, 20).await;
     g.applied_everywhere(last).await;
     assert_eq!(g.data(4), g.data(leader));
@@ -66,6 +71,33 @@ async fn a_wiped_member_is_replaced_without_stopping_the_group() {
     let other = (1..=4).find(|m| *m != leader && *m != wiped && *m != 4).unwrap();
     g.kill(other).await;
     g.put(b"two of three", b"yes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_removes_itself_hands_the_group_on_and_the_last_voter_stays() {
+    let g = Group::new(3, 8, test_config(1000)).await;
+    g.put(b"a", b"1").await;
+    let leader = g.leader().await;
+    membership::change(&g.members[&leader].raft, GroupChange::Remove { id: leader }).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let next = loop {
+        let l = g.leader().await;
+        if l != leader {
+            break l;
+        }
+        assert!(std::time::Instant::now() < deadline, "the removed leader still leads");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let last = g.put(b"b", b"2").await;
+    let rest: Vec<u64> = (1..=3).filter(|m| *m != leader).collect();
+    for m in &rest {
+        g.members[m].raft.wait(Some(Duration::from_secs(20))).applied_index_at_least(Some(last), "b").await.unwrap();
+    }
+    let other = rest.into_iter().find(|m| *m != next).unwrap();
+    let raft = &g.members[&next].raft;
+    membership::change(raft, GroupChange::Remove { id: other }).await.unwrap();
+    assert_eq!(membership::change(raft, GroupChange::Remove { id: next }).await, Err(membership::Refused::Errno(canopy_proto::Errno::EINVAL)));
+    g.put(b"c", b"3").await;
 }
 
 /// A leader may begin a new stream to a member before its old one stops

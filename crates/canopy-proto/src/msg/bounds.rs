@@ -96,7 +96,8 @@ impl Request {
             | Request::BatchOpen { .. }
             | Request::BatchStage { .. }
             | Request::BatchClose { .. }
-            | Request::GroupStatus => SMALL_REPLY,
+            | Request::GroupStatus
+            | Request::GroupChange { .. } => SMALL_REPLY,
             _ => crate::frame::MAX_FRAME,
         }
     }

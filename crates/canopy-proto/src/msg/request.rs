@@ -351,6 +351,11 @@ requests! {
     Once { session: u64, seq: u64, done_below: u64, #[serde(with = "serde_bytes")] inner: Vec<u8> } = 0x0602,
     /// Replica groups: this member's view of its group (`Reply::Group`).
     GroupStatus = 0x0603,
+    /// Replica groups, to the leader: change the group's voting members
+    /// (`Reply::Group` once the group runs with the new set; `NotLeader`
+    /// from any other member; `EBUSY` while another change is under way).
+    /// Only from the cluster key.
+    GroupChange { change: GroupChange } = 0x0604,
 }
 
 /// The id of the directory a ShardFS mkdir makes as transaction `txn`: the lock

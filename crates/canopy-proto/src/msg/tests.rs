@@ -105,6 +105,7 @@ const PINNED: &[(&str, u16)] = &[
     ("Peer", 0x0601),
     ("Once", 0x0602),
     ("GroupStatus", 0x0603),
+    ("GroupChange", 0x0604),
 ];
 
 #[test]

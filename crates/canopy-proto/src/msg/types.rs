@@ -317,6 +317,32 @@ impl NsCall {
     }
 }
 
+/// A change of a replica group's voting members (`Request::GroupChange`).
+/// Each is idempotent: adding a voter, or removing a non-member, again
+/// changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupChange {
+    /// Member `id`, listening at `addr`, catches up (from a snapshot if the
+    /// log it needs was purged), then votes.
+    Add { id: u64, addr: String },
+    /// Member `id` no longer votes nor receives the log.
+    Remove { id: u64 },
+}
+
+/// Longest member address a group change may name.
+pub const MAX_MEMBER_ADDR: usize = 256;
+
+impl GroupChange {
+    /// Whether the change is well formed: a member id is never 0, an address
+    /// never empty nor longer than [`MAX_MEMBER_ADDR`].
+    pub fn valid(&self) -> bool {
+        match self {
+            GroupChange::Add { id, addr } => *id != 0 && !addr.is_empty() && addr.len() <= MAX_MEMBER_ADDR,
+            GroupChange::Remove { id } => *id != 0,
+        }
+    }
+}
+
 /// One member's view of its replica group (`Request::GroupStatus`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupInfo {
