@@ -30,7 +30,7 @@ impl Lifecycle for CanopyDaemons {
             return Err(format!("--replicas must be 1 to 7, not {replicas}"));
         }
         let mut group = |kind: Kind| -> Result<Vec<GroupMember>, String> {
-            (1..=u64::from(replicas)).map(|id| Ok(GroupMember { id, addr: listen(daemon_name(kind, id, replicas as usize))? })).collect()
+            (1..=u64::from(replicas)).map(|id| Ok(GroupMember { id, addr: listen(name_of(kind, id, replicas > 1))? })).collect()
         };
         let server_groups = (0..servers).map(|i| group(Kind::Server(i as usize))).collect::<Result<Vec<_>, _>>()?;
         let lockd_group = group(Kind::Lockd)?;
@@ -47,21 +47,12 @@ impl Lifecycle for CanopyDaemons {
     /// Starts every daemon of the cluster in `dir` that is not running, on the
     /// sockets in `listeners` or, for a known cluster, on its addresses.
     fn start(&self, dir: &Path, c: &ClusterFile, flags: &DaemonFlags, mut listeners: Listeners) -> Result<usize, String> {
-        let file = dir.join("cluster.json").display().to_string();
         let mut daemons: Vec<(String, String, Vec<String>)> = Vec::new();
-        for (kind, m, replicas) in members(c) {
-            let name = daemon_name(kind, m.id, replicas);
-            let data = dir.join(&name).display().to_string();
-            let mut args: Vec<String> = match kind {
-                Kind::Server(i) => ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability].map(String::from).to_vec(),
-                Kind::Lockd => ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec(),
-            };
-            args.extend(["--member".to_string(), m.id.to_string()]);
+        for (kind, m) in members(c) {
+            let name = daemon_name(c, kind, m.id);
             // A daemon of a new cluster: its group is founded now.
-            if listeners.contains_key(&name) {
-                args.push("--found".into());
-            }
-            daemons.push((name, m.addr, [args, common(flags)].concat()));
+            let found = listeners.contains_key(&name);
+            daemons.push((name, m.addr.clone(), daemon_args(dir, c, kind, &m, flags, found)));
         }
         let mut started = 0;
         for (name, addr, args) in daemons {
@@ -178,7 +169,7 @@ impl Lifecycle for CanopyDaemons {
                     Kind::Lockd => String::new(),
                 };
                 println!("{label} {:<21} up{figures}", lm.addr);
-                if members.len() > 1 {
+                if c.groups.is_some() {
                     print_members(&views, lv.as_ref());
                 }
             }
@@ -203,8 +194,13 @@ fn print_members(views: &[(&GroupMember, Option<GroupInfo>)], leader: Option<&Gr
 }
 
 async fn call(addr: &str, me: &ClientAuth, req: Request) -> Result<Reply, canopy_proto::Errno> {
+    call_within(addr, me, req, Duration::from_secs(5)).await
+}
+
+/// `req` to the daemon at `addr`, answered within `timeout`.
+pub(crate) async fn call_within(addr: &str, me: &ClientAuth, req: Request, timeout: Duration) -> Result<Reply, canopy_proto::Errno> {
     let conn = Connection::connect(addr, me, Duration::from_secs(2)).await?;
-    conn.call(&Creds::root(), &req, Duration::from_secs(5)).await
+    conn.call(&Creds::root(), &req, timeout).await
 }
 
 /// The two kinds of daemon; a server by index.
@@ -215,30 +211,44 @@ pub(crate) enum Kind {
 }
 
 /// A daemon's name in the cluster directory (its pid file, log, data and
-/// socket): `server-G` and `lockd` for a group of one, `server-G-M` and
-/// `lockd-M` for member M of a larger one.
-pub(crate) fn daemon_name(kind: Kind, member: u64, replicas: usize) -> String {
+/// socket): `server-G` and `lockd` in a cluster of groups of one,
+/// `server-G-M` and `lockd-M` for member M where groups are listed.
+pub(crate) fn daemon_name(c: &ClusterFile, kind: Kind, member: u64) -> String {
+    name_of(kind, member, c.groups.is_some())
+}
+
+fn name_of(kind: Kind, member: u64, grouped: bool) -> String {
     let base = match kind {
         Kind::Server(i) => format!("server-{i}"),
         Kind::Lockd => "lockd".to_string(),
     };
-    match (kind, replicas) {
-        (_, 1) => base,
-        (Kind::Server(_), _) => format!("{base}-{member}"),
-        (Kind::Lockd, _) => format!("{base}-{member}"),
+    if grouped {
+        format!("{base}-{member}")
+    } else {
+        base
     }
 }
 
-/// Every member of every group of `c`, with its group's size.
-pub(crate) fn members(c: &ClusterFile) -> Vec<(Kind, GroupMember, usize)> {
+/// Every member of every group of `c`.
+pub(crate) fn members(c: &ClusterFile) -> Vec<(Kind, GroupMember)> {
     let servers = (0..c.servers.len()).map(|i| (Kind::Server(i), c.server_members(i)));
-    servers
-        .chain(std::iter::once((Kind::Lockd, c.lockd_members())))
-        .flat_map(|(kind, group)| {
-            let n = group.len();
-            group.into_iter().map(move |m| (kind, m, n))
-        })
-        .collect()
+    servers.chain(std::iter::once((Kind::Lockd, c.lockd_members()))).flat_map(|(kind, group)| group.into_iter().map(move |m| (kind, m))).collect()
+}
+
+/// How this binary runs member `m` of `kind`'s group of cluster `c` in
+/// `dir`; `found`: as a founder of a new group.
+pub(crate) fn daemon_args(dir: &Path, c: &ClusterFile, kind: Kind, m: &GroupMember, flags: &DaemonFlags, found: bool) -> Vec<String> {
+    let file = dir.join("cluster.json").display().to_string();
+    let data = dir.join(daemon_name(c, kind, m.id)).display().to_string();
+    let mut args: Vec<String> = match kind {
+        Kind::Server(i) => ["server", "--cluster", &file, "--index", &i.to_string(), "--data", &data, "--durability", flags.durability].map(String::from).to_vec(),
+        Kind::Lockd => ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec(),
+    };
+    args.extend(["--member".to_string(), m.id.to_string()]);
+    if found {
+        args.push("--found".into());
+    }
+    [args, common(flags)].concat()
 }
 
 /// The flags both kinds of daemon take.
@@ -256,7 +266,7 @@ pub(crate) fn listen(addr: &str) -> Result<OwnedFd, String> {
 
 /// Starts one daemon in its own session, serving `listener`, logging to
 /// `name.log`, unless its pid file names a live process.
-fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> Result<(), String> {
+pub(crate) fn spawn_daemon(dir: &Path, name: &str, args: &[String], listener: OwnedFd) -> Result<(), String> {
     let pid_file = dir.join(format!("{name}.pid"));
     let log = canopy_rpc::private_dir::create_file(&dir.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;

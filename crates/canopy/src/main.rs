@@ -14,6 +14,7 @@ mod local;
 mod member;
 mod mount;
 mod process;
+mod replica;
 mod sched;
 
 /// What `canopy up` runs for each mode of the registry
@@ -98,6 +99,9 @@ enum Cmd {
     /// abort, status, bench).
     #[command(subcommand)]
     Batch(batch::BatchCmd),
+    /// Replica groups: add, remove or replace a member while its group serves.
+    #[command(subcommand)]
+    Replica(replica::ReplicaCmd),
     /// Keys: issue a user's key.
     #[command(subcommand)]
     Key(keys::KeyCmd),
@@ -129,6 +133,7 @@ fn main() -> ExitCode {
         Cmd::Umount(args) => mount::umount(&args),
         Cmd::Batch(cmd) => batch::run(cmd, cli.cluster.as_deref(), &who),
         Cmd::Key(cmd) => keys::run(cmd, cli.cluster.as_deref()),
+        Cmd::Replica(cmd) => replica::run(cmd, cli.cluster.as_deref()),
         Cmd::Ns(cmd) => commands::run(cmd, cli.cluster.as_deref(), &who),
     };
     match result {

@@ -1,7 +1,9 @@
 //! Replica groups as an operator runs them: `canopy up --replicas 3`, the
 //! leader of every group and of the lock service killed with SIGKILL, and
 //! the namespace still serving, with nothing acknowledged lost, in every
-//! mode; two creates of one name racing at R = 3 get exactly one EEXIST.
+//! mode; two creates of one name racing at R = 3 get exactly one EEXIST; a
+//! wiped member replaced with `canopy replica replace` while its group
+//! serves.
 
 mod common;
 
@@ -43,6 +45,23 @@ impl Cluster {
             }
         }
         names
+    }
+
+    /// Member ids of `group` that `canopy status` lists, in its order.
+    fn members(&self, group: &str) -> Vec<String> {
+        let status = String::from_utf8(common::canopy(self.dir(), &["status"]).stdout).unwrap();
+        let mut ids = Vec::new();
+        let mut current = String::new();
+        for line in status.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["server", i, ..] => current = format!("server-{i}"),
+                ["lockd", ..] => current = "lockd".into(),
+                ["member", id, ..] if current == group => ids.push(id.to_string()),
+                _ => {}
+            }
+        }
+        ids
     }
 
     fn kill(&self, name: &str) {
@@ -117,4 +136,35 @@ fn two_creates_of_one_name_at_three_replicas_get_one_eexist() {
         let won = racers.into_iter().map(|r| r.wait_with_output().unwrap().status.success()).filter(|ok| *ok).count();
         assert_eq!(won, 1, "{target}: {won} of two creates succeeded");
     }
+}
+
+/// A member whose disk is wiped is replaced by a new, empty one while the
+/// group serves; the new member holds everything: the group is shrunk to
+/// it alone, which then answers for the whole namespace.
+#[test]
+fn a_wiped_member_is_replaced_while_its_group_serves() {
+    let c = Cluster::up("shardfs");
+    c.ok(&["mkdir", "/a"]);
+    files(&c, "/a", 0, 20);
+    let leader = c.leaders().into_iter().find(|l| l.starts_with("server-0-")).unwrap();
+    let original = c.members("server-0");
+    let wiped = original.iter().find(|m| format!("server-0-{m}") != leader).unwrap().clone();
+    c.kill(&format!("server-0-{wiped}"));
+    std::fs::remove_dir_all(c.dir().join(format!("server-0-{wiped}"))).unwrap();
+    files(&c, "/a", 20, 30);
+    let said = c.ok(&["replica", "replace", "--group", "server-0", "--member", &wiped]);
+    assert!(said.contains("replaced by member 4"), "{said}");
+    assert_eq!(c.members("server-0"), original.iter().filter(|m| **m != wiped).cloned().chain(["4".to_string()]).collect::<Vec<_>>());
+    files(&c, "/a", 30, 40);
+    for m in original.iter().filter(|m| **m != wiped) {
+        c.ok(&["replica", "remove", "--group", "server-0", "--member", m]);
+    }
+    assert_eq!(c.members("server-0"), ["4"]);
+    assert_eq!(c.ok(&["ls", "/a"]).lines().count(), 40);
+    assert!(c.ok(&["fsck"]).contains(": clean"));
+    // A group keeps one member, and a group name must name a group.
+    let last = common::canopy(c.dir(), &["replica", "remove", "--group", "server-0", "--member", "4"]);
+    assert!(!last.status.success() && String::from_utf8_lossy(&last.stderr).contains("one member at least"));
+    let bad = common::canopy(c.dir(), &["replica", "add", "--group", "server-9"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("not 9"), "{bad:?}");
 }
