@@ -51,8 +51,8 @@ impl Lifecycle for CanopyDaemons {
         for (kind, m) in members(c) {
             let name = daemon_name(c, kind, m.id);
             // A daemon of a new cluster: its group is founded now.
-            let found = listeners.contains_key(&name);
-            daemons.push((name, m.addr.clone(), daemon_args(dir, c, kind, &m, flags, found)));
+            let begin = if listeners.contains_key(&name) { Begin::Found } else { Begin::Resume };
+            daemons.push((name, m.addr.clone(), daemon_args(dir, c, kind, &m, flags, begin)));
         }
         let mut started = 0;
         for (name, addr, args) in daemons {
@@ -235,9 +235,20 @@ pub(crate) fn members(c: &ClusterFile) -> Vec<(Kind, GroupMember)> {
     servers.chain(std::iter::once((Kind::Lockd, c.lockd_members()))).flat_map(|(kind, group)| group.into_iter().map(move |m| (kind, m))).collect()
 }
 
+/// How a member's daemon begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Begin {
+    /// As one of a new group's members.
+    Found,
+    /// As a new, empty member of a group that runs.
+    Join,
+    /// From its data directory, as it ran before.
+    Resume,
+}
+
 /// How this binary runs member `m` of `kind`'s group of cluster `c` in
-/// `dir`; `found`: as a founder of a new group.
-pub(crate) fn daemon_args(dir: &Path, c: &ClusterFile, kind: Kind, m: &GroupMember, flags: &DaemonFlags, found: bool) -> Vec<String> {
+/// `dir`, beginning as `begin` says.
+pub(crate) fn daemon_args(dir: &Path, c: &ClusterFile, kind: Kind, m: &GroupMember, flags: &DaemonFlags, begin: Begin) -> Vec<String> {
     let file = dir.join("cluster.json").display().to_string();
     let data = dir.join(daemon_name(c, kind, m.id)).display().to_string();
     let mut args: Vec<String> = match kind {
@@ -245,8 +256,10 @@ pub(crate) fn daemon_args(dir: &Path, c: &ClusterFile, kind: Kind, m: &GroupMemb
         Kind::Lockd => ["lockd", "--cluster", &file, "--data", &data].map(String::from).to_vec(),
     };
     args.extend(["--member".to_string(), m.id.to_string()]);
-    if found {
-        args.push("--found".into());
+    match begin {
+        Begin::Found => args.push("--found".into()),
+        Begin::Join => args.push("--join".into()),
+        Begin::Resume => {}
     }
     [args, common(flags)].concat()
 }

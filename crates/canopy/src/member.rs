@@ -28,6 +28,13 @@ pub struct MemberArgs {
     /// group of one founds itself.
     #[arg(long)]
     pub found: bool,
+    /// Join the group as a new, empty member: set by `canopy replica add`,
+    /// whose leader then brings it up to date. Without this or `--found`, a
+    /// member of a group of more than one that holds no Raft state refuses
+    /// to start: its data was lost, and a member that forgot its votes and
+    /// log could help elect a leader that lacks acknowledged writes.
+    #[arg(long, conflicts_with = "found")]
+    pub join: bool,
 }
 
 /// How long a group of one may take to begin leading (it may wait for the
@@ -60,6 +67,17 @@ pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'s
     let peers = TcpPeers { me: args.member, auth: Arc::new(auth) };
     let me = args.member;
     let member = rt.block_on(Member::open(me, store.clone(), Families::new(&replicated), data.join("snapshots"), peers, canopy_replica::config()))?;
+    let fresh = {
+        let m = member.raft.metrics().borrow().clone();
+        m.current_term == 0 && m.last_log_index.is_none() && m.snapshot.is_none()
+    };
+    if fresh && members.len() > 1 && !args.found && !args.join {
+        return Err(format!(
+            "member {me} holds no Raft state in {}: its data was lost or never written; \
+             replace it with `canopy replica replace --member {me}` (or remove it), never start it empty",
+            data.display()
+        ));
+    }
     if (args.found || members.len() == 1) && members.iter().map(|m| m.id).min() == Some(me) {
         let all: BTreeMap<u64, String> = members.iter().map(|m| (m.id, m.addr.clone())).collect();
         rt.block_on(member.found(&all))?;

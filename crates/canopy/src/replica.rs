@@ -4,7 +4,7 @@
 //! member's daemon when it runs beside the cluster file, and keeps the
 //! cluster file's list of the group's members in step.
 
-use crate::canopy_daemons::{self, daemon_args, daemon_name, listen, spawn_daemon, Kind};
+use crate::canopy_daemons::{self, daemon_args, daemon_name, listen, spawn_daemon, Begin, Kind};
 use crate::connect;
 use crate::lifecycle::DaemonFlags;
 use crate::process;
@@ -168,10 +168,10 @@ async fn add(c: &mut ClusterFile, kind: Kind, new: &NewMember, me: &ClientAuth) 
         Some(fd) => {
             new.durability.parse::<canopy_store::Durability>()?;
             let flags = DaemonFlags { durability: &new.durability, idle_secs: None };
-            spawn_daemon(&dir, &name, &daemon_args(&dir, c, kind, &member, &flags, false), fd)?;
+            spawn_daemon(&dir, &name, &daemon_args(&dir, c, kind, &member, &flags, Begin::Join), fd)?;
         }
         None => eprintln!(
-            "canopy: start member {id} at {addr} with this cluster file ({}) and `--member {id}`; waiting for it to catch up",
+            "canopy: start member {id} at {addr} with this cluster file ({}) and `--member {id} --join`; waiting for it to catch up",
             c.path.display()
         ),
     }

@@ -152,6 +152,15 @@ fn a_wiped_member_is_replaced_while_its_group_serves() {
     c.kill(&format!("server-0-{wiped}"));
     std::fs::remove_dir_all(c.dir().join(format!("server-0-{wiped}"))).unwrap();
     files(&c, "/a", 20, 30);
+    // Started again as it is, empty, it refuses: it could help elect a
+    // leader that lacks acknowledged writes.
+    let _ = common::canopy(c.dir(), &["up"]);
+    let log = c.dir().join(format!("server-0-{wiped}.log"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("holds no Raft state") {
+        assert!(Instant::now() < deadline, "a wiped member started empty: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let said = c.ok(&["replica", "replace", "--group", "server-0", "--member", &wiped]);
     assert!(said.contains("replaced by member 4"), "{said}");
     assert_eq!(c.members("server-0"), original.iter().filter(|m| **m != wiped).cloned().chain(["4".to_string()]).collect::<Vec<_>>());
