@@ -35,7 +35,7 @@ pub mod snapshot;
 mod state_machine;
 
 pub use families::Families;
-pub use log_store::LogStore;
+pub use log_store::{holds_raft_state, LogStore};
 pub use member::{config, Member};
 pub use proposal::{Applied, Edit, Proposal};
 pub use replicated::{ReplicatedStore, COMMIT_WAIT};

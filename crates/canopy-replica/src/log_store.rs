@@ -66,6 +66,19 @@ impl LogStore {
     }
 }
 
+/// Whether `store` holds any Raft state: a vote, a log entry, or what a
+/// snapshot installed. A member without any never took part in its group.
+pub fn holds_raft_state(store: &dyn Store) -> Result<bool, canopy_store::StoreError> {
+    let mut any = false;
+    for family in [RAFT_STATE, RAFT_LOG] {
+        store.for_each(family, &[], &mut |_, _| {
+            any = true;
+            false
+        })?;
+    }
+    Ok(any)
+}
+
 /// A value of `raft_state`, decoded.
 pub(crate) fn read_state<T: DeserializeOwned>(store: &dyn Store, key: &[u8]) -> Result<Option<T>, String> {
     match store.get(RAFT_STATE, key).map_err(|e| e.to_string())? {

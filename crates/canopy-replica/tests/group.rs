@@ -106,3 +106,14 @@ async fn dropped_duplicated_and_delayed_messages_lose_and_repeat_nothing() {
         assert_eq!(data.len(), 61, "member {id}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_took_part_holds_raft_state_and_a_new_one_does_not() {
+    let g = Group::new(3, 11, test_config(1000)).await;
+    let last = g.put(b"k", b"v").await;
+    g.applied_everywhere(last).await;
+    for (id, store) in &g.stores {
+        assert!(canopy_replica::holds_raft_state(&**store).unwrap(), "member {id}");
+    }
+    assert!(!canopy_replica::holds_raft_state(&*new_store()).unwrap());
+}

@@ -66,11 +66,8 @@ pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'s
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("canopy-raft").enable_all().build().map_err(|e| e.to_string())?;
     let peers = TcpPeers { me: args.member, auth: Arc::new(auth) };
     let me = args.member;
+    let fresh = !canopy_replica::holds_raft_state(&*store).map_err(|e| e.to_string())?;
     let member = rt.block_on(Member::open(me, store.clone(), Families::new(&replicated), data.join("snapshots"), peers, canopy_replica::config()))?;
-    let fresh = {
-        let m = member.raft.metrics().borrow().clone();
-        m.current_term == 0 && m.last_log_index.is_none() && m.snapshot.is_none()
-    };
     if fresh && members.len() > 1 && !args.found && !args.join {
         return Err(format!(
             "member {me} holds no Raft state in {}: its data was lost or never written; \
