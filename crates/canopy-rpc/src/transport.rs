@@ -325,6 +325,8 @@ impl Transport for TcpTransport {
 
 /// How long a request goes round a group's members for one that leads.
 const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+/// How long a connection to one member of a group of more may take.
+const MEMBER_CONNECT: Duration = Duration::from_secs(1);
 
 /// Ends a mutation's number in its session when the call ends, however.
 struct Ended {
@@ -371,7 +373,10 @@ impl TcpTransport {
     async fn connection(&self, target: Daemon) -> Result<Arc<Connection>, Errno> {
         let group = self.group(target)?;
         let (_, ep) = group.members.get(group.leader()).ok_or(Errno::EINVAL)?;
-        ep.connection(&self.me, self.timeout).await.map_err(|e| match e {
+        // A member whose host is gone answers nothing, not even a refusal:
+        // another member is tried after a moment rather than a whole timeout.
+        let timeout = if group.replicated() { self.timeout.min(MEMBER_CONNECT) } else { self.timeout };
+        ep.connection(&self.me, timeout).await.map_err(|e| match e {
             Errno::EACCES | Errno::EPROTO => e,
             _ => Errno::ECONNREFUSED,
         })

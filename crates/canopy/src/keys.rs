@@ -1,4 +1,5 @@
-//! `canopy key issue`: the administrator makes a user's key.
+//! `canopy key cluster`: a new cluster's key; `canopy key issue`: the
+//! administrator makes a user's key.
 
 use crate::connect;
 use canopy_client::keyfile;
@@ -11,6 +12,10 @@ use std::process::ExitCode;
 
 #[derive(Subcommand)]
 pub enum KeyCmd {
+    /// Make the cluster key beside the cluster file (--cluster), unless it
+    /// has one: mode 0600, and whoever can read it administers the cluster.
+    /// Copy it beside the cluster file on every host of the cluster.
+    Cluster,
     /// Issue a user key: a connection made with it acts as this uid, gid and
     /// groups only (needs the cluster key). Written owned by the user, mode 0600.
     Issue {
@@ -29,7 +34,12 @@ pub enum KeyCmd {
 }
 
 pub fn run(cmd: KeyCmd, cluster: Option<&Path>) -> Result<ExitCode, String> {
-    let KeyCmd::Issue { uid, gid, groups, out } = cmd;
+    let KeyCmd::Issue { uid, gid, groups, out } = cmd else {
+        let c = connect::load(cluster)?;
+        ensure_cluster_key(&c)?;
+        println!("{}", keyfile::cluster_key_path(&c.path).display());
+        return Ok(ExitCode::SUCCESS);
+    };
     if uid == u32::MAX || gid == u32::MAX {
         return Err("uid and gid 4294967295 mean \"no change\" to chown(2); they name no one".into());
     }
@@ -42,6 +52,17 @@ pub fn run(cmd: KeyCmd, cluster: Option<&Path>) -> Result<ExitCode, String> {
     give_to(&path, uid, gid)?;
     println!("{}", path.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Makes the cluster key beside the cluster file if there is none (mode 0600:
+/// whoever can read it is the cluster's administrator).
+pub(crate) fn ensure_cluster_key(c: &canopy_client::cluster::ClusterFile) -> Result<(), String> {
+    let path = keyfile::cluster_key_path(&c.path);
+    if !path.exists() {
+        let key = keyfile::new_cluster_key()?;
+        keyfile::save(&path, &Identity::Cluster, &key)?;
+    }
+    Ok(())
 }
 
 /// Makes `path` the user's, so they can read it and no one else can.

@@ -116,17 +116,6 @@ pub struct BenchArgs {
     pub keep: bool,
 }
 
-/// Makes the cluster key beside the cluster file if there is none (mode 0600:
-/// whoever can read it is the cluster's administrator).
-fn ensure_cluster_key(c: &ClusterFile) -> Result<(), String> {
-    let path = canopy_client::keyfile::cluster_key_path(&c.path);
-    if !path.exists() {
-        let key = canopy_client::keyfile::new_cluster_key()?;
-        canopy_client::keyfile::save(&path, &canopy_proto::auth::Identity::Cluster, &key)?;
-    }
-    Ok(())
-}
-
 /// A new cluster's settings chosen on the command line: the mode's, kept in
 /// the cluster file, and the kind of socket its daemons listen on.
 struct Tuning<'a> {
@@ -256,7 +245,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode, String> {
     let dir = args.dir.clone().unwrap_or_else(cluster::default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let (c, listeners) = cluster_in(&dir, args.servers, args.mode.as_deref(), &tuning)?;
-    ensure_cluster_key(&c)?;
+    crate::keys::ensure_cluster_key(&c)?;
     let daemons = prepared(&c)?;
     let started = daemons.start(&dir, &c, &DaemonFlags { durability: &args.durability, idle_secs: args.idle_secs }, listeners)?;
     daemons.wait_ready(&c, &dir, Duration::from_secs(30))?;
@@ -387,7 +376,7 @@ pub fn bench_on_temporary_cluster(args: &BenchArgs) -> Result<canopy_bench::Benc
 fn on_temporary_cluster<T>(servers: u32, mode: &str, durability: &str, tuning: &Tuning, work: impl FnOnce(&ClusterFile, &canopy_client::keyfile::Loaded, &Path) -> Result<T, String>) -> Result<T, String> {
     let tmp = tempfile::Builder::new().prefix("canopy-bench-").tempdir().map_err(|e| e.to_string())?;
     let (c, listeners) = cluster_in(tmp.path(), Some(servers), Some(mode), tuning)?;
-    ensure_cluster_key(&c)?;
+    crate::keys::ensure_cluster_key(&c)?;
     eprintln!("canopy: starting a temporary {servers}-server cluster in {}", tmp.path().display());
     let daemons = prepared(&c)?;
     daemons.start(tmp.path(), &c, &DaemonFlags { durability, idle_secs: None }, listeners)?;
