@@ -60,6 +60,10 @@ thread_local! {
 /// How often a leader renews its lease.
 pub const RENEW_EVERY: Duration = Duration::from_millis(150);
 
+/// How often a leader forgets the sessions unheard of for
+/// [`sessions::SESSION_TTL`].
+pub const FORGET_EVERY: Duration = Duration::from_secs(60);
+
 impl ReplicatedService {
     pub fn new(member: MemberId, raft: Raft, peer: Arc<Peer>, rt: tokio::runtime::Handle, clock: SharedClock) -> ReplicatedService {
         ReplicatedService {
@@ -176,6 +180,30 @@ impl ReplicatedService {
         }
     }
 
+    /// As leader, forgets every session unheard of for
+    /// [`sessions::SESSION_TTL`], through the group: how many. A retry in
+    /// one is then refused, never applied again: a session that old began
+    /// too long ago to be taken for a new one.
+    pub fn forget_sessions(&self) -> Result<usize, Errno> {
+        let Some(lead) = self.leading() else { return Ok(0) };
+        let forget = sessions::expire(&*lead.store, self.clock.wall_ms(), sessions::SESSION_TTL).map_err(|_| Errno::EIO)?;
+        let n = forget.changes.len();
+        canopy_store::Store::write(&*lead.store, forget).map_err(|_| Errno::EIO)?;
+        Ok(n)
+    }
+
+    /// Forgets old sessions every [`FORGET_EVERY`] while this member leads;
+    /// for the member's life.
+    pub async fn keep_forgetting_sessions(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(FORGET_EVERY).await;
+            let me = self.clone();
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || me.forget_sessions()).await {
+                eprintln!("canopy: member {} could not forget old sessions: {e}", self.member);
+            }
+        }
+    }
+
     fn sole_voter(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -234,7 +262,10 @@ impl ReplicatedService {
             Ok(r) => r,
         };
         let now = self.clock.wall_ms();
-        let kept = match sessions::lookup(&*lead.store, session, seq, now) {
+        // A session is its sender's: another identity naming its id reaches
+        // nothing of it.
+        let Ok(owner) = postcard::to_allocvec(peer) else { return Handled::Now(Err(Errno::EIO)) };
+        let kept = match sessions::lookup(&*lead.store, session, &owner, seq, now) {
             Ok(Known::Answered(a)) => return Handled::Now(a),
             Ok(Known::Forgotten) => return Handled::Now(Err(Errno::ESTALE)),
             Ok(Known::New(r)) => r,
@@ -243,7 +274,7 @@ impl ReplicatedService {
         lead.store.begin_request();
         let handled = lead.service.call(peer, creds, req);
         let ended = match &handled {
-            Handled::Now(answer) => lead.store.end_request(|| sessions::record(kept, session, seq, done_below, answer, now)),
+            Handled::Now(answer) => lead.store.end_request(|| sessions::record(kept, session, &owner, seq, done_below, answer, now)),
             // An answer that comes later (a lock that waits) is not recorded.
             Handled::Later(_) => lead.store.end_request(canopy_store::Batch::new),
         };

@@ -3,7 +3,8 @@
 //! A client of a group numbers its mutations within a session
 //! (`Request::Once`). The answer of each one applied is recorded in the same
 //! entry as its writes, in the session's record (family [`SESSIONS`], key
-//! the session's id): a retry finds it and is answered the same. The client
+//! the session's id and who sent it, so no one reaches another's answers):
+//! a retry finds it and is answered the same. The client
 //! also says below which number it has heard every answer (`done_below`);
 //! those answers leave the record, which remembers the mark, so a retry
 //! from below it is refused (`ESTALE`), never applied again. One record per
@@ -65,10 +66,16 @@ fn decode(bytes: &[u8]) -> Result<SessionRecord, StoreError> {
     postcard::from_bytes(bytes).map_err(|e| StoreError::Engine(format!("a session record: {e}")))
 }
 
-/// What `store` knows of request `seq` of `session` at `now_ms` (ms since
-/// the epoch).
-pub fn lookup(store: &dyn Store, session: u64, seq: u64, now_ms: u64) -> Result<Known, StoreError> {
-    match store.get(SESSIONS, &session.to_be_bytes())? {
+/// Where the record of `session`, sent by `owner` (an identity, encoded),
+/// is kept.
+fn key(session: u64, owner: &[u8]) -> Vec<u8> {
+    [&session.to_be_bytes()[..], owner].concat()
+}
+
+/// What `store` knows of request `seq` of `owner`'s `session` at `now_ms`
+/// (ms since the epoch).
+pub fn lookup(store: &dyn Store, session: u64, owner: &[u8], seq: u64, now_ms: u64) -> Result<Known, StoreError> {
+    match store.get(SESSIONS, &key(session, owner))? {
         Some(bytes) => {
             let record = decode(&bytes)?;
             if let Some((_, answer)) = record.answers.iter().find(|(s, _)| *s == seq) {
@@ -84,7 +91,7 @@ pub fn lookup(store: &dyn Store, session: u64, seq: u64, now_ms: u64) -> Result<
 
 /// The write that records `answer` as request `seq`'s in `record`, dropping
 /// the answers the client has heard (below `done_below`).
-pub fn record(mut record: SessionRecord, session: u64, seq: u64, done_below: u64, answer: &Result<Reply, Errno>, now_ms: u64) -> Batch {
+pub fn record(mut record: SessionRecord, session: u64, owner: &[u8], seq: u64, done_below: u64, answer: &Result<Reply, Errno>, now_ms: u64) -> Batch {
     record.below = record.below.max(done_below.min(seq));
     let below = record.below;
     record.answers.retain(|(s, _)| *s >= below);
@@ -96,7 +103,7 @@ pub fn record(mut record: SessionRecord, session: u64, seq: u64, done_below: u64
     }
     record.seen_ms = now_ms;
     let mut b = Batch::new();
-    b.put(SESSIONS, session.to_be_bytes().to_vec(), postcard::to_allocvec(&record).expect("session records encode"));
+    b.put(SESSIONS, key(session, owner), postcard::to_allocvec(&record).expect("session records encode"));
     b
 }
 
@@ -123,12 +130,14 @@ mod tests {
     use super::*;
     use canopy_store::MemStore;
 
+    const OWNER: &[u8] = b"alice";
+
     fn apply(store: &MemStore, b: Batch) {
         store.write(b).unwrap();
     }
 
     fn new(store: &MemStore, s: u64, seq: u64, t: u64) -> SessionRecord {
-        match lookup(store, s, seq, t).unwrap() {
+        match lookup(store, s, OWNER, seq, t).unwrap() {
             Known::New(r) => r,
             other => panic!("request {seq} is not new: {other:?}"),
         }
@@ -143,30 +152,31 @@ mod tests {
         // Requests 0 and 1 applied, in a new session.
         for seq in 0..2 {
             let r = new(&store, s, seq, t);
-            apply(&store, record(r, s, seq, 0, &ok, t));
+            apply(&store, record(r, s, OWNER, seq, 0, &ok, t));
         }
-        assert_eq!(lookup(&store, s, 1, t).unwrap(), Known::Answered(ok.clone()), "a retry is answered");
+        assert_eq!(lookup(&store, s, OWNER, 1, t).unwrap(), Known::Answered(ok.clone()), "a retry is answered");
+        assert!(matches!(lookup(&store, s, b"mallory", 1, t).unwrap(), Known::New(_)), "another's session id reaches nothing of it");
         // Request 2 says the client heard 0 and 1: their answers go.
         let r = new(&store, s, 2, t);
-        apply(&store, record(r, s, 2, 2, &Err(Errno::EEXIST), t + 1000));
-        assert_eq!(lookup(&store, s, 0, t).unwrap(), Known::Forgotten);
-        assert_eq!(lookup(&store, s, 2, t).unwrap(), Known::Answered(Err(Errno::EEXIST)));
+        apply(&store, record(r, s, OWNER, 2, 2, &Err(Errno::EEXIST), t + 1000));
+        assert_eq!(lookup(&store, s, OWNER, 0, t).unwrap(), Known::Forgotten);
+        assert_eq!(lookup(&store, s, OWNER, 2, t).unwrap(), Known::Answered(Err(Errno::EEXIST)));
         // A client with more unanswered than a record keeps loses the oldest.
         for seq in 3..3 + MAX_ANSWERS as u64 + 1 {
             let r = new(&store, s, seq, t);
-            apply(&store, record(r, s, seq, 2, &ok, t));
+            apply(&store, record(r, s, OWNER, seq, 2, &ok, t));
         }
-        assert_eq!(lookup(&store, s, 3, t).unwrap(), Known::Forgotten);
-        assert_eq!(lookup(&store, s, 4, t).unwrap(), Known::Answered(ok.clone()));
+        assert_eq!(lookup(&store, s, OWNER, 3, t).unwrap(), Known::Forgotten);
+        assert_eq!(lookup(&store, s, OWNER, 4, t).unwrap(), Known::Answered(ok.clone()));
         // A session the group never heard of is new while young enough that
         // it cannot have been forgotten, and refused after.
         let young = (1000 << 32) | 8;
-        assert!(matches!(lookup(&store, young, 5, t + 500_000).unwrap(), Known::New(_)));
-        assert_eq!(lookup(&store, young, 5, t + 560_000).unwrap(), Known::Forgotten);
+        assert!(matches!(lookup(&store, young, OWNER, 5, t + 500_000).unwrap(), Known::New(_)));
+        assert_eq!(lookup(&store, young, OWNER, 5, t + 560_000).unwrap(), Known::Forgotten);
         // Unheard of for the TTL, it is forgotten whole.
         let later = t + 1000 + 601_000;
         apply(&store, expire(&store, later, SESSION_TTL).unwrap());
-        assert_eq!(lookup(&store, s, 4, later).unwrap(), Known::Forgotten);
+        assert_eq!(lookup(&store, s, OWNER, 4, later).unwrap(), Known::Forgotten);
         let mut left = 0;
         store.for_each(SESSIONS, &[], &mut |_, _| { left += 1; true }).unwrap();
         assert_eq!(left, 0);

@@ -4,10 +4,11 @@
 mod kit;
 
 use canopy_proto::auth::Identity;
-use canopy_proto::clock::SystemClock;
+use canopy_proto::clock::{ManualClock, SystemClock};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_replica::service::{Leading, ReplicatedService};
 use canopy_replica::ReplicatedStore;
+use canopy_store::Store;
 use canopy_rpc::{Handled, Service};
 use kit::*;
 use std::sync::Arc;
@@ -54,4 +55,42 @@ async fn a_leader_cut_off_stops_answering_reads_within_its_lease() {
     let s = svc.clone();
     let answer = tokio::task::spawn_blocking(move || read(&s)).await.unwrap();
     assert!(matches!(answer, Ok(Reply::NotLeader { .. })), "a leader cut off {:?} ago answered {answer:?}", cut.elapsed());
+}
+
+/// The leader forgets, through its group, the sessions unheard of for the
+/// TTL, and keeps the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_forgets_old_sessions_on_every_member() {
+    use canopy_replica::sessions::{self, SessionRecord, SESSIONS, SESSION_TTL};
+    let g = Group::new(3, 12, test_config(10_000)).await;
+    let leader = g.leader().await;
+    let m = &g.members[&leader];
+    let clock = ManualClock::new();
+    clock.advance(2_000_000_000);
+    let svc = Arc::new(ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), clock.clone()));
+    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
+    svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store: store.clone(), service: Arc::new(Answers) });
+    let now = canopy_proto::clock::Clock::wall_ms(&*clock);
+    let heard = |session: u64, at: u64| sessions::record(SessionRecord::default(), session, b"c", 0, 0, &Ok(Reply::Unit), at);
+    let s2 = store.clone();
+    let ttl = SESSION_TTL.as_millis() as u64;
+    tokio::task::spawn_blocking(move || {
+        s2.write(heard(1, now - ttl - 1_000)).unwrap();
+        s2.write(heard(2, now - 1_000)).unwrap();
+    })
+    .await
+    .unwrap();
+    let s = svc.clone();
+    assert_eq!(tokio::task::spawn_blocking(move || s.forget_sessions()).await.unwrap(), Ok(1));
+    let last = g.put(b"after", b"1").await;
+    g.applied_everywhere(last).await;
+    for (id, st) in &g.stores {
+        let mut left = Vec::new();
+        st.for_each(SESSIONS, &[], &mut |k, _| {
+            left.push(u64::from_be_bytes(k[..8].try_into().unwrap()));
+            true
+        })
+        .unwrap();
+        assert_eq!(left, [2], "member {id}");
+    }
 }

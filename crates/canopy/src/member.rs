@@ -82,6 +82,7 @@ pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'s
     let service = Arc::new(ReplicatedService::new(me, member.raft.clone(), member.peer.clone(), rt.handle().clone(), SystemClock::shared()));
     rt.spawn(leadership::follow(service.clone(), store, open, COMMIT_WAIT));
     rt.spawn(service.clone().keep_lease());
+    rt.spawn(service.clone().keep_forgetting_sessions());
     // A group of one has nobody to send clients to: it serves once it leads.
     if members.len() == 1 {
         let deadline = std::time::Instant::now() + LEAD_WAIT;

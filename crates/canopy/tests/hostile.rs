@@ -527,3 +527,37 @@ fn an_idle_mount_works_past_the_servers_idle_limit() {
         assert_eq!(names, ["a", "b"], "{mode}");
     }
 }
+
+/// Replica groups' own requests: a user key may ask a member how its group
+/// stands, and nothing else of them; a mutation wrapped to be applied once
+/// is checked as if sent bare; whatever is malformed is refused by name, and
+/// the member serves on.
+#[test]
+fn replica_requests_are_the_cluster_keys_and_malformed_ones_are_refused() {
+    let c = Cluster::up("shardfs", &[]);
+    let (root, mallory) = (c.cluster_key(), c.user_key(MALLORY));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let session = (now << 32) | 1;
+    let once = |inner: &Request| Request::Once { session, seq: 0, done_below: 0, inner: postcard::to_allocvec(inner).unwrap() };
+    let add = |id: u64, addr: String| Request::GroupChange { change: canopy_proto::msg::GroupChange::Add { id, addr } };
+    rt().block_on(async {
+        let m = c.conn(0, &mallory).await;
+        let as_mallory = Creds { uid: MALLORY, gid: MALLORY, groups: vec![] };
+        assert_eq!(m.call(&as_mallory, &Request::Peer { call: vec![1, 2, 3] }, T).await, Err(Errno::EPERM));
+        assert_eq!(m.call(&as_mallory, &add(2, "127.0.0.1:1".into()), T).await, Err(Errno::EPERM));
+        assert_eq!(m.call(&as_mallory, &once(&Request::Revoke { txn: 7 }), T).await, Err(Errno::EPERM));
+        assert!(matches!(m.call(&as_mallory, &Request::GroupStatus, T).await, Ok(Reply::Group(_))));
+
+        let r = c.conn(0, &root).await;
+        let admin = Creds::root();
+        assert_eq!(r.call(&admin, &Request::Peer { call: vec![0xff; 64] }, T).await, Err(Errno::EPROTO));
+        assert_eq!(r.call(&admin, &once(&once(&Request::Ping)), T).await, Err(Errno::EPROTO), "a Once inside a Once");
+        let garbage = Request::Once { session, seq: 1, done_below: 0, inner: vec![0xff; 1 << 16] };
+        assert_eq!(r.call(&admin, &garbage, T).await, Err(Errno::EPROTO));
+        assert_eq!(r.call(&admin, &add(0, "127.0.0.1:1".into()), T).await, Err(Errno::EINVAL), "member id 0");
+        assert_eq!(r.call(&admin, &add(2, "x".repeat(10_000)), T).await, Err(Errno::EINVAL), "an absurd address");
+        let last = Request::GroupChange { change: canopy_proto::msg::GroupChange::Remove { id: 1 } };
+        assert_eq!(r.call(&admin, &last, T).await, Err(Errno::EINVAL), "the last voter");
+        assert!(matches!(r.call(&admin, &Request::Stat { at: "/".into() }, T).await, Ok(Reply::Attr(_))));
+    });
+}

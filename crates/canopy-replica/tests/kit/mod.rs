@@ -3,6 +3,7 @@
 //! A group of in-process members over memory stores, for the tests.
 
 use canopy_replica::router::{Router, RouterNetwork};
+use canopy_replica::sessions::SESSIONS;
 use canopy_replica::{Families, Member, MemberId, Proposal, RAFT_CFS};
 use canopy_store::{Batch, MemStore, Store};
 use openraft::error::{ClientWriteError, RaftError};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 pub const DATA: &str = "data";
 
 pub fn families() -> Families {
-    Families::new(&[DATA])
+    Families::new(&[DATA, SESSIONS])
 }
 
 /// Fast timings for tests: a failover within about half a second.
@@ -39,7 +40,7 @@ pub struct Group {
 }
 
 pub fn new_store() -> Arc<MemStore> {
-    let mut cfs = vec![DATA];
+    let mut cfs = vec![DATA, SESSIONS];
     cfs.extend_from_slice(RAFT_CFS);
     Arc::new(MemStore::new(&cfs))
 }
