@@ -1,7 +1,9 @@
 //! Changes of a group's members, as its leader makes them: a member added
 //! catches up as a learner (from a snapshot if the log it needs was
-//! purged) before it votes, so the group never waits on it to commit; a
-//! member removed stops voting and receiving the log at once.
+//! purged) to within openraft's `replication_lag_threshold` of the leader's
+//! log (5,000 entries) before it votes, so the group does not wait on a
+//! whole log's replay to commit; a member removed stops voting and
+//! receiving the log at once.
 
 use crate::{MemberId, Raft};
 use canopy_proto::msg::GroupChange;

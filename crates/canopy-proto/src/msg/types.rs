@@ -323,7 +323,8 @@ impl NsCall {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupChange {
     /// Member `id`, listening at `addr`, catches up (from a snapshot if the
-    /// log it needs was purged), then votes.
+    /// log it needs was purged) to within the group's replication lag
+    /// threshold, then votes.
     Add { id: u64, addr: String },
     /// Member `id` no longer votes nor receives the log.
     Remove { id: u64 },
