@@ -17,6 +17,7 @@ use openraft::network::{RPCOption, RaftNetwork};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use openraft::{BasicNode, OptionalSend, Snapshot, SnapshotMeta, Vote};
 use serde::{Deserialize, Serialize};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
@@ -86,16 +87,9 @@ impl Peer {
         meta: SnapshotMeta<MemberId, BasicNode>,
         tables: Vec<TableFile>,
     ) -> Result<SnapshotResponse<MemberId>, String> {
-        let files = {
-            let mut inbox = self.inbox.lock().await;
-            let open = inbox.get(&from).is_some_and(|(open, _)| *open == stream);
-            match inbox.remove(&from) {
-                Some((_, files)) if open => files,
-                other => {
-                    inbox.extend(other.map(|o| (from, o)));
-                    return Err(format!("an install of snapshot stream {stream}, which is not open"));
-                }
-            }
+        let files = match self.inbox.lock().await.entry(from) {
+            Entry::Occupied(open) if open.get().0 == stream => open.remove().1,
+            _ => return Err(format!("an install of snapshot stream {stream}, which is not open")),
         };
         if files.tables != tables || !files.complete() {
             let _ = std::fs::remove_dir_all(&files.dir);

@@ -22,8 +22,8 @@ use crate::sessions::{self, Known};
 use crate::{MemberId, Raft, ReplicatedStore};
 use canopy_proto::auth::Identity;
 use canopy_proto::clock::SharedClock;
-use canopy_proto::msg::{GroupChange, GroupInfo};
 use crate::membership;
+use canopy_proto::msg::{GroupChange, GroupInfo};
 use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_rpc::{Handled, Service};
 use parking_lot::RwLock;
@@ -230,7 +230,7 @@ impl ReplicatedService {
     }
 
     /// Changes the group's voters, as its leader: a member added catches up
-    /// as a learner first, so the group never waits on it to commit.
+    /// as a learner first ([`membership`]).
     fn change_group(&self, peer: &Identity, change: GroupChange) -> Handled {
         if !peer.is_cluster() {
             return Handled::Now(Err(Errno::EPERM));
@@ -241,13 +241,12 @@ impl ReplicatedService {
         if self.leading().is_none() {
             return self.not_leader();
         }
-        let raft = self.raft.clone();
-        let changed = self.rt.spawn(async move { membership::change(&raft, change).await });
         let (me, raft) = (self.member, self.raft.clone());
         let (terms_led, deposed) = (self.terms_led.load(Ordering::Relaxed), self.deposed.load(Ordering::Relaxed));
+        let changed = self.rt.spawn(async move { membership::change(&raft, change).await.map(|()| group_info(me, &raft, terms_led, deposed)) });
         Handled::Later(Box::pin(async move {
             match changed.await.map_err(|_| Errno::EIO)? {
-                Ok(()) => Ok(Reply::Group(group_info(me, &raft, terms_led, deposed))),
+                Ok(info) => Ok(Reply::Group(info)),
                 Err(membership::Refused::NotLeader(leader)) => Ok(Reply::NotLeader { leader }),
                 Err(membership::Refused::Errno(e)) => Err(e),
             }

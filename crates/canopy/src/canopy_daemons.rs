@@ -81,8 +81,7 @@ impl Lifecycle for CanopyDaemons {
         let rt = connect::runtime()?;
         let me = own_key(c)?.client_auth();
         let deadline = Instant::now() + timeout;
-        let groups = (0..c.servers.len()).map(|i| c.server_members(i)).chain(std::iter::once(c.lockd_members()));
-        for group in groups {
+        for (_, group) in groups(c) {
             loop {
                 let led = rt.block_on(async {
                     for m in &group {
@@ -140,8 +139,7 @@ impl Lifecycle for CanopyDaemons {
         let rt = connect::runtime()?;
         let mut down = 0;
         rt.block_on(async {
-            let groups = (0..c.servers.len()).map(|i| (Kind::Server(i), c.server_members(i))).chain(std::iter::once((Kind::Lockd, c.lockd_members())));
-            for (kind, members) in groups {
+            for (kind, members) in groups(c) {
                 let label = match kind {
                     Kind::Server(i) => format!("server {i:<3}"),
                     Kind::Lockd => "lockd     ".to_string(),
@@ -229,10 +227,35 @@ fn name_of(kind: Kind, member: u64, grouped: bool) -> String {
     }
 }
 
+/// The members of `kind`'s group in `c`.
+pub(crate) fn group_members(c: &ClusterFile, kind: Kind) -> Vec<GroupMember> {
+    match kind {
+        Kind::Server(i) => c.server_members(i),
+        Kind::Lockd => c.lockd_members(),
+    }
+}
+
+/// Every group of `c`, the servers' in order, then the lock service's.
+fn groups(c: &ClusterFile) -> impl Iterator<Item = (Kind, Vec<GroupMember>)> + '_ {
+    (0..c.servers.len()).map(Kind::Server).chain([Kind::Lockd]).map(|kind| (kind, group_members(c, kind)))
+}
+
 /// Every member of every group of `c`.
 pub(crate) fn members(c: &ClusterFile) -> Vec<(Kind, GroupMember)> {
-    let servers = (0..c.servers.len()).map(|i| (Kind::Server(i), c.server_members(i)));
-    servers.chain(std::iter::once((Kind::Lockd, c.lockd_members()))).flat_map(|(kind, group)| group.into_iter().map(move |m| (kind, m))).collect()
+    groups(c).flat_map(|(kind, group)| group.into_iter().map(move |m| (kind, m))).collect()
+}
+
+/// Listens for a new daemon `name`: on a Unix socket `name.sock` in
+/// `sockets`, or, without it, on a free port of `host`. Its address and
+/// socket.
+pub(crate) fn listen_new(sockets: Option<&Path>, host: &str, name: &str) -> Result<(String, OwnedFd), String> {
+    if let Some(d) = sockets {
+        let addr = format!("{}{}", canopy_rpc::socket::UNIX_PREFIX, d.join(format!("{name}.sock")).display());
+        return Ok((addr.clone(), listen(&addr)?));
+    }
+    let l = std::net::TcpListener::bind((host, 0)).map_err(|e| format!("cannot listen on {host}: {e}"))?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
+    Ok((addr, l.into()))
 }
 
 /// How a member's daemon begins.

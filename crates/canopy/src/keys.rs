@@ -34,12 +34,22 @@ pub enum KeyCmd {
 }
 
 pub fn run(cmd: KeyCmd, cluster: Option<&Path>) -> Result<ExitCode, String> {
-    let KeyCmd::Issue { uid, gid, groups, out } = cmd else {
-        let c = connect::load(cluster)?;
-        ensure_cluster_key(&c)?;
-        println!("{}", keyfile::cluster_key_path(&c.path).display());
-        return Ok(ExitCode::SUCCESS);
-    };
+    match cmd {
+        KeyCmd::Cluster => make_cluster_key(cluster),
+        KeyCmd::Issue { uid, gid, groups, out } => issue(cluster, uid, gid, groups, out),
+    }
+}
+
+/// `canopy key cluster`.
+fn make_cluster_key(cluster: Option<&Path>) -> Result<ExitCode, String> {
+    let c = connect::load(cluster)?;
+    ensure_cluster_key(&c)?;
+    println!("{}", keyfile::cluster_key_path(&c.path).display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `canopy key issue`.
+fn issue(cluster: Option<&Path>, uid: u32, gid: u32, groups: Vec<u32>, out: Option<PathBuf>) -> Result<ExitCode, String> {
     if uid == u32::MAX || gid == u32::MAX {
         return Err("uid and gid 4294967295 mean \"no change\" to chown(2); they name no one".into());
     }

@@ -5,7 +5,7 @@
 //! cluster when none is given, and none at all with `--posix`.
 
 use crate::connect;
-use crate::canopy_daemons::{listen, own_key, read_pid};
+use crate::canopy_daemons::{listen_new, own_key, read_pid};
 use crate::lifecycle::{self, DaemonFlags, Listeners};
 use crate::modes;
 use crate::process;
@@ -209,17 +209,7 @@ fn cluster_in(dir: &Path, servers: Option<u32>, mode: Option<&str>, tuning: &Tun
     let sockets = socket_dir(dir, tuning.tcp)?;
     let mut listeners = Listeners::new();
     let mut addr_of = |name: String| -> Result<String, String> {
-        let (fd, addr) = match &sockets {
-            Some(d) => {
-                let addr = format!("{}{}", canopy_rpc::socket::UNIX_PREFIX, d.join(format!("{name}.sock")).display());
-                (listen(&addr)?, addr)
-            }
-            None => {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on loopback: {e}"))?;
-                let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
-                (l.into(), addr)
-            }
-        };
+        let (addr, fd) = listen_new(sockets.as_deref(), "127.0.0.1", &name)?;
         listeners.insert(name, fd);
         Ok(addr)
     };

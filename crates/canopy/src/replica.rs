@@ -4,7 +4,7 @@
 //! member's daemon when it runs beside the cluster file, and keeps the
 //! cluster file's list of the group's members in step.
 
-use crate::canopy_daemons::{self, daemon_args, daemon_name, listen, spawn_daemon, Begin, Kind};
+use crate::canopy_daemons::{self, daemon_args, daemon_name, group_members, listen_new, spawn_daemon, Begin, Kind};
 use crate::connect;
 use crate::lifecycle::DaemonFlags;
 use crate::process;
@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 #[derive(Subcommand)]
 pub enum ReplicaCmd {
     /// Add a member to a group. It starts empty and catches up (from a
-    /// snapshot if the group's log was purged) before it votes.
+    /// snapshot if the group's log was purged) to within 5,000 entries of
+    /// the leader before it votes.
     Add {
         #[command(flatten)]
         group: GroupArg,
@@ -80,27 +81,26 @@ pub fn run(cmd: ReplicaCmd, cluster: Option<&Path>) -> Result<ExitCode, String> 
                     make a cluster with `canopy up --replicas 3` to change its groups' members"
             .into());
     }
+    let (ReplicaCmd::Add { group, .. } | ReplicaCmd::Remove { group, .. } | ReplicaCmd::Replace { group, .. }) = &cmd;
+    let (name, kind) = (group.group.clone(), kind_of(&group.group, &c)?);
     let me = connect::key(&c)?.client_auth();
     let rt = connect::runtime()?;
     match cmd {
-        ReplicaCmd::Add { group, new } => {
-            let kind = kind_of(&group.group, &c)?;
+        ReplicaCmd::Add { new, .. } => {
             let added = rt.block_on(add(&mut c, kind, &new, &me))?;
-            println!("canopy: member {added} of {} added", group.group);
+            println!("canopy: member {added} of {name} added");
         }
-        ReplicaCmd::Remove { group, member } => {
-            let kind = kind_of(&group.group, &c)?;
+        ReplicaCmd::Remove { member, .. } => {
             rt.block_on(remove(&mut c, kind, member, &me))?;
-            println!("canopy: member {member} of {} removed", group.group);
+            println!("canopy: member {member} of {name} removed");
         }
-        ReplicaCmd::Replace { group, member, new } => {
-            let kind = kind_of(&group.group, &c)?;
-            if !members(&c, kind).iter().any(|m| m.id == member) {
-                return Err(format!("{} has no member {member}", group.group));
+        ReplicaCmd::Replace { member, new, .. } => {
+            if !group_members(&c, kind).iter().any(|m| m.id == member) {
+                return Err(format!("{name} has no member {member}"));
             }
             let added = rt.block_on(add(&mut c, kind, &new, &me))?;
             rt.block_on(remove(&mut c, kind, member, &me))?;
-            println!("canopy: member {member} of {} replaced by member {added}", group.group);
+            println!("canopy: member {member} of {name} replaced by member {added}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -116,13 +116,6 @@ fn kind_of(name: &str, c: &ClusterFile) -> Result<Kind, String> {
     match kind {
         Kind::Server(i) if i >= c.servers.len() => Err(format!("the cluster has servers 0 to {}, not {i}", c.servers.len() - 1)),
         k => Ok(k),
-    }
-}
-
-fn members(c: &ClusterFile, kind: Kind) -> Vec<GroupMember> {
-    match kind {
-        Kind::Server(i) => c.server_members(i),
-        Kind::Lockd => c.lockd_members(),
     }
 }
 
@@ -151,10 +144,10 @@ fn cluster_dir(c: &ClusterFile) -> PathBuf {
 /// here unless `new.addr` says where it runs, then made a voter by the
 /// leader. Its id.
 async fn add(c: &mut ClusterFile, kind: Kind, new: &NewMember, me: &ClientAuth) -> Result<u64, String> {
-    let before = members(c, kind);
+    let before = group_members(c, kind);
     let id = before.iter().map(|m| m.id).max().unwrap_or(0) + 1;
     let dir = cluster_dir(c);
-    let name = canopy_daemons::daemon_name(c, kind, id);
+    let name = daemon_name(c, kind, id);
     let (addr, listener) = match &new.addr {
         Some(a) => (a.clone(), None),
         None => {
@@ -188,7 +181,7 @@ async fn add(c: &mut ClusterFile, kind: Kind, new: &NewMember, me: &ClientAuth) 
 /// Removes member `id` from `kind`'s group, then from the cluster file, and
 /// stops its daemon here if it runs here.
 async fn remove(c: &mut ClusterFile, kind: Kind, id: u64, me: &ClientAuth) -> Result<(), String> {
-    let before = members(c, kind);
+    let before = group_members(c, kind);
     if !before.iter().any(|m| m.id == id) {
         return Err(format!("the group has no member {id}"));
     }
@@ -223,14 +216,10 @@ async fn remove(c: &mut ClusterFile, kind: Kind, id: u64, me: &ClientAuth) -> Re
 /// same host.
 fn listen_beside(first: &str, name: &str) -> Result<(String, std::os::fd::OwnedFd), String> {
     if let Some(path) = canopy_rpc::socket::unix_path(first) {
-        let dir = path.parent().ok_or("a socket path without a directory")?;
-        let addr = format!("{}{}", canopy_rpc::socket::UNIX_PREFIX, dir.join(format!("{name}.sock")).display());
-        return Ok((addr.clone(), listen(&addr)?));
+        return listen_new(Some(path.parent().ok_or("a socket path without a directory")?), "", name);
     }
     let host = first.rsplit_once(':').map(|(h, _)| h).ok_or_else(|| format!("{first} is not host:port"))?;
-    let l = std::net::TcpListener::bind((host.trim_matches(['[', ']']), 0)).map_err(|e| format!("cannot listen on {host}: {e}"))?;
-    let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
-    Ok((addr, l.into()))
+    listen_new(None, host.trim_matches(['[', ']']), name)
 }
 
 /// Stops daemon `name` if its pid file in `dir` names a live process.

@@ -32,36 +32,15 @@ impl Cluster {
 
     /// The daemons `canopy status` marks as their group's leader.
     fn leaders(&self) -> Vec<String> {
-        let status = self.ok(&["status"]);
-        let mut names = Vec::new();
-        let mut group = String::new();
-        for line in status.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["server", i, ..] => group = format!("server-{i}"),
-                ["lockd", ..] => group = "lockd".into(),
-                ["member", id, _, "leader", ..] => names.push(format!("{group}-{id}")),
-                _ => {}
-            }
-        }
-        names
+        let listed = listed_members(&self.ok(&["status"]));
+        listed.into_iter().filter(|(_, _, role)| role == "leader").map(|(group, id, _)| format!("{group}-{id}")).collect()
     }
 
-    /// Member ids of `group` that `canopy status` lists, in its order.
+    /// Member ids of `group` that `canopy status` lists, in its order (a
+    /// status that finds a group without a leader still lists them).
     fn members(&self, group: &str) -> Vec<String> {
         let status = String::from_utf8(common::canopy(self.dir(), &["status"]).stdout).unwrap();
-        let mut ids = Vec::new();
-        let mut current = String::new();
-        for line in status.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["server", i, ..] => current = format!("server-{i}"),
-                ["lockd", ..] => current = "lockd".into(),
-                ["member", id, ..] if current == group => ids.push(id.to_string()),
-                _ => {}
-            }
-        }
-        ids
+        listed_members(&status).into_iter().filter(|(g, _, _)| g == group).map(|(_, id, _)| id).collect()
     }
 
     fn kill(&self, name: &str) {
@@ -74,6 +53,23 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = common::canopy(self.home.path(), &["down"]);
     }
+}
+
+/// Each member line of `canopy status` output: its group (`server-G`,
+/// `lockd`), id and role (`leader`, `follower`, `DOWN`).
+fn listed_members(status: &str) -> Vec<(String, String, String)> {
+    let mut listed = Vec::new();
+    let mut group = String::new();
+    for line in status.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["server", i, ..] => group = format!("server-{i}"),
+            ["lockd", ..] => group = "lockd".into(),
+            ["member", id, rest @ ..] => listed.push((group.clone(), id.to_string(), rest.get(1).unwrap_or(&"").to_string())),
+            _ => {}
+        }
+    }
+    listed
 }
 
 fn files(c: &Cluster, dir: &str, from: u32, to: u32) {
