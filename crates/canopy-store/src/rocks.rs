@@ -89,6 +89,10 @@ impl RocksStore {
             Durability::Group { .. } => LogWrites::Grouped,
         };
         opts.set_manual_wal_flush(true);
+        // A librocksdb built with assertions (Debian's) defaults to debug
+        // lines, one for every write of the log out: a formatted line and a
+        // write(2) each time a server answers.
+        opts.set_log_level(rocksdb::LogLevel::Info);
         let descriptors = cfs.iter().map(|cf| ColumnFamilyDescriptor::new(*cf, cf_options()));
         let db = Arc::new(DB::open_cf_descriptors(&opts, path, descriptors).map_err(err)?);
         let stop_flusher = Arc::new(AtomicBool::new(false));
