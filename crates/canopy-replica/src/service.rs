@@ -284,6 +284,17 @@ impl ReplicatedService {
     }
 }
 
+/// `ask` of the request `req` carries: itself, or the one a `Once` wraps
+/// (a mutation that waits for a lease must not be answered in a read pass
+/// because its client numbered it). One that does not decode is refused
+/// when it is served; it is asked of as it is.
+fn unwrapped(req: &Request, ask: impl Fn(&Request) -> bool) -> bool {
+    match req {
+        Request::Once { inner, .. } => postcard::from_bytes::<Request>(inner).map_or_else(|_| ask(req), |r| ask(&r)),
+        _ => ask(req),
+    }
+}
+
 /// What member `member` knows of its group; `terms_led` and `deposed` are
 /// its own counters.
 fn group_info(member: MemberId, raft: &Raft, terms_led: u64, deposed: u64) -> GroupInfo {
@@ -349,11 +360,11 @@ impl Service for ReplicatedService {
     }
 
     fn blocks(&self, req: &Request) -> bool {
-        self.leading().is_some_and(|l| l.service.blocks(req))
+        self.leading().is_some_and(|l| unwrapped(req, |r| l.service.blocks(r)))
     }
 
     fn waits(&self, req: &Request) -> bool {
-        self.leading().is_some_and(|l| l.service.waits(req))
+        self.leading().is_some_and(|l| unwrapped(req, |r| l.service.waits(r)))
     }
 
     /// Answers only once the group applied what the pass wrote; if it did

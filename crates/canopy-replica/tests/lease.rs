@@ -23,6 +23,23 @@ impl Service for Answers {
     }
 }
 
+/// Answers, and says a `Mkdir` blocks and a `Rmdir` waits.
+struct Classifies;
+
+impl Service for Classifies {
+    fn call(&self, _peer: &Identity, _creds: Creds, _req: Request) -> Handled {
+        Handled::Now(Ok(Reply::Unit))
+    }
+
+    fn blocks(&self, req: &Request) -> bool {
+        matches!(req, Request::Mkdir { .. })
+    }
+
+    fn waits(&self, req: &Request) -> bool {
+        matches!(req, Request::Rmdir { .. })
+    }
+}
+
 fn read(svc: &ReplicatedService) -> Result<Reply, Errno> {
     let mut answer = None;
     svc.in_pass(&mut || {
@@ -93,4 +110,24 @@ async fn a_leader_forgets_old_sessions_on_every_member() {
         .unwrap();
         assert_eq!(left, [2], "member {id}");
     }
+}
+
+/// A mutation numbered in a session is answered apart from its pass when
+/// the request it wraps would be: one that waits for a lease must not hold
+/// up the requests read with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_numbered_request_blocks_and_waits_as_the_one_it_wraps() {
+    let g = Group::new(1, 13, test_config(10_000)).await;
+    let leader = g.leader().await;
+    let m = &g.members[&leader];
+    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), SystemClock::shared());
+    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
+    svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store, service: Arc::new(Classifies) });
+    let once = |r: &Request| Request::Once { session: 1, seq: 0, done_below: 0, inner: postcard::to_allocvec(r).unwrap() };
+    let mkdir = Request::Mkdir { path: "/a".into(), mode: 0o755, id: 2, fence: None };
+    let rmdir = Request::Rmdir { path: "/a".into(), txn: 1 };
+    assert!(svc.blocks(&once(&mkdir)) && !svc.waits(&once(&mkdir)));
+    assert!(svc.waits(&once(&rmdir)) && !svc.blocks(&once(&rmdir)));
+    assert!(!svc.blocks(&once(&Request::Ping)) && !svc.waits(&once(&Request::Ping)));
+    assert!(svc.blocks(&mkdir) && svc.waits(&rmdir), "unwrapped, as they are");
 }
