@@ -64,6 +64,23 @@ impl Proposal {
         Proposal { edits }
     }
 
+    /// Drops each put or deletion that a later one of the same key in this
+    /// proposal replaces: applied whole, the proposal leaves the same store
+    /// without them. Proposals gathered into one entry often rewrite one key
+    /// (a session's record, after each of its requests), and each copy
+    /// would be logged, sent to every member and written to its memtable.
+    pub fn drop_replaced(&mut self) {
+        let mut later = std::collections::HashSet::new();
+        let mut keep = vec![true; self.edits.len()];
+        for (i, e) in self.edits.iter().enumerate().rev() {
+            if let Edit::Put(cf, k, _) | Edit::Delete(cf, k) = e {
+                keep[i] = later.insert((cf.as_str(), k.as_slice()));
+            }
+        }
+        let mut keep = keep.into_iter();
+        self.edits.retain(|_| keep.next().unwrap_or(true));
+    }
+
     /// The table files to ingest first: family and bytes.
     pub fn tables(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.edits.iter().filter_map(|e| match e {
@@ -84,5 +101,54 @@ impl Proposal {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Edit, Proposal};
+    use canopy_store::{Batch, MemStore, Store};
+
+    fn put(k: &str, v: &str) -> Edit {
+        Edit::Put("f".into(), k.into(), v.into())
+    }
+
+    fn delete(k: &str) -> Edit {
+        Edit::Delete("f".into(), k.into())
+    }
+
+    fn range(from: &str, to: &str) -> Edit {
+        Edit::DeleteRange("f".into(), from.into(), to.into())
+    }
+
+    /// The pairs a store holds after applying `p` over `before`.
+    fn applied(before: &[(&str, &str)], p: &Proposal) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let store = MemStore::new(&["f"]);
+        let mut b = Batch::new();
+        for (k, v) in before {
+            b.put("f", k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        }
+        store.write(b).unwrap();
+        let mut b = Batch::new();
+        p.to_batch(&crate::Families::new(&["f"]), &mut b).unwrap();
+        store.write(b).unwrap();
+        store.scan("f", b"", None, usize::MAX).unwrap()
+    }
+
+    #[test]
+    fn only_the_last_write_of_a_key_is_kept_and_the_store_ends_the_same() {
+        let edits = vec![put("s", "1"), put("a", "x"), range("b", "d"), put("s", "12"), delete("a"), put("c", "y"), put("s", "123"), delete("e")];
+        let mut p = Proposal { edits: edits.clone() };
+        p.drop_replaced();
+        assert_eq!(p.edits, vec![range("b", "d"), delete("a"), put("c", "y"), put("s", "123"), delete("e")]);
+        let before = [("a", "0"), ("b", "0"), ("c", "0"), ("e", "0"), ("s", "0")];
+        assert_eq!(applied(&before, &p), applied(&before, &Proposal { edits }));
+    }
+
+    #[test]
+    fn a_put_after_a_range_deletion_over_it_is_kept() {
+        let mut p = Proposal { edits: vec![range("a", "z"), put("k", "v")] };
+        p.drop_replaced();
+        assert_eq!(p.edits, vec![range("a", "z"), put("k", "v")]);
     }
 }

@@ -311,7 +311,8 @@ async fn propose_in_order(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, 
 type Heard = (Sent, std::result::Result<Answer, String>);
 
 /// Sends one entry; false once nobody hears the outcomes any more.
-async fn send(raft: &Raft, done_tx: &mpsc::UnboundedSender<Heard>, entry: Proposal, sent: Sent) -> bool {
+async fn send(raft: &Raft, done_tx: &mpsc::UnboundedSender<Heard>, mut entry: Proposal, sent: Sent) -> bool {
+    entry.drop_replaced();
     let answer = raft.client_write_ff(entry).await.map_err(|e| e.to_string());
     done_tx.send((sent, answer)).is_ok()
 }
