@@ -9,9 +9,10 @@
 //! daemon). A member that acknowledged it refuses to vote for anyone else
 //! until the whole leader lease has passed since, so no other leader exists
 //! before then, and the other half covers clocks running at different
-//! rates. A task renews the
-//! lease every [`RENEW_EVERY`]; a pass that finds it run out makes the round
-//! itself, once, and a member that cannot gather a majority answers nothing.
+//! rates. A task renews the lease every [`RENEW_EVERY`]; a request that
+//! finds it run out is answered apart, after a round of its own (the
+//! serving thread never waits for the group: its Raft may run there), and a
+//! member that cannot gather a majority answers nothing.
 //!
 //! Mutations come in `Request::Once` ([`crate::sessions`]): their answer is
 //! recorded in the entry that applies them, and a retry at the next leader
@@ -29,7 +30,7 @@ use canopy_rpc::{Handled, Service};
 use parking_lot::RwLock;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// What a leader serves with, for one term.
@@ -43,7 +44,8 @@ pub struct ReplicatedService {
     pub member: MemberId,
     raft: Raft,
     peer: Arc<Peer>,
-    rt: tokio::runtime::Handle,
+    /// Itself, for the requests it answers later.
+    me: Weak<ReplicatedService>,
     clock: SharedClock,
     leading: RwLock<Option<Arc<Leading>>>,
     /// Until when this member may serve reads without a round.
@@ -65,18 +67,18 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(150);
 pub const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 impl ReplicatedService {
-    pub fn new(member: MemberId, raft: Raft, peer: Arc<Peer>, rt: tokio::runtime::Handle, clock: SharedClock) -> ReplicatedService {
-        ReplicatedService {
+    pub fn new(member: MemberId, raft: Raft, peer: Arc<Peer>, clock: SharedClock) -> Arc<ReplicatedService> {
+        Arc::new_cyclic(|me| ReplicatedService {
             member,
             raft,
             peer,
-            rt,
+            me: me.clone(),
             clock,
             leading: RwLock::new(None),
             lease_until: parking_lot::Mutex::new(None),
             terms_led: AtomicU64::new(0),
             deposed: AtomicU64::new(0),
-        }
+        })
     }
 
     pub fn raft(&self) -> &Raft {
@@ -117,32 +119,40 @@ impl ReplicatedService {
     }
 
     fn not_leader(&self) -> Handled {
+        Handled::Now(Ok(self.redirect()))
+    }
+
+    /// Where a client should go instead: the leader, if this member knows
+    /// another one.
+    fn redirect(&self) -> Reply {
         let leader = self.raft.metrics().borrow().current_leader.filter(|l| *l != self.member);
-        Handled::Now(Ok(Reply::NotLeader { leader }))
+        Reply::NotLeader { leader }
     }
 
-    /// Runs `f` on the group's runtime and waits for it here.
-    fn block_on<T: Send + 'static>(&self, f: impl std::future::Future<Output = T> + Send + 'static) -> Option<T> {
-        futures::executor::block_on(self.rt.spawn(f)).ok()
-    }
-
-    /// Confirms, once per pass, that this member still leads: under its
-    /// lease, or after a round of its own. The only voter of its group needs
-    /// neither: no other member can be elected but through a membership
-    /// change it logs itself.
-    fn confirm(&self) -> bool {
-        if CONFIRMED.with(Cell::get) || self.sole_voter() || self.leased() {
-            return true;
-        }
-        let raft = self.raft.clone();
-        let me = self.member;
-        let began = Instant::now();
-        let ok = matches!(self.block_on(async move { renew(&raft, me).await }), Some(Some(_)));
-        if ok {
-            self.extend_lease(began);
-        }
+    /// Whether this member may serve now without a round: its pass already
+    /// confirmed it leads, or it holds its lease. The only voter of its
+    /// group needs neither: no other member can be elected but through a
+    /// membership change it logs itself.
+    fn confirmed(&self) -> bool {
+        let ok = CONFIRMED.with(Cell::get) || self.sole_voter() || self.leased();
         CONFIRMED.with(|c| c.set(ok));
         ok
+    }
+
+    /// Answers `req` later: after a round of heartbeats a majority
+    /// acknowledged (which renews the lease), on a thread of its own, as a
+    /// request answered apart is; `NotLeader` if no round succeeds.
+    fn confirm_then(&self, peer: &Identity, creds: Creds, req: Request) -> Handled {
+        let Some(me) = self.me.upgrade() else { return self.not_leader() };
+        let peer = peer.clone();
+        Handled::Later(Box::pin(async move {
+            let began = Instant::now();
+            if renew(&me.raft, me.member).await.is_none() {
+                return Ok(me.redirect());
+            }
+            me.extend_lease(began);
+            canopy_rpc::call_apart(me, peer, creds, req).await
+        }))
     }
 
     fn leased(&self) -> bool {
@@ -222,9 +232,8 @@ impl ReplicatedService {
             return Handled::Now(Err(Errno::EPROTO));
         };
         let me = self.peer.clone();
-        let served = self.rt.spawn(async move { me.serve(from, call).await });
         Handled::Later(Box::pin(async move {
-            let reply = served.await.map_err(|_| Errno::EIO)?;
+            let reply = me.serve(from, call).await;
             Ok(Reply::PeerReply(postcard::to_allocvec(&reply).map_err(|_| Errno::EIO)?))
         }))
     }
@@ -243,9 +252,8 @@ impl ReplicatedService {
         }
         let (me, raft) = (self.member, self.raft.clone());
         let (terms_led, deposed) = (self.terms_led.load(Ordering::Relaxed), self.deposed.load(Ordering::Relaxed));
-        let changed = self.rt.spawn(async move { membership::change(&raft, change).await.map(|()| group_info(me, &raft, terms_led, deposed)) });
         Handled::Later(Box::pin(async move {
-            match changed.await.map_err(|_| Errno::EIO)? {
+            match membership::change(&raft, change).await.map(|()| group_info(me, &raft, terms_led, deposed)) {
                 Ok(info) => Ok(Reply::Group(info)),
                 Err(membership::Refused::NotLeader(leader)) => Ok(Reply::NotLeader { leader }),
                 Err(membership::Refused::Errno(e)) => Err(e),
@@ -343,8 +351,8 @@ impl Service for ReplicatedService {
             _ => {}
         }
         let Some(lead) = self.leading() else { return self.not_leader() };
-        if !self.confirm() {
-            return self.not_leader();
+        if !self.confirmed() {
+            return self.confirm_then(peer, creds, req);
         }
         match req {
             Request::Once { session, seq, done_below, inner } => self.once(&lead, peer, creds, Numbered { session, seq, done_below }, &inner),

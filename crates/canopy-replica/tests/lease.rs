@@ -40,16 +40,22 @@ impl Service for Classifies {
     }
 }
 
-fn read(svc: &ReplicatedService) -> Result<Reply, Errno> {
-    let mut answer = None;
-    svc.in_pass(&mut || {
-        answer = Some(match svc.call(&Identity::Cluster, Creds::root(), Request::Ping) {
-            Handled::Now(r) => r,
-            Handled::Later(_) => Err(Errno::EIO),
-        })
+/// A read in a pass of its own, on a blocking thread as a daemon's may
+/// be, and what it answers: now, or later (after a round of heartbeats).
+/// Also whether it was answered now.
+async fn read(svc: &Arc<ReplicatedService>) -> (Result<Reply, Errno>, bool) {
+    let s = svc.clone();
+    let handled = tokio::task::spawn_blocking(move || {
+        let mut handled = None;
+        s.in_pass(&mut || handled = Some(s.call(&Identity::Cluster, Creds::root(), Request::Ping))).unwrap();
+        handled.unwrap()
     })
+    .await
     .unwrap();
-    answer.unwrap()
+    match handled {
+        Handled::Now(r) => (r, true),
+        Handled::Later(f) => (f.await, false),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,20 +63,22 @@ async fn a_leader_cut_off_stops_answering_reads_within_its_lease() {
     let g = Group::new(3, 11, test_config(10_000)).await;
     let leader = g.leader().await;
     let m = &g.members[&leader];
-    let svc = Arc::new(ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), SystemClock::shared()));
+    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), SystemClock::shared());
     let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
     let term = m.raft.metrics().borrow().current_term;
     svc.lead(Leading { term, store, service: Arc::new(Answers) });
+    // Before its lease is first renewed, a read waits for a round.
+    let (answer, now) = read(&svc).await;
+    assert!(matches!(answer, Ok(Reply::Pong { .. })) && !now, "a leader with its group answers, after a round: {answer:?}");
+    let (answer, now) = read(&svc).await;
+    assert!(matches!(answer, Ok(Reply::Pong { .. })) && now, "and then at once, under the lease that round gave: {answer:?}");
     tokio::spawn(svc.clone().keep_lease());
-    let s = svc.clone();
-    assert!(matches!(tokio::task::spawn_blocking(move || read(&s)).await.unwrap(), Ok(Reply::Pong { .. })), "a leader with its group answers");
     g.router.partition(&[leader]);
     let cut = Instant::now();
     // The lease is half the election timeout's upper end (150 ms here):
     // once it has run out, and a round cannot be made, nothing is answered.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let s = svc.clone();
-    let answer = tokio::task::spawn_blocking(move || read(&s)).await.unwrap();
+    let (answer, _) = read(&svc).await;
     assert!(matches!(answer, Ok(Reply::NotLeader { .. })), "a leader cut off {:?} ago answered {answer:?}", cut.elapsed());
 }
 
@@ -84,7 +92,7 @@ async fn a_leader_forgets_old_sessions_on_every_member() {
     let m = &g.members[&leader];
     let clock = ManualClock::new();
     clock.advance(2_000_000_000);
-    let svc = Arc::new(ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), clock.clone()));
+    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), clock.clone());
     let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
     svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store: store.clone(), service: Arc::new(Answers) });
     let now = canopy_proto::clock::Clock::wall_ms(&*clock);
@@ -120,7 +128,7 @@ async fn a_numbered_request_blocks_and_waits_as_the_one_it_wraps() {
     let g = Group::new(1, 13, test_config(10_000)).await;
     let leader = g.leader().await;
     let m = &g.members[&leader];
-    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), tokio::runtime::Handle::current(), SystemClock::shared());
+    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), SystemClock::shared());
     let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
     svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store, service: Arc::new(Classifies) });
     let once = |r: &Request| Request::Once { session: 1, seq: 0, done_below: 0, inner: postcard::to_allocvec(r).unwrap() };

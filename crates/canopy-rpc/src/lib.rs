@@ -88,8 +88,9 @@ pub trait Service: Send + Sync + 'static {
 pub type Durable = BoxFuture<'static, Result<(), Errno>>;
 
 /// Answers `req` on a blocking thread of its own (it may wait long, see
-/// [`Service::waits`]), then whatever the handler handed back.
-pub(crate) async fn call_apart(service: std::sync::Arc<dyn Service>, peer: Identity, creds: Creds, req: Request) -> RpcResult {
+/// [`Service::waits`], or a service may have to wait before it can serve
+/// it), then whatever the handler handed back.
+pub async fn call_apart(service: std::sync::Arc<dyn Service>, peer: Identity, creds: Creds, req: Request) -> RpcResult {
     let call = move || {
         let mut input = Some((creds, req));
         let mut handled = None;

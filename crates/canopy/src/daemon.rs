@@ -142,23 +142,24 @@ type Beside = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Outp
 struct Daemon {
     addr: String,
     fd: Option<i32>,
-    threads: usize,
     what: String,
     opts: ServeOpts,
-    sched: Sched,
 }
 
-fn serve(d: Daemon, service: Arc<dyn Service>, beside: Option<Beside>) -> Result<ExitCode, String> {
-    // Before the runtime starts its threads, so they inherit it.
-    d.sched.apply()?;
+/// The runtime a daemon serves on, with `threads` workers. Set the
+/// scheduling policy first: its threads inherit it.
+fn serving_runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
     // One thread: a current-thread runtime, with no cross-thread wake-ups.
-    let rt = if d.threads <= 1 {
+    if threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(d.threads).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
     }
-    .map_err(|e| e.to_string())?;
-    let Daemon { addr, fd, what, opts, .. } = d;
+    .map_err(|e| e.to_string())
+}
+
+fn serve(d: Daemon, rt: tokio::runtime::Runtime, service: Arc<dyn Service>, beside: Option<Beside>) -> Result<ExitCode, String> {
+    let Daemon { addr, fd, what, opts } = d;
     rt.block_on(async move {
         let listener = listener(&addr, fd)?;
         eprintln!("canopy: {what} listening on {addr} (at most {} connections)", opts.limits.max_conns);
@@ -234,11 +235,14 @@ pub fn run_server(args: &ServerArgs) -> Result<ExitCode, String> {
         Ok(server as Arc<dyn Service>)
     });
     let what = format!("server {} member {}", args.index, args.member.member);
-    // Before the group's threads start, so they inherit it.
+    // Before the runtime starts its threads, so they inherit it.
     args.sched.apply()?;
-    let running = member::start(&args.member, &members, &args.data, ALL_CFS, args.durability, key_auth(&opts), open)?;
-    let d = Daemon { addr, fd: args.listen_fd, threads: args.threads, what, opts, sched: args.sched };
-    serve(d, running.service.clone(), None)
+    // The group's Raft runs where the daemon serves.
+    let rt = serving_runtime(args.threads)?;
+    let at = member::MemberStore { data: &args.data, cfs: ALL_CFS, durability: args.durability };
+    let service = member::start(&args.member, &members, at, key_auth(&opts), open, &rt)?;
+    let d = Daemon { addr, fd: args.listen_fd, what, opts };
+    serve(d, rt, service, None)
 }
 
 /// How a member proves itself to its peers: the cluster key.
@@ -285,7 +289,9 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
     private_store(&args.data)?;
     let open: Open = Arc::new(|store| Ok(Arc::new(LockDaemon(LockService::open(store)?)) as Arc<dyn Service>));
     args.sched.apply()?;
-    let running = member::start(&args.member, &members, &args.data, LOCK_CFS, Durability::Wal, key_auth(&opts), open)?;
+    let raft = member::raft_thread()?;
+    let at = member::MemberStore { data: &args.data, cfs: LOCK_CFS, durability: Durability::Wal };
+    let service = member::start(&args.member, &members, at, key_auth(&opts), open, &raft)?;
     // Every member sweeps: its requests go to whichever leads.
     let sweep = match args.sweep_ms {
         0 => None,
@@ -297,6 +303,8 @@ pub fn run_lockd(args: &LockdArgs) -> Result<ExitCode, String> {
         }
     };
     let what = format!("lock service member {}", args.member.member);
-    let d = Daemon { addr, fd: args.listen_fd, threads: 1, what, opts, sched: args.sched };
-    serve(d, running.service.clone(), sweep)
+    let d = Daemon { addr, fd: args.listen_fd, what, opts };
+    let served = serve(d, serving_runtime(1)?, service, sweep);
+    drop(raft);
+    served
 }

@@ -1,7 +1,14 @@
-//! A daemon as a member of its replica group: its store, its Raft on a
-//! runtime of its own, and the service that answers as leader or sends
-//! clients to the leader (`canopy_replica::service`). A daemon whose group
-//! has one member runs the same way, leading at once.
+//! A daemon as a member of its replica group: its store, its Raft, and the
+//! service that answers as leader or sends clients to the leader
+//! (`canopy_replica::service`). A daemon whose group has one member runs
+//! the same way, leading at once.
+//!
+//! A metadata server runs its group's Raft on its serving thread: a pass's
+//! proposal, the log write, the apply and a follower's answer to its leader
+//! then cost no hand-over between threads (nothing the serving thread runs
+//! waits for the group; what must wait runs on a blocking thread). The lock
+//! service runs it on a thread of its own ([`raft_thread`]): a lock granted
+//! after a wait writes its record and waits for the group where it runs.
 
 use canopy_client::cluster::GroupMember;
 use canopy_proto::clock::SystemClock;
@@ -41,12 +48,18 @@ pub struct MemberArgs {
 /// lock service, to learn its open transactions).
 const LEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// A running member: keep it for the daemon's life.
-pub struct Running {
-    /// Where the group's Raft runs, apart from the daemon's serving thread,
-    /// which waits on it.
-    _raft: tokio::runtime::Runtime,
-    pub service: Arc<ReplicatedService>,
+/// Where a member's store lives and what it holds.
+pub struct MemberStore<'a> {
+    pub data: &'a Path,
+    /// The service's column families (the sessions' and Raft's are added).
+    pub cfs: &'a [&'static str],
+    pub durability: Durability,
+}
+
+/// A runtime of one thread for a group's Raft, apart from the daemon's
+/// serving thread.
+pub fn raft_thread() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("canopy-raft").enable_all().build().map_err(|e| e.to_string())
 }
 
 impl MemberArgs {
@@ -56,14 +69,14 @@ impl MemberArgs {
     }
 }
 
-/// Opens the member's store in `data` (the service's families `cfs`, the
-/// sessions and Raft's), joins its group and follows its leadership,
-/// opening the daemon's service with `open` whenever it leads.
-pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'static str], durability: Durability, auth: ClientAuth, open: Open) -> Result<Running, String> {
+/// Opens the member's store, joins its group on `rt` (where its Raft
+/// runs) and follows its leadership, opening the daemon's service with
+/// `open` whenever it leads.
+pub fn start(args: &MemberArgs, members: &[GroupMember], at: MemberStore, auth: ClientAuth, open: Open, rt: &tokio::runtime::Runtime) -> Result<Arc<ReplicatedService>, String> {
+    let MemberStore { data, cfs, durability } = at;
     let replicated: Vec<&'static str> = cfs.iter().copied().chain([SESSIONS]).collect();
     let all: Vec<&'static str> = replicated.iter().copied().chain(RAFT_CFS.iter().copied()).collect();
     let store: SharedStore = Arc::new(RocksStore::open(data, &all, durability).map_err(|e| e.to_string())?);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("canopy-raft").enable_all().build().map_err(|e| e.to_string())?;
     let peers = TcpPeers { me: args.member, auth: Arc::new(auth) };
     let me = args.member;
     let fresh = !canopy_replica::holds_raft_state(&*store).map_err(|e| e.to_string())?;
@@ -79,19 +92,23 @@ pub fn start(args: &MemberArgs, members: &[GroupMember], data: &Path, cfs: &[&'s
         let all: BTreeMap<u64, String> = members.iter().map(|m| (m.id, m.addr.clone())).collect();
         rt.block_on(member.found(&all))?;
     }
-    let service = Arc::new(ReplicatedService::new(me, member.raft.clone(), member.peer.clone(), rt.handle().clone(), SystemClock::shared()));
+    let service = ReplicatedService::new(me, member.raft.clone(), member.peer.clone(), SystemClock::shared());
     rt.spawn(leadership::follow(service.clone(), store, open, COMMIT_WAIT));
     rt.spawn(service.clone().keep_lease());
     rt.spawn(service.clone().keep_forgetting_sessions());
     // A group of one has nobody to send clients to: it serves once it leads.
     if members.len() == 1 {
-        let deadline = std::time::Instant::now() + LEAD_WAIT;
-        while service.leading().is_none() {
-            if std::time::Instant::now() > deadline {
-                return Err(format!("member {me} did not begin to lead its group of one within {LEAD_WAIT:?}"));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        let leads = rt.block_on(async {
+            let led = async {
+                while service.leading().is_none() {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            };
+            tokio::time::timeout(LEAD_WAIT, led).await
+        });
+        if leads.is_err() {
+            return Err(format!("member {me} did not begin to lead its group of one within {LEAD_WAIT:?}"));
         }
     }
-    Ok(Running { _raft: rt, service })
+    Ok(service)
 }
