@@ -9,7 +9,9 @@
 //! those answers leave the record, which remembers the mark, so a retry
 //! from below it is refused (`ESTALE`), never applied again. One record per
 //! session, rewritten whole: a mutation costs one more write, not a write
-//! and a deletion per answer. A session unheard of for [`SESSION_TTL`] is
+//! and a deletion per answer. Its answers are kept as the bytes they were
+//! encoded to when recorded: rewriting the record copies them, and only a
+//! retry's is decoded again. A session unheard of for [`SESSION_TTL`] is
 //! forgotten whole.
 //!
 //! A session's id carries the second it began (high 32 bits), so a group
@@ -21,6 +23,7 @@
 use canopy_proto::{Errno, Reply};
 use canopy_store::{Batch, Store, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
 use std::time::Duration;
 
 pub const SESSIONS: &str = "sessions";
@@ -47,8 +50,8 @@ pub struct SessionRecord {
     pub below: u64,
     /// When the session's last mutation was applied (ms since the epoch).
     pub seen_ms: u64,
-    /// The answers kept, by number, in the order recorded.
-    pub answers: Vec<(u64, Result<Reply, Errno>)>,
+    /// The answers kept, by number, in the order recorded, each encoded.
+    pub answers: Vec<(u64, ByteBuf)>,
 }
 
 /// What the group knows of a session's request.
@@ -66,6 +69,10 @@ fn decode(bytes: &[u8]) -> Result<SessionRecord, StoreError> {
     postcard::from_bytes(bytes).map_err(|e| StoreError::Engine(format!("a session record: {e}")))
 }
 
+fn decode_answer(bytes: &[u8]) -> Result<Result<Reply, Errno>, StoreError> {
+    postcard::from_bytes(bytes).map_err(|e| StoreError::Engine(format!("a session's answer: {e}")))
+}
+
 /// Where the record of `session`, sent by `owner` (an identity, encoded),
 /// is kept.
 fn key(session: u64, owner: &[u8]) -> Vec<u8> {
@@ -79,7 +86,7 @@ pub fn lookup(store: &dyn Store, session: u64, owner: &[u8], seq: u64, now_ms: u
         Some(bytes) => {
             let record = decode(&bytes)?;
             if let Some((_, answer)) = record.answers.iter().find(|(s, _)| *s == seq) {
-                return Ok(Known::Answered(answer.clone()));
+                return Ok(Known::Answered(decode_answer(answer)?));
             }
             Ok(if seq < record.below { Known::Forgotten } else { Known::New(record) })
         }
@@ -95,7 +102,7 @@ pub fn record(mut record: SessionRecord, session: u64, owner: &[u8], seq: u64, d
     record.below = record.below.max(done_below.min(seq));
     let below = record.below;
     record.answers.retain(|(s, _)| *s >= below);
-    record.answers.push((seq, answer.clone()));
+    record.answers.push((seq, ByteBuf::from(postcard::to_allocvec(answer).expect("answers encode"))));
     if record.answers.len() > MAX_ANSWERS {
         let dropped = record.answers.len() - MAX_ANSWERS;
         record.answers.drain(..dropped);
