@@ -19,6 +19,7 @@
 #![allow(clippy::result_large_err)]
 
 mod families;
+pub mod in_use;
 pub mod leadership;
 pub mod membership;
 mod log_store;

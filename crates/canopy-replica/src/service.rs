@@ -18,6 +18,7 @@
 //! recorded in the entry that applies them, and a retry at the next leader
 //! is answered from it.
 
+use crate::in_use::{InUse, SessionKey};
 use crate::network::{Peer, PeerCall};
 use crate::sessions::{self, Known};
 use crate::{MemberId, Raft, ReplicatedStore};
@@ -52,6 +53,8 @@ pub struct ReplicatedService {
     lease_until: parking_lot::Mutex<Option<Instant>>,
     terms_led: AtomicU64,
     deposed: AtomicU64,
+    /// The sessions with a request being served now.
+    in_use: InUse,
 }
 
 thread_local! {
@@ -78,6 +81,7 @@ impl ReplicatedService {
             lease_until: parking_lot::Mutex::new(None),
             terms_led: AtomicU64::new(0),
             deposed: AtomicU64::new(0),
+            in_use: InUse::default(),
         })
     }
 
@@ -261,6 +265,17 @@ impl ReplicatedService {
         }))
     }
 
+    /// Answers `req` once nobody serves a request of `session`, on a thread
+    /// of its own, as a request answered apart is ([`crate::in_use`]).
+    fn when_free(&self, session: SessionKey, peer: &Identity, creds: Creds, req: Request) -> Handled {
+        let Some(me) = self.me.upgrade() else { return self.not_leader() };
+        let peer = peer.clone();
+        Handled::Later(Box::pin(async move {
+            me.in_use.freed(&session).await;
+            canopy_rpc::call_apart(me, peer, creds, req).await
+        }))
+    }
+
     /// A request applied at most once for its session.
     fn once(&self, lead: &Leading, peer: &Identity, creds: Creds, numbered: Numbered, inner: &[u8]) -> Handled {
         let Numbered { session, seq, done_below } = numbered;
@@ -272,6 +287,10 @@ impl ReplicatedService {
         // A session is its sender's: another identity naming its id reaches
         // nothing of it.
         let Ok(owner) = postcard::to_allocvec(peer) else { return Handled::Now(Err(Errno::EIO)) };
+        let Some(_held) = self.in_use.hold((session, owner.clone())) else {
+            let again = Request::Once { session, seq, done_below, inner: inner.to_vec() };
+            return self.when_free((session, owner), peer, creds, again);
+        };
         let kept = match sessions::lookup(&*lead.store, session, &owner, seq, now) {
             Ok(Known::Answered(a)) => return Handled::Now(a),
             Ok(Known::Forgotten) => return Handled::Now(Err(Errno::ESTALE)),
