@@ -62,11 +62,6 @@ impl InUse {
             freed.await;
         }
     }
-
-    /// How many sessions are held now.
-    pub fn held(&self) -> usize {
-        self.sessions.lock().len()
-    }
 }
 
 #[cfg(test)]
