@@ -181,12 +181,18 @@ impl StateMachine {
 }
 
 impl RaftSnapshotBuilder<GroupConfig> for StateMachine {
+    /// Writes the table files on a blocking thread: the runtime may be the
+    /// daemon's serving thread, which serves meanwhile.
     async fn build_snapshot(&mut self) -> Result<Snapshot<GroupConfig>, Error> {
         let dir = self.snapshot_dir("built");
-        let view = self.store.snapshot();
-        let (applied, membership) = applied_in(&*view).map_err(sm_read)?;
-        let files = snapshot::build(&*self.store, &*view, &self.families, &dir).map_err(sm_read)?;
-        drop(view);
+        let (store, families, into) = (self.store.clone(), self.families.clone(), dir.clone());
+        let built = tokio::task::spawn_blocking(move || {
+            let view = store.snapshot();
+            let (applied, membership) = applied_in(&*view)?;
+            let files = snapshot::build(&*store, &*view, &families, &into)?;
+            Ok::<_, StoreError>((applied, membership, files))
+        });
+        let (applied, membership, files) = built.await.map_err(|e| sm_read(StoreError::Engine(format!("building a snapshot: {e}"))))?.map_err(sm_read)?;
         let id = format!("{}-{}", applied.map(|l| l.index).unwrap_or(0), dir.display());
         let meta = SnapshotMeta { last_log_id: applied, last_membership: membership, snapshot_id: id };
         self.keep_current(meta.clone(), files.clone());
