@@ -52,10 +52,14 @@ impl Service for Counting {
     }
 }
 
-fn mkdir(seq: u64, path: &str) -> Request {
+/// A session begun now, numbered as a client numbers it: the second it
+/// began in its high half.
+fn new_session() -> u64 {
+    (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() << 32) | 1
+}
+
+fn mkdir(session: u64, seq: u64, path: &str) -> Request {
     let inner = Request::Mkdir { path: path.into(), mode: 0o755, id: seq + 10, fence: None };
-    // A session begun now, numbered as a client numbers it.
-    let session = (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() << 32) | 1;
     Request::Once { session, seq, done_below: 0, inner: postcard::to_allocvec(&inner).unwrap() }
 }
 
@@ -87,20 +91,21 @@ async fn a_retry_and_the_sessions_next_request_wait_for_the_try_still_served() {
     let counting = Arc::new(Counting { store: store.clone(), calls: Mutex::default(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
     svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store, service: counting.clone() });
 
+    let session = new_session();
     // The first try of request 0 is being served ...
     let first = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(0, "/slow")).await }
+        async move { serve(&svc, mkdir(session, 0, "/slow")).await }
     });
     tokio::task::spawn_blocking(move || entered.recv_timeout(STEP)).await.unwrap().expect("the first try is served");
     // ... when its retry comes, and the session's next request.
     let retry = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(0, "/slow")).await }
+        async move { serve(&svc, mkdir(session, 0, "/slow")).await }
     });
     let next = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(1, "/next")).await }
+        async move { serve(&svc, mkdir(session, 1, "/next")).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(counting.calls.lock().get("/next"), None, "the session's next request waits for the try being served");
@@ -112,7 +117,7 @@ async fn a_retry_and_the_sessions_next_request_wait_for_the_try_still_served() {
     assert_eq!(next.await.unwrap(), Ok(Reply::Pong { server: 1, servers: 0 }));
     // Both answers are in the session's record: retried again, neither is
     // applied again.
-    assert_eq!(serve(&svc, mkdir(0, "/slow")).await, first);
-    assert_eq!(serve(&svc, mkdir(1, "/next")).await, Ok(Reply::Pong { server: 1, servers: 0 }));
+    assert_eq!(serve(&svc, mkdir(session, 0, "/slow")).await, first);
+    assert_eq!(serve(&svc, mkdir(session, 1, "/next")).await, Ok(Reply::Pong { server: 1, servers: 0 }));
     assert_eq!(*counting.calls.lock(), HashMap::from([("/slow".to_string(), 1), ("/next".to_string(), 1)]));
 }
