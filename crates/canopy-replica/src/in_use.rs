@@ -28,15 +28,13 @@ pub struct InUse {
 /// A session held until this is dropped.
 pub struct Held<'a> {
     in_use: &'a InUse,
-    key: Option<SessionKey>,
+    key: SessionKey,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.in_use.sessions.lock().remove(&key);
-            self.in_use.freed.notify_waiters();
-        }
+        self.in_use.sessions.lock().remove(&self.key);
+        self.in_use.freed.notify_waiters();
     }
 }
 
@@ -46,7 +44,7 @@ impl InUse {
         let taken = self.sessions.lock().insert(key.clone());
         // Not `then_some`: a `Held` made and dropped for a session in use
         // would let it go.
-        taken.then(|| Held { in_use: self, key: Some(key) })
+        taken.then(|| Held { in_use: self, key })
     }
 
     /// Ends once nobody holds `key`'s session (somebody may take it again

@@ -144,18 +144,41 @@ impl ReplicatedService {
     }
 
     /// Answers `req` later: after a round of heartbeats a majority
-    /// acknowledged (which renews the lease), on a thread of its own, as a
-    /// request answered apart is; `NotLeader` if no round succeeds.
+    /// acknowledged (which renews the lease); `NotLeader` if no round
+    /// succeeds.
     fn confirm_then(&self, peer: &Identity, creds: Creds, req: Request) -> Handled {
-        let Some(me) = self.me.upgrade() else { return self.not_leader() };
-        let peer = peer.clone();
-        Handled::Later(Box::pin(async move {
+        self.apart_after(peer, creds, req, |me| async move {
             let began = Instant::now();
             if renew(&me.raft, me.member).await.is_none() {
-                return Ok(me.redirect());
+                return Some(me.redirect());
             }
             me.extend_lease(began);
-            canopy_rpc::call_apart(me, peer, creds, req).await
+            None
+        })
+    }
+
+    /// Answers `req` once nobody serves a request of `session`
+    /// ([`crate::in_use`]).
+    fn when_free(&self, session: SessionKey, peer: &Identity, creds: Creds, req: Request) -> Handled {
+        self.apart_after(peer, creds, req, |me| async move {
+            me.in_use.freed(&session).await;
+            None
+        })
+    }
+
+    /// Answers `req` later, once `first` ends, on a thread of its own as a
+    /// request answered apart is; or with what `first` answers instead.
+    fn apart_after<F>(&self, peer: &Identity, creds: Creds, req: Request, first: impl FnOnce(Arc<ReplicatedService>) -> F) -> Handled
+    where
+        F: std::future::Future<Output = Option<Reply>> + Send + 'static,
+    {
+        let Some(me) = self.me.upgrade() else { return self.not_leader() };
+        let (peer, first) = (peer.clone(), first(me.clone()));
+        Handled::Later(Box::pin(async move {
+            match first.await {
+                Some(answer) => Ok(answer),
+                None => canopy_rpc::call_apart(me, peer, creds, req).await,
+            }
         }))
     }
 
@@ -262,17 +285,6 @@ impl ReplicatedService {
                 Err(membership::Refused::NotLeader(leader)) => Ok(Reply::NotLeader { leader }),
                 Err(membership::Refused::Errno(e)) => Err(e),
             }
-        }))
-    }
-
-    /// Answers `req` once nobody serves a request of `session`, on a thread
-    /// of its own, as a request answered apart is ([`crate::in_use`]).
-    fn when_free(&self, session: SessionKey, peer: &Identity, creds: Creds, req: Request) -> Handled {
-        let Some(me) = self.me.upgrade() else { return self.not_leader() };
-        let peer = peer.clone();
-        Handled::Later(Box::pin(async move {
-            me.in_use.freed(&session).await;
-            canopy_rpc::call_apart(me, peer, creds, req).await
         }))
     }
 
