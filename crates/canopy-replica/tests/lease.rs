@@ -5,9 +5,7 @@ mod kit;
 
 use canopy_proto::auth::Identity;
 use canopy_proto::clock::{ManualClock, SystemClock};
-use canopy_proto::{Creds, Errno, Reply, Request};
-use canopy_replica::service::{Leading, ReplicatedService};
-use canopy_replica::ReplicatedStore;
+use canopy_proto::{Creds, Reply, Request};
 use canopy_store::Store;
 use canopy_rpc::{Handled, Service};
 use kit::*;
@@ -40,37 +38,15 @@ impl Service for Classifies {
     }
 }
 
-/// A read in a pass of its own, on a blocking thread as a daemon's may
-/// be, and what it answers: now, or later (after a round of heartbeats).
-/// Also whether it was answered now.
-async fn read(svc: &Arc<ReplicatedService>) -> (Result<Reply, Errno>, bool) {
-    let s = svc.clone();
-    let handled = tokio::task::spawn_blocking(move || {
-        let mut handled = None;
-        s.in_pass(&mut || handled = Some(s.call(&Identity::Cluster, Creds::root(), Request::Ping))).unwrap();
-        handled.unwrap()
-    })
-    .await
-    .unwrap();
-    match handled {
-        Handled::Now(r) => (r, true),
-        Handled::Later(f) => (f.await, false),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_stops_answering_reads_within_its_lease() {
     let g = Group::new(3, 11, test_config(10_000)).await;
     let leader = g.leader().await;
-    let m = &g.members[&leader];
-    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), SystemClock::shared());
-    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
-    let term = m.raft.metrics().borrow().current_term;
-    svc.lead(Leading { term, store, service: Arc::new(Answers) });
+    let (svc, _, _) = g.lead(leader, SystemClock::shared(), |_| Arc::new(Answers));
     // Before its lease is first renewed, a read waits for a round.
-    let (answer, now) = read(&svc).await;
+    let (answer, now) = serve(&svc, Request::Ping).await;
     assert!(matches!(answer, Ok(Reply::Pong { .. })) && !now, "a leader with its group answers, after a round: {answer:?}");
-    let (answer, now) = read(&svc).await;
+    let (answer, now) = serve(&svc, Request::Ping).await;
     assert!(matches!(answer, Ok(Reply::Pong { .. })) && now, "and then at once, under the lease that round gave: {answer:?}");
     tokio::spawn(svc.clone().keep_lease());
     g.router.partition(&[leader]);
@@ -78,7 +54,7 @@ async fn a_leader_cut_off_stops_answering_reads_within_its_lease() {
     // The lease is half the election timeout's upper end (150 ms here):
     // once it has run out, and a round cannot be made, nothing is answered.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (answer, _) = read(&svc).await;
+    let (answer, _) = serve(&svc, Request::Ping).await;
     assert!(matches!(answer, Ok(Reply::NotLeader { .. })), "a leader cut off {:?} ago answered {answer:?}", cut.elapsed());
 }
 
@@ -89,12 +65,9 @@ async fn a_leader_forgets_old_sessions_on_every_member() {
     use canopy_replica::sessions::{self, SessionRecord, SESSIONS, SESSION_TTL};
     let g = Group::new(3, 12, test_config(10_000)).await;
     let leader = g.leader().await;
-    let m = &g.members[&leader];
     let clock = ManualClock::new();
     clock.advance(2_000_000_000);
-    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), clock.clone());
-    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
-    svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store: store.clone(), service: Arc::new(Answers) });
+    let (svc, store, _) = g.lead(leader, clock.clone(), |_| Arc::new(Answers));
     let now = canopy_proto::clock::Clock::wall_ms(&*clock);
     let heard = |session: u64, at: u64| sessions::record(SessionRecord::default(), session, b"c", 0, 0, &Ok(Reply::Unit), at);
     let s2 = store.clone();
@@ -127,10 +100,7 @@ async fn a_leader_forgets_old_sessions_on_every_member() {
 async fn a_numbered_request_blocks_and_waits_as_the_one_it_wraps() {
     let g = Group::new(1, 13, test_config(10_000)).await;
     let leader = g.leader().await;
-    let m = &g.members[&leader];
-    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), SystemClock::shared());
-    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
-    svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store, service: Arc::new(Classifies) });
+    let (svc, _, _) = g.lead(leader, SystemClock::shared(), |_| Arc::new(Classifies));
     let once = |r: &Request| Request::Once { session: 1, seq: 0, done_below: 0, inner: postcard::to_allocvec(r).unwrap() };
     let mkdir = Request::Mkdir { path: "/a".into(), mode: 0o755, id: 2, fence: None };
     let rmdir = Request::Rmdir { path: "/a".into(), txn: 1 };

@@ -6,7 +6,6 @@ mod kit;
 use canopy_proto::auth::Identity;
 use canopy_proto::clock::SystemClock;
 use canopy_proto::{Creds, Errno, Reply, Request};
-use canopy_replica::service::{Leading, ReplicatedService};
 use canopy_replica::ReplicatedStore;
 use canopy_rpc::{Handled, Service};
 use canopy_store::{Batch, Store};
@@ -63,49 +62,30 @@ fn mkdir(session: u64, seq: u64, path: &str) -> Request {
     Request::Once { session, seq, done_below: 0, inner: postcard::to_allocvec(&inner).unwrap() }
 }
 
-/// `req` served in a read pass of its own on a blocking thread, as a
-/// daemon's may be, and its answer, whenever it comes.
-async fn serve(svc: &Arc<ReplicatedService>, req: Request) -> Result<Reply, Errno> {
-    let s = svc.clone();
-    let handled = tokio::task::spawn_blocking(move || {
-        let (mut req, mut handled) = (Some(req), None);
-        s.in_pass(&mut || handled = req.take().map(|r| s.call(&Identity::Cluster, Creds::root(), r))).unwrap();
-        handled.unwrap()
-    })
-    .await
-    .unwrap();
-    match handled {
-        Handled::Now(r) => r,
-        Handled::Later(f) => f.await,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_and_the_sessions_next_request_wait_for_the_try_still_served() {
     let g = Group::new(1, 21, test_config(10_000)).await;
     let leader = g.leader().await;
-    let m = &g.members[&leader];
-    let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), SystemClock::shared());
-    let store = ReplicatedStore::new(g.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
     let ((entered_tx, entered), (go, go_rx)) = (channel(), channel());
-    let counting = Arc::new(Counting { store: store.clone(), calls: Mutex::default(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) });
-    svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store, service: counting.clone() });
+    let (svc, _, counting) = g.lead(leader, SystemClock::shared(), |store| {
+        Arc::new(Counting { store: store.clone(), calls: Mutex::default(), entered: Mutex::new(entered_tx), go: Mutex::new(go_rx) })
+    });
 
     let session = new_session();
     // The first try of request 0 is being served ...
     let first = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(session, 0, "/slow")).await }
+        async move { serve(&svc, mkdir(session, 0, "/slow")).await.0 }
     });
     tokio::task::spawn_blocking(move || entered.recv_timeout(STEP)).await.unwrap().expect("the first try is served");
     // ... when its retry comes, and the session's next request.
     let retry = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(session, 0, "/slow")).await }
+        async move { serve(&svc, mkdir(session, 0, "/slow")).await.0 }
     });
     let next = tokio::spawn({
         let svc = svc.clone();
-        async move { serve(&svc, mkdir(session, 1, "/next")).await }
+        async move { serve(&svc, mkdir(session, 1, "/next")).await.0 }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(counting.calls.lock().get("/next"), None, "the session's next request waits for the try being served");
@@ -117,7 +97,7 @@ async fn a_retry_and_the_sessions_next_request_wait_for_the_try_still_served() {
     assert_eq!(next.await.unwrap(), Ok(Reply::Pong { server: 1, servers: 0 }));
     // Both answers are in the session's record: retried again, neither is
     // applied again.
-    assert_eq!(serve(&svc, mkdir(session, 0, "/slow")).await, first);
-    assert_eq!(serve(&svc, mkdir(session, 1, "/next")).await, Ok(Reply::Pong { server: 1, servers: 0 }));
+    assert_eq!(serve(&svc, mkdir(session, 0, "/slow")).await.0, first);
+    assert_eq!(serve(&svc, mkdir(session, 1, "/next")).await.0, Ok(Reply::Pong { server: 1, servers: 0 }));
     assert_eq!(*counting.calls.lock(), HashMap::from([("/slow".to_string(), 1), ("/next".to_string(), 1)]));
 }

@@ -2,9 +2,14 @@
 
 //! A group of in-process members over memory stores, for the tests.
 
+use canopy_proto::auth::Identity;
+use canopy_proto::clock::SharedClock;
+use canopy_proto::{Creds, Errno, Reply, Request};
 use canopy_replica::router::{Router, RouterNetwork};
+use canopy_replica::service::{Leading, ReplicatedService};
 use canopy_replica::sessions::SESSIONS;
-use canopy_replica::{Families, Member, MemberId, Proposal, RAFT_CFS};
+use canopy_replica::{Families, Member, MemberId, Proposal, ReplicatedStore, RAFT_CFS};
+use canopy_rpc::{Handled, Service};
 use canopy_store::{Batch, MemStore, Store};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Config, SnapshotPolicy};
@@ -134,6 +139,19 @@ impl Group {
         }
     }
 
+    /// Member `leader`'s service as a daemon runs it, leading in its
+    /// current term over a fresh replicated store, with the service
+    /// `over` makes over that store; and that store and service. Call
+    /// within a runtime.
+    pub fn lead<S: Service>(&self, leader: MemberId, clock: SharedClock, over: impl FnOnce(&Arc<ReplicatedStore>) -> Arc<S>) -> (Arc<ReplicatedService>, Arc<ReplicatedStore>, Arc<S>) {
+        let m = &self.members[&leader];
+        let svc = ReplicatedService::new(leader, m.raft.clone(), m.peer.clone(), clock);
+        let store = ReplicatedStore::new(self.stores[&leader].clone(), m.raft.clone(), &tokio::runtime::Handle::current(), Duration::from_secs(20));
+        let service = over(&store);
+        svc.lead(Leading { term: m.raft.metrics().borrow().current_term, store: store.clone(), service: service.clone() });
+        (svc, store, service)
+    }
+
     /// Member `id`'s data, whole.
     pub fn data(&self, id: MemberId) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
@@ -144,5 +162,23 @@ impl Group {
             })
             .unwrap();
         out
+    }
+}
+
+/// `req` served in a read pass of its own on a blocking thread, as a
+/// daemon's may be: its answer, whenever it comes, and whether it came at
+/// once (not later, after a round of heartbeats or a wait).
+pub async fn serve(svc: &Arc<ReplicatedService>, req: Request) -> (Result<Reply, Errno>, bool) {
+    let s = svc.clone();
+    let handled = tokio::task::spawn_blocking(move || {
+        let (mut req, mut handled) = (Some(req), None);
+        s.in_pass(&mut || handled = req.take().map(|r| s.call(&Identity::Cluster, Creds::root(), r))).unwrap();
+        handled.unwrap()
+    })
+    .await
+    .unwrap();
+    match handled {
+        Handled::Now(r) => (r, true),
+        Handled::Later(f) => (f.await, false),
     }
 }
